@@ -1,0 +1,1 @@
+"""One adapter module per serving stack; each exposes ``adapter`` (see specplug.adapter.Adapter)."""

@@ -1,0 +1,1 @@
+"""Default policy data: acceptance priors, stack factors, rules (YAML)."""

@@ -1,0 +1,86 @@
+"""The ``specplug`` command line: a click group whose commands load lazily from specplug.commands.
+
+Each command lives in its own module and is imported only when it runs, so ``specplug --help`` and the
+light commands never import torch, transformers or a serving stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from specplug import __version__
+from specplug.errors import SpecplugError
+
+# name -> "module:attribute"; adding a command means adding its module and one line here.
+COMMANDS: dict[str, str] = {
+    "probe": "specplug.commands.probe:probe",
+    "gpus": "specplug.commands.gpus:gpus",
+    "models": "specplug.commands.models:models",
+    "init": "specplug.commands.init:init",
+    "schema": "specplug.commands.schema:schema",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else None
+        if name is not None and name not in COMMANDS and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise click.UsageError(f"No such command '{name}'.{hint} Run 'specplug --help' for the list.")
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, "--version", prog_name="specplug")
+def cli() -> None:
+    """Speculative decoding for your LLM serving stack: decide, configure, launch, measure."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: user errors print one paragraph and exit 1, never a traceback."""
+    try:
+        rv = cli.main(args=argv, prog_name="specplug", standalone_mode=False)
+    except SpecplugError as exc:
+        _print_error(exc)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _print_error(exc: SpecplugError) -> None:
+    text = f"Error: {exc.message}"
+    if exc.hint:
+        text += f"\n{exc.hint}"
+    click.echo(text, err=True)
+
+
+if __name__ == "__main__":
+    main()
