@@ -72,6 +72,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
+        import os
+
+        if os.environ.get("SPECPLUG_DEBUG"):
+            raise
+        click.echo(
+            f"Internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in specplug; rerun with SPECPLUG_DEBUG=1 for the traceback and report it.",
+            err=True,
+        )
+        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -1,0 +1,275 @@
+"""Model catalog: architecture facts for popular open models, plus local Hugging Face folders read offline."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from specplug.catalog._csv import aliases, integer, norm, num, read_rows
+from specplug.catalog.drafters import Drafter, drafters_for
+from specplug.errors import CatalogError
+
+
+class Model(BaseModel):
+    hf_id: str
+    aliases: list[str] = Field(default_factory=list)
+    family: str = ""
+    params_b: float | None = None
+    active_params_b: float | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    num_attention_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    vocab_size: int | None = None
+    tokenizer_family: str = ""
+    max_position_embeddings: int | None = None
+    tie_word_embeddings: bool = False
+    moe_num_experts: int | None = None
+    moe_experts_per_token: int | None = None
+    mtp_layers: int = 0
+    architecture: str = ""
+    source: str = ""
+    confirmed: str = ""
+    notes: str = ""
+    local_path: str | None = Field(default=None, description="Set when the model was read from a local folder.")
+    special_tokens: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.aliases[0] if self.aliases else self.hf_id
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.moe_num_experts)
+
+    @property
+    def uses_mla(self) -> bool:
+        """DeepSeek-V3-style multi-head latent attention caches one compressed latent per token and layer."""
+        return "deepseekv3" in self.architecture.lower() or "deepseekv2" in self.architecture.lower()
+
+    def kv_bytes_per_token(self, dtype_bytes: float = 2.0) -> float:
+        """KV-cache bytes one token occupies across all layers (MLA: 512-d latent + 64-d rope key)."""
+        layers = self.num_layers or 0
+        if self.uses_mla:
+            return layers * (512 + 64) * dtype_bytes
+        kv_heads = self.num_kv_heads or self.num_attention_heads or 0
+        head_dim = self.head_dim or (
+            (self.hidden_size or 0) // self.num_attention_heads if self.num_attention_heads else 0
+        )
+        return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+    def known_drafters(self, method: str | None = None) -> list[Drafter]:
+        return drafters_for(self.hf_id, method)
+
+
+def _row_to_model(r: dict[str, str]) -> Model:
+    return Model(
+        hf_id=r["hf_id"],
+        aliases=aliases(r["aliases"]),
+        family=r["family"],
+        params_b=num(r["params_b"]),
+        active_params_b=num(r["active_params_b"]),
+        num_layers=integer(r["num_layers"]),
+        hidden_size=integer(r["hidden_size"]),
+        intermediate_size=integer(r["intermediate_size"]),
+        num_attention_heads=integer(r["num_attention_heads"]),
+        num_kv_heads=integer(r["num_kv_heads"]),
+        head_dim=integer(r["head_dim"]),
+        vocab_size=integer(r["vocab_size"]),
+        tokenizer_family=r["tokenizer_family"],
+        max_position_embeddings=integer(r["max_position_embeddings"]),
+        tie_word_embeddings=r["tie_word_embeddings"].strip().lower() == "true",
+        moe_num_experts=integer(r["moe_num_experts"]),
+        moe_experts_per_token=integer(r["moe_experts_per_token"]),
+        mtp_layers=integer(r["mtp_layers"]) or 0,
+        architecture=r["architecture"],
+        source=r["source"],
+        confirmed=r["confirmed"],
+        notes=r["notes"],
+    )
+
+
+@cache
+def models() -> tuple[Model, ...]:
+    return tuple(_row_to_model(r) for r in read_rows("models.csv"))
+
+
+@cache
+def _index() -> dict[str, Model]:
+    idx: dict[str, Model] = {}
+    for m in models():
+        for key in [m.hf_id, m.hf_id.split("/", 1)[-1], *m.aliases]:
+            idx.setdefault(norm(key), m)
+    return idx
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).expanduser().is_dir()
+
+
+def get_model(name: str) -> Model:
+    """Resolve an alias ('llama-3.1-70b'), an HF id ('meta-llama/Llama-3.1-70B-Instruct') or a local folder."""
+    if not name or not name.strip():
+        raise CatalogError("No model given.", "Pass --model NAME (an alias, a Hugging Face id or a local folder).")
+    if _looks_like_path(name):
+        return read_local_model(name)
+    m = _index().get(norm(name))
+    if m is not None:
+        return m
+    close = difflib.get_close_matches(norm(name), list(_index()), n=3, cutoff=0.6)
+    # Prefer the canonical alias in suggestions rather than whichever key matched.
+    names: list[str] = []
+    for c in close:
+        n = _index()[c].name
+        if n not in names:
+            names.append(n)
+    hint = f"Did you mean {', '.join(repr(n) for n in names)}? " if names else ""
+    raise CatalogError(
+        f"Unknown model '{name}'.",
+        f"{hint}Run 'specplug models list' or 'specplug models search TEXT', or pass a local model folder.",
+    )
+
+
+def search_models(text: str) -> list[Model]:
+    """Models whose id, alias or family contains every word of ``text`` (case-insensitive)."""
+    words = [norm(w) for w in text.split() if w.strip()]
+    out = []
+    for m in models():
+        hay = " ".join(norm(x) for x in [m.hf_id, m.family, m.architecture, *m.aliases])
+        if all(w in hay for w in words):
+            out.append(m)
+    return out
+
+
+def read_local_model(path: str) -> Model:
+    """Read a local Hugging Face model folder offline: config.json for the architecture, tokenizer files
+    for the vocabulary fingerprint that tokenizer-compatibility checks compare."""
+    folder = Path(path).expanduser()
+    cfg_file = folder / "config.json"
+    if not folder.is_dir():
+        raise CatalogError(f"Model folder '{path}' does not exist.", "Give a folder holding config.json.")
+    if not cfg_file.is_file():
+        raise CatalogError(
+            f"'{path}' has no config.json, so it is not a Hugging Face model folder.",
+            "Point --model at the folder that holds config.json and the weights.",
+        )
+    try:
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CatalogError(f"Cannot read {cfg_file}: {exc}.", "Check that the file is valid JSON.") from None
+    text_cfg = cfg.get("text_config") or {}
+
+    def get(*keys: str):
+        for k in keys:
+            for c in (cfg, text_cfg):
+                if c.get(k) is not None:
+                    return c[k]
+        return None
+
+    hidden = get("hidden_size", "n_embd", "d_model")
+    heads = get("num_attention_heads", "n_head")
+    layers = get("num_hidden_layers", "n_layer", "num_layers")
+    inter = get("intermediate_size", "ffn_dim")
+    vocab = get("vocab_size")
+    kv_heads = get("num_key_value_heads") or heads
+    head_dim = get("head_dim") or (hidden // heads if hidden and heads else None)
+    tie = bool(get("tie_word_embeddings"))
+    experts = get("num_local_experts", "n_routed_experts", "num_experts")
+    params = _estimate_params(folder, hidden, inter, layers, heads, kv_heads, head_dim, vocab, tie)
+    vocab_fp, special = _tokenizer_fingerprint(folder)
+    archs = cfg.get("architectures") or [""]
+    return Model(
+        hf_id=str(folder.resolve()),
+        aliases=[folder.name],
+        family=str(cfg.get("model_type", "")),
+        params_b=params,
+        num_layers=layers,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        tokenizer_family=f"local:{vocab_fp}" if vocab_fp else "",
+        max_position_embeddings=get("max_position_embeddings", "n_positions"),
+        tie_word_embeddings=tie,
+        moe_num_experts=experts,
+        moe_experts_per_token=get("num_experts_per_tok"),
+        mtp_layers=int(get("num_nextn_predict_layers") or 0),
+        architecture=str(archs[0]),
+        source=f"local folder {folder}",
+        confirmed="local",
+        local_path=str(folder.resolve()),
+        special_tokens=special,
+    )
+
+
+def _estimate_params(folder: Path, hidden, inter, layers, heads, kv_heads, head_dim, vocab, tie) -> float | None:
+    """Billions of parameters: from safetensors headers when present (exact), else from the config dims."""
+    total = 0
+    for st in sorted(folder.glob("*.safetensors")):
+        try:
+            with st.open("rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError):
+            total = 0
+            break
+        for key, meta in header.items():
+            if key == "__metadata__":
+                continue
+            count = 1
+            for d in meta.get("shape", []):
+                count *= d
+            total += count
+    if total:
+        return round(total / 1e9, 4)
+    if not all([hidden, inter, layers, heads, head_dim, vocab]):
+        return None
+    attn = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+    mlp = 3 * hidden * inter
+    emb = vocab * hidden * (1 if tie else 2)
+    return round((layers * (attn + mlp) + emb) / 1e9, 4)
+
+
+def _tokenizer_fingerprint(folder: Path) -> tuple[str, dict[str, str]]:
+    """A short hash of the token->id map (tokenizer.json or vocab.json) and the special tokens, if any."""
+    vocab: dict | None = None
+    tj = folder / "tokenizer.json"
+    try:
+        if tj.is_file():
+            data = json.loads(tj.read_text(encoding="utf-8"))
+            vocab = (data.get("model") or {}).get("vocab")
+            if isinstance(vocab, list):  # unigram tokenizers store [piece, score] pairs
+                vocab = {p[0]: i for i, p in enumerate(vocab)}
+            for tok in data.get("added_tokens") or []:
+                vocab = dict(vocab or {})
+                vocab[tok["content"]] = tok["id"]
+        elif (folder / "vocab.json").is_file():
+            vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        vocab = None
+    special: dict[str, str] = {}
+    tc = folder / "tokenizer_config.json"
+    if tc.is_file():
+        try:
+            tcfg = json.loads(tc.read_text(encoding="utf-8"))
+            for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+                val = tcfg.get(key)
+                if isinstance(val, dict):
+                    val = val.get("content")
+                if isinstance(val, str):
+                    special[key] = val
+        except (OSError, json.JSONDecodeError):
+            pass
+    if not vocab:
+        return "", special
+    blob = json.dumps(sorted(vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()[:16], special

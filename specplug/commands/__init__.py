@@ -1,0 +1,1 @@
+"""CLI commands, one module each; specplug.cli loads them lazily by name."""

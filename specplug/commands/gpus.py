@@ -1,0 +1,41 @@
+"""specplug gpus: the GPU catalog."""
+
+from __future__ import annotations
+
+import click
+
+from specplug.output import emit, output_option, table
+
+
+def _fmt(v: float | None) -> str:
+    return "" if v is None else f"{v:g}"
+
+
+@click.command()
+@click.argument("name", required=False)
+@output_option
+def gpus(name: str | None, output: str) -> None:
+    """List the GPU catalog, or show one GPU by NAME or alias (e.g. h100, a100-80gb, l4)."""
+    from specplug.catalog import get_gpu
+    from specplug.catalog import gpus as all_gpus
+
+    if name:
+        g = get_gpu(name)
+        emit(g, output, lambda g: table(g.name, ["field", "value"], [(k, _fmt(v) if isinstance(v, float) else v) for k, v in g.model_dump().items()]))
+        return
+    items = list(all_gpus())
+    rows = [
+        (
+            g.name,
+            ", ".join(g.aliases),
+            _fmt(g.memory_gb),
+            _fmt(g.memory_bw_gbs),
+            _fmt(g.tensor_tflops()),
+            _fmt(g.fp8_tflops),
+            g.interconnect.split(":")[0] if g.interconnect else "",
+            "planning only" if g.planning_only else "",
+        )
+        for g in items
+    ]
+    cols = ["name", "aliases", "mem GB", "BW GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "interconnect", ""]
+    emit(items, output, lambda _: table(f"{len(items)} GPUs", cols, rows))

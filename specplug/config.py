@@ -1,0 +1,278 @@
+"""specplug.yaml: the schema (pydantic v2), loading with line-accurate errors, and JSON Schema export.
+
+A file looks like::
+
+    version: 1
+    model: llama-3.1-70b
+    stack: vllm                 # or {name: vllm, version: "0.10.2"}
+    hardware: auto              # or {gpu: h100, num_gpus: 4}
+    workload: {type: chat, concurrency: 16, input_len: 1024, output_len: 256, temperature: 0.0}
+    speculation: auto           # or {method: eagle3, drafter: ..., num_speculative_tokens: 3}
+    serve: {host: 127.0.0.1, port: 8000}
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specplug.errors import ConfigError
+
+SCHEMA_VERSION = 1
+DEFAULT_CONFIG = "specplug.yaml"
+
+Method = Literal[
+    "none", "ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator"
+]
+METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+Workload = Literal[
+    "chat", "code", "code-edit", "rag", "summarization", "math", "reasoning", "translation", "qa", "creative", "agent"
+]
+WORKLOADS: tuple[str, ...] = Workload.__args__  # type: ignore[attr-defined]
+StackName = Literal["vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded"]
+STACKS: tuple[str, ...] = StackName.__args__  # type: ignore[attr-defined]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+
+
+class StackSpec(Strict):
+    name: StackName = Field("vllm", description="Serving stack to configure.")
+    version: str | None = Field(None, description="Stack version to render for; default: the installed one.")
+
+
+class HardwareSpec(Strict):
+    gpu: str | None = Field(None, description="GPU catalog name or alias (see 'specplug gpus'); default: probed.")
+    num_gpus: int | None = Field(None, ge=1, le=1024, description="GPUs per deployment (all nodes).")
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs in one node; more GPUs means several nodes.")
+
+
+class WorkloadSpec(Strict):
+    type: Workload = Field("chat", description="What the traffic looks like; drives acceptance priors.")
+    concurrency: int = Field(1, ge=1, le=4096, description="Expected concurrent requests (decode batch size).")
+    input_len: int = Field(1024, ge=1, le=2_000_000, description="Typical prompt length in tokens.")
+    output_len: int = Field(256, ge=1, le=1_000_000, description="Typical output length in tokens.")
+    temperature: float = Field(0.0, ge=0.0, le=5.0, description="Sampling temperature; 0 is greedy.")
+
+
+class TreeSpec(Strict):
+    steps: int = Field(ge=1, le=64)
+    topk: int = Field(ge=1, le=64)
+    num_draft_tokens: int = Field(ge=1, le=1024)
+
+
+class ScheduleEntry(Strict):
+    """Draft length to use while the running batch is within [min_batch, max_batch] (max None = no limit)."""
+
+    min_batch: int = Field(ge=1)
+    max_batch: int | None = Field(None, ge=1)
+    num_speculative_tokens: int = Field(ge=0, le=64)
+
+
+class SpeculationSpec(Strict):
+    method: Method = Field(description="Speculation technique.")
+    drafter: str | None = Field(None, description="Draft model / head: catalog id, HF id or local folder.")
+    num_speculative_tokens: int | None = Field(None, ge=0, le=64, description="Draft length k.")
+    tree: TreeSpec | None = None
+    prompt_lookup_min: int | None = Field(None, ge=1, le=64)
+    prompt_lookup_max: int | None = Field(None, ge=1, le=64)
+    schedule: list[ScheduleEntry] | None = None
+    draft_tensor_parallel_size: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> SpeculationSpec:
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min ({lo}) must not exceed prompt_lookup_max ({hi})")
+        return self
+
+
+class ServeSpec(Strict):
+    host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
+    port: int = Field(8000, ge=1, le=65535)
+    tensor_parallel_size: int | None = Field(None, ge=1, description="Default: enough GPUs for the model.")
+    pipeline_parallel_size: int = Field(1, ge=1)
+    max_model_len: int | None = Field(None, ge=16)
+    max_num_seqs: int | None = Field(None, ge=1)
+    dtype: str = Field("auto", description="Weight dtype: auto, bfloat16, float16, fp8.")
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key itself)."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Extra engine arguments, passed verbatim.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables.")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_nul(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if "\x00" in a:
+                raise ValueError("extra_args may not contain NUL bytes")
+        return v
+
+
+class Config(Strict):
+    """The whole of specplug.yaml."""
+
+    version: int = Field(SCHEMA_VERSION, description="Schema version of this file.")
+    model: str | None = Field(None, description="Model alias, Hugging Face id or local folder.")
+    stack: StackSpec = Field(default_factory=StackSpec)
+    hardware: Literal["auto"] | HardwareSpec = "auto"
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    speculation: Literal["auto"] | SpeculationSpec = "auto"
+    serve: ServeSpec = Field(default_factory=ServeSpec)
+    policy: dict[str, Any] = Field(default_factory=dict, description="Overrides merged onto the default policy.")
+    calibration: str | None = Field(None, description="Calibration file written by 'specplug calibrate'.")
+    fallback: Literal["none", "embedded"] = Field("none", description="What 'launch' runs if the stack can't.")
+
+    @field_validator("stack", mode="before")
+    @classmethod
+    def _stack_shorthand(cls, v: Any) -> Any:
+        return {"name": v} if isinstance(v, str) else v
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v > SCHEMA_VERSION:
+            raise ValueError(f"schema version {v} is newer than this specplug understands ({SCHEMA_VERSION}); upgrade specplug")
+        if v < 1:
+            raise ValueError("schema version must be 1 or more")
+        return v
+
+    def hardware_spec(self) -> HardwareSpec:
+        return self.hardware if isinstance(self.hardware, HardwareSpec) else HardwareSpec()
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Config.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "specplug.yaml"
+    return schema
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def find_config(path: str | None) -> Path | None:
+    """The explicit file, else ./specplug.yaml when it exists, else None."""
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"Config file '{path}' does not exist.", "Create one with 'specplug init --model M'.")
+        return p
+    default = Path(DEFAULT_CONFIG)
+    return default if default.is_file() else None
+
+
+def load_config(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read {p}: {exc.strerror}.") from None
+    return parse_config(text, str(p))
+
+
+def parse_config(text: str, filename: str = DEFAULT_CONFIG) -> Config:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: invalid YAML: {problem}.", "Fix the syntax at that line.") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{filename}: the top level must be a mapping of keys (model:, stack:, ...).")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, root, filename)) from None
+
+
+def _explain(exc: ValidationError, root: Any, filename: str) -> str:
+    lines = []
+    errors = [(err, [p for p in err["loc"] if not _is_union_tag(p)]) for err in exc.errors()]
+    for err, loc in errors:
+        # "auto" | {mapping}: when a mapping was given, the 'should be auto' branch is noise.
+        if err["type"] == "literal_error" and isinstance(err.get("input"), dict):
+            continue
+        if err["type"] in ("model_type", "dict_type") and any(
+            e["type"] == "literal_error" and o == loc for e, o in errors
+        ):
+            continue
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(root, loc)
+        where = f"{filename}:{line}" if line else filename
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            tip = f" Did you mean '{close[0]}'?" if close else ""
+            lines.append(f"{where}: unknown key '{key}'.{tip} Allowed here: {', '.join(allowed)}.")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {key}: {msg}.")
+    # Union errors repeat per branch; keep each message once, in order.
+    seen: list[str] = []
+    for ln in lines:
+        if ln not in seen:
+            seen.append(ln)
+    return "Invalid specplug.yaml:\n  " + "\n  ".join(seen[:12])
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (
+        part.startswith(("literal[", "function-")) or part in {"HardwareSpec", "SpeculationSpec"}
+    )
+
+
+def _allowed_keys(loc: list[Any]) -> list[str]:
+    model: Any = Config
+    for part in loc:
+        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        if field is None:
+            return []
+        ann = field.annotation
+        nxt = None
+        for cand in getattr(ann, "__args__", (ann,)):
+            inner = getattr(cand, "__args__", None)
+            for c in inner or (cand,):
+                if isinstance(c, type) and issubclass(c, BaseModel):
+                    nxt = c
+        if nxt is None:
+            return []
+        model = nxt
+    return list(model.model_fields)
+
+
+def _line_of(node: Any, loc: list[Any]) -> int | None:
+    """Line (1-based) of the YAML node at ``loc``, or of the deepest ancestor found."""
+    import yaml
+
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                break
+            line = match[0].start_mark.line + 1
+            node = match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def dump_config(cfg: Config) -> str:
+    import yaml
+
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_defaults=False), sort_keys=False)

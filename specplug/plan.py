@@ -1,0 +1,113 @@
+"""The Plan: the one canonical decision that flows from the policy engine to adapters, locks and benches.
+
+Everything upstream (config, probe, catalogs, policy) produces a Plan; everything downstream (render, launch,
+lock, check, bench comparisons) consumes it. No stack-specific spelling appears here: adapters translate.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specplug.config import Method, ScheduleEntry, ServeSpec, StackName, TreeSpec, WorkloadSpec
+from specplug.probe import Hardware
+
+PLAN_VERSION = 1
+
+
+class PlanModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelRef(PlanModel):
+    name: str = Field(description="What the user called it (alias, HF id or folder).")
+    hf_id: str = Field(description="Hugging Face id, or the absolute folder for local models.")
+    local_path: str | None = None
+
+
+class StackRef(PlanModel):
+    name: StackName
+    version: str | None = Field(None, description="Version rendered for (installed, pinned or --stack-version).")
+    version_source: str = Field("unknown", description="'installed', 'pinned', 'flag' or 'unknown'.")
+
+
+class Parallelism(PlanModel):
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    num_nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+
+
+class Speculation(PlanModel):
+    """The chosen technique in canonical (stack-neutral) terms."""
+
+    method: Method = "none"
+    drafter: str | None = Field(None, description="HF id or local folder of the draft model / head.")
+    num_speculative_tokens: int = Field(0, ge=0, le=64, description="Draft length k (0 when method is none).")
+    tree: TreeSpec | None = Field(None, description="Tree shape for stacks that draft trees (SGLang, TRT-LLM).")
+    prompt_lookup_min: int | None = Field(None, ge=1)
+    prompt_lookup_max: int | None = Field(None, ge=1)
+    schedule: list[ScheduleEntry] = Field(
+        default_factory=list, description="k per range of running batch sizes; k=0 turns speculation off there."
+    )
+    draft_tensor_parallel_size: int | None = Field(None, ge=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none" and self.num_speculative_tokens > 0
+
+
+class MemoryBudget(PlanModel):
+    """Per-GPU memory, in GB."""
+
+    gpu_memory_gb: float
+    target_weights_gb: float
+    drafter_weights_gb: float = 0.0
+    kv_cache_gb: float = 0.0
+    drafter_kv_cache_gb: float = 0.0
+    activations_gb: float = 0.0
+    headroom_gb: float = 0.0
+    fits: bool = True
+    hint: str | None = None
+
+
+class CurvePoint(PlanModel):
+    batch_size: int
+    speedup: float
+    acceptance_length: float
+    num_speculative_tokens: int
+
+
+class Prediction(PlanModel):
+    speedup: float = Field(1.0, description="Predicted decode throughput ratio vs no speculation at this batch.")
+    acceptance_length: float = Field(1.0, description="Mean tokens per verification step, bonus token included.")
+    acceptance_rate: float | None = Field(None, description="Per-token acceptance alpha.")
+    curve: list[CurvePoint] = Field(default_factory=list)
+    breakeven_batch_size: int | None = Field(
+        None, description="Batch size above which speculation stops paying (None: pays across the curve)."
+    )
+
+
+class Candidate(PlanModel):
+    method: Method
+    drafter: str | None = None
+    num_speculative_tokens: int = 0
+    speedup: float | None = None
+    acceptance_length: float | None = None
+    ruled_out: str | None = Field(None, description="Why it was not eligible; None if it was scored.")
+    chosen: bool = False
+
+
+class Plan(PlanModel):
+    plan_version: int = PLAN_VERSION
+    model: ModelRef
+    hardware: Hardware
+    stack: StackRef
+    workload: WorkloadSpec
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    speculation: Speculation = Field(default_factory=Speculation)
+    serve: ServeSpec = Field(default_factory=ServeSpec)
+    memory: MemoryBudget | None = None
+    prediction: Prediction = Field(default_factory=Prediction)
+    candidates: list[Candidate] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list, description="Why this choice, in plain sentences.")
+    warnings: list[str] = Field(default_factory=list)
