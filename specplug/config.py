@@ -148,6 +148,13 @@ class Config(Strict):
 
 def json_schema() -> dict[str, Any]:
     schema = Config.model_json_schema()
+    # The loader also takes the shorthand 'stack: vllm'; say so in the schema editors see.
+    stack = schema["properties"]["stack"]
+    schema["properties"]["stack"] = {
+        "anyOf": [{"$ref": "#/$defs/StackSpec"}, {"enum": list(STACKS), "type": "string"}],
+        "description": "Stack name, or {name, version}.",
+        "default": stack.get("default"),
+    }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "specplug.yaml"
     return schema

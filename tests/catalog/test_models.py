@@ -1,0 +1,80 @@
+import json
+
+import pytest
+
+from specplug.catalog import get_model, models, search_models
+from specplug.errors import CatalogError
+
+
+def test_alias_resolves_to_instruct_model_with_facts():
+    m = get_model("llama-3.1-70b")
+    assert m.hf_id == "meta-llama/Llama-3.1-70B-Instruct"
+    assert m.num_layers == 80 and m.vocab_size == 128256
+    assert m.num_kv_heads == 8 and m.head_dim == 128
+
+
+def test_hf_id_is_case_insensitive():
+    assert get_model("META-LLAMA/llama-3.1-8b-instruct").hf_id == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_catalog_covers_the_families_users_ask_for():
+    assert len(models()) >= 40
+    ids = " ".join(m.hf_id.lower() for m in models())
+    for needle in ["llama-2-7b", "llama-3-8b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.3-70b", "vicuna-7b",
+                   "vicuna-13b", "vicuna-33b", "qwen2.5-7b", "qwen3-8b", "qwen3-30b-a3b", "deepseek-v3",
+                   "deepseek-r1", "r1-distill", "mistral-7b", "mixtral-8x7b", "gpt-oss-20b", "gemma-2-9b",
+                   "gemma-3-27b"]:
+        assert needle in ids, needle
+
+
+def test_moe_models_have_active_params_and_mtp():
+    v3 = get_model("deepseek-v3")
+    assert v3.is_moe and v3.active_params_b < v3.params_b and v3.mtp_layers == 1
+    assert v3.uses_mla
+
+
+def test_known_drafters_are_attached():
+    methods = {d.method for d in get_model("vicuna-7b").known_drafters()}
+    assert {"eagle", "medusa"} <= methods
+
+
+def test_unknown_model_did_you_mean():
+    with pytest.raises(CatalogError) as exc:
+        get_model("llama-3.1-7b")
+    assert "llama-3.1-70b" in str(exc.value) or "llama-3.1-8b" in str(exc.value)
+
+
+def test_search_matches_every_word():
+    found = {m.hf_id for m in search_models("qwen3 coder")}
+    assert found == {"Qwen/Qwen3-Coder-480B-A35B-Instruct"}
+
+
+def _write_local_model(folder, vocab):
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+        "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "vocab_size": len(vocab), "max_position_embeddings": 2048, "tie_word_embeddings": True,
+    }))
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": []}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+
+
+def test_local_folder_is_read_offline(tmp_path):
+    _write_local_model(tmp_path / "tiny", {"a": 0, "b": 1, "</s>": 2})
+    m = get_model(str(tmp_path / "tiny"))
+    assert m.local_path and m.num_layers == 4 and m.num_kv_heads == 2 and m.head_dim == 32
+    assert m.tokenizer_family.startswith("local:") and m.special_tokens["eos_token"] == "</s>"
+    assert m.params_b > 0
+
+
+def test_local_folders_with_different_vocab_get_different_fingerprints(tmp_path):
+    _write_local_model(tmp_path / "a", {"a": 0, "b": 1})
+    _write_local_model(tmp_path / "b", {"a": 1, "b": 0})
+    assert get_model(str(tmp_path / "a")).tokenizer_family != get_model(str(tmp_path / "b")).tokenizer_family
+
+
+def test_folder_without_config_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CatalogError, match="config.json"):
+        get_model(str(tmp_path / "empty"))
