@@ -24,7 +24,29 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# One-line help for 'specplug --help', so listing commands imports none of them.
+HELP: dict[str, str] = {
+    "probe": "Read this machine's GPUs (NVML) and map them to the catalog.",
+    "gpus": "List the GPU catalog, or show one GPU.",
+    "models": "The model catalog: list, search, show.",
+    "init": "Write a commented specplug.yaml.",
+    "schema": "Print the JSON Schema of specplug.yaml.",
+}
+
+
 class LazyGroup(click.Group):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            text = HELP.get(name)
+            if text is None:  # a command without a listed summary: load it for its own
+                cmd = self.get_command(ctx, name)
+                text = cmd.get_short_help_str(limit=80) if cmd else ""
+            rows.append((name, text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
