@@ -9,8 +9,12 @@ reported by ``specplug stacks``, never fatal.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -36,7 +40,15 @@ class LaunchSpec(BaseModel):
     env_passthrough: list[str] = Field(
         default_factory=list, description="Secret variables read from the caller's environment at launch."
     )
-    files: dict[str, str] = Field(default_factory=dict, description="Relative path -> content, written first.")
+    env_from: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variable the stack reads -> caller's variable it is copied from at launch (API keys): a "
+        "reference, never the value.",
+    )
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Relative path -> content, written first; an argv element equal to a key means that file.",
+    )
     health_url: str | None = None
     metrics_url: str | None = None
     base_url: str | None = None
@@ -135,3 +147,198 @@ def pick_floor(version: str | None, floors: list[str]) -> str:
             f"Upgrade the stack, or render for a known version with --stack-version {ordered[0]} or newer.",
         )
     return eligible[-1]
+
+
+def version_in(version: str | None, since: str | None, until: str | None) -> bool:
+    """``since <= version < until`` (open ends allowed); an unknown version counts as the newest."""
+    if version is None:
+        return until is None
+    if since is not None and version_key(version) < version_key(since):
+        return False
+    return not (until is not None and version_key(version) >= version_key(until))
+
+
+# ---------------------------------------------------------------------------------------------- support data
+
+
+@dataclass(frozen=True)
+class Window:
+    """One version range where a stack spells a canonical method one way.
+
+    ``value`` is the stack's own name for it (e.g. vLLM's ``"mtp"``, SGLang's ``"NGRAM"``); ``until`` is the
+    first version without this spelling; ``source`` says where the boundary comes from.
+    """
+
+    value: str
+    since: str | None = None
+    until: str | None = None
+    source: str = ""
+
+
+def spelling(table: dict[str, tuple[Window, ...]], key: str, version: str | None) -> Window | None:
+    """The window of ``table[key]`` that covers ``version`` (None: not available at that version)."""
+    for w in table.get(key, ()):
+        if version_in(version, w.since, w.until):
+            return w
+    return None
+
+
+def describe_windows(windows: tuple[Window, ...]) -> str:
+    parts = []
+    for w in windows:
+        lo = w.since or "the oldest known release"
+        parts.append(f"{lo} to before {w.until}" if w.until else f"{lo} and newer")
+    return ", ".join(parts) if parts else "no version"
+
+
+# ---------------------------------------------------------------------------------------------- base adapter
+
+
+class BaseAdapter:
+    """Shared behaviour for the built-in adapters: version lookup, method support from a table, checks.
+
+    A subclass sets the class attributes and implements :meth:`build` (plan -> LaunchSpec for a version). The
+    method table maps each canonical method to the stack's spelling per version range; a method absent from
+    the table is unsupported, with the reason in ``unsupported``.
+    """
+
+    name: ClassVar[str]
+    display_name: ClassVar[str]
+    install_hint: ClassVar[str]
+    distributions: ClassVar[tuple[str, ...]] = ()  # pip distributions whose version is the stack's version
+    executables: ClassVar[tuple[str, ...]] = ()  # programs that start the server, looked up on PATH
+    method_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
+    unsupported: ClassVar[dict[str, str]] = {}  # method -> why this stack can never do it
+    oldest: ClassVar[str]  # oldest version this adapter renders for
+    template_ext: ClassVar[str] = "sh"
+
+    # -- versions --------------------------------------------------------------------------------------
+    def installed_version(self) -> str | None:
+        return distribution_version(self.distributions, self.executables)
+
+    def runs_without_gpu(self, version: str | None) -> bool:
+        """True when the installed build serves on a CPU (a CPU build of the stack, or a CPU-first stack)."""
+        return False
+
+    def known_version(self, version: str | None) -> None:
+        pick_floor(version, [self.oldest])
+
+    # -- methods ---------------------------------------------------------------------------------------
+    def methods(self, version: str | None) -> dict[str, str | None]:
+        from specplug.config import METHODS
+
+        out: dict[str, str | None] = {}
+        for m in METHODS:
+            if m == "none":
+                continue
+            out[m] = self.method_reason(m, version)
+        return out
+
+    def method_reason(self, method: str, version: str | None) -> str | None:
+        """None when ``method`` works at ``version``, else why not (with the versions that have it)."""
+        if method == "none":
+            return None
+        if method in self.unsupported:
+            return self.unsupported[method]
+        windows = self.method_table.get(method)
+        if not windows:
+            return f"{self.display_name} has no '{method}' speculation."
+        if spelling(self.method_table, method, version) is None:
+            return f"'{method}' needs {self.display_name} {describe_windows(windows)} (rendering for {version})."
+        return None
+
+    def supported_methods(self, version: str | None) -> list[str]:
+        return [m for m, why in self.methods(version).items() if why is None]
+
+    def require_method(self, method: str, version: str | None) -> Window | None:
+        """The stack spelling for ``method`` at ``version``; StackError listing what works when unsupported."""
+        if method == "none":
+            return None
+        why = self.method_reason(method, version)
+        if why is not None:
+            ok = self.supported_methods(version)
+            raise StackError(
+                f"{self.display_name} {version or '(newest)'} cannot run '{method}': {why}",
+                f"Supported there: {', '.join(ok) if ok else 'none'}. Pick one with --method, or another stack.",
+            )
+        return spelling(self.method_table, method, version)
+
+    # -- rendering -------------------------------------------------------------------------------------
+    def render(self, plan: Plan) -> LaunchSpec:
+        version = plan.stack.version
+        self.known_version(version)
+        spec = self.build(plan, version)
+        spec.stack = self.name
+        spec.stack_version = version
+        return spec
+
+    def build(self, plan: Plan, version: str | None) -> LaunchSpec:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def template_name(self, version: str | None, ext: str | None = None) -> str | None:
+        """``<stack>/<floor>.<ext>.j2`` for the highest template floor not above ``version`` (None: no
+        template of that kind for this stack)."""
+        from specplug.templating import list_templates
+
+        suffix = f".{ext or self.template_ext}.j2"
+        floors = {}
+        for n in list_templates(f"{self.name}/"):
+            base = n.rsplit("/", 1)[-1]
+            if base.endswith(suffix):
+                floors[base[: -len(suffix)]] = n
+        if not floors:
+            return None
+        return floors[pick_floor(version, list(floors))]
+
+    def launch_argv(self, argv: list[str]) -> list[str]:
+        """The argv to start here: a chance to point a generic program (``python3``) at the stack's own."""
+        return argv
+
+
+# ---------------------------------------------------------------------------------------------- lookups
+
+
+def _site_packages(executable: str) -> list[Path]:
+    """site-packages of the virtual environment (or prefix) an executable on PATH belongs to."""
+    prefix = Path(executable).parent.parent  # no resolve(): venv bin/ entries are often symlinks out
+    return sorted(prefix.glob("lib/python3*/site-packages")) + sorted(prefix.glob("lib64/python3*/site-packages"))
+
+
+def distribution_version(names: tuple[str, ...], executables: tuple[str, ...] = ()) -> str | None:
+    """Installed version of the first of ``names``: in this environment, else in the environment of one of
+    ``executables`` found on PATH (a stack kept in its own venv). Reads metadata only, never imports."""
+    from importlib import metadata
+
+    for n in names:
+        try:
+            return metadata.version(n)
+        except metadata.PackageNotFoundError:
+            pass
+    for exe in executables:
+        path = shutil.which(exe)
+        if not path:
+            continue
+        sps = [str(p) for p in _site_packages(path)]
+        if not sps:
+            continue
+        for n in names:
+            for dist in metadata.distributions(path=sps):
+                if _norm(dist.metadata.get("Name") or "") == _norm(n):
+                    return dist.version
+    return None
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def program_output(argv: list[str], timeout: float = 20.0) -> str | None:
+    """stdout+stderr of a short-lived program (``--version``/``--help``), or None when it cannot run."""
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (proc.stdout or "") + (proc.stderr or "")

@@ -21,6 +21,19 @@ COMMANDS: dict[str, str] = {
     "models": "specplug.commands.models:models",
     "init": "specplug.commands.init:init",
     "schema": "specplug.commands.schema:schema",
+    "stacks": "specplug.commands.stacks:stacks",
+    "render": "specplug.commands.render:render",
+    "launch": "specplug.commands.launch:launch",
+    "recommend": "specplug.commands.recommend:recommend",
+    "estimate": "specplug.commands.estimate:estimate",
+    "policy": "specplug.commands.policy:policy",
+    "plan": "specplug.commands.plan:plan",
+    "check": "specplug.commands.check:check",
+    "migrate": "specplug.commands.migrate:migrate",
+    "deploy": "specplug.commands.deploy:deploy",
+    "bench": "specplug.commands.bench:bench",
+    "verify": "specplug.commands.verify:verify",
+    "calibrate": "specplug.commands.calibrate:calibrate",
 }
 
 
@@ -31,6 +44,9 @@ HELP: dict[str, str] = {
     "models": "The model catalog: list, search, show.",
     "init": "Write a commented specplug.yaml.",
     "schema": "Print the JSON Schema of specplug.yaml.",
+    "bench": "Measure a speculative endpoint against a baseline: throughput, latency, acceptance.",
+    "verify": "Check a speculative endpoint returns the baseline's greedy outputs.",
+    "calibrate": "Compare measured acceptance with the prediction; write a calibration file.",
 }
 
 

@@ -1,0 +1,168 @@
+"""llama.cpp: ``llama-server -m MODEL.gguf`` with the old ``--draft-*`` or the new ``--spec-*`` flag generation.
+
+Versions are llama.cpp build numbers (``b10576``). The new generation is confirmed at b10576 (2026-08 audit
+quoted in stacks.md 4.2); build b8955 (2026-05, llama.cpp PR #22673) still took ``--draft-min/--draft-max``.
+A build that reports no number (``build 0``, e.g. compiled from a vendored tree) is placed by probing
+``--help``: ``--spec-draft-n-max`` means the new generation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from specplug.adapters._common import Canon, canon, has_flag, require_drafter, url
+
+from specplug.adapter import BaseAdapter, LaunchSpec, Window, program_output, version_at_least
+from specplug.plan import Plan
+
+NEW_FLAGS_SINCE = "b10576"
+OLD_FLAGS_SINCE = "b3000"
+
+METHODS: dict[str, tuple[Window, ...]] = {
+    "draft_model": (Window("-md", OLD_FLAGS_SINCE, NEW_FLAGS_SINCE), Window("draft-simple", NEW_FLAGS_SINCE)),
+    # Earlier 2026 builds had --spec-type ngram-* with shared --spec-ngram-size-* knobs (since removed); only
+    # the per-type knobs of the new generation are rendered.
+    "ngram": (Window("ngram-simple", NEW_FLAGS_SINCE),),
+    "mtp": (Window("draft-mtp", NEW_FLAGS_SINCE),),
+    "eagle3": (Window("draft-eagle3", NEW_FLAGS_SINCE, source="sidecar GGUF naming unconfirmed"),),
+}
+UNSUPPORTED = {
+    "eagle": "llama.cpp has no EAGLE-1/2 heads; EAGLE-3 sidecars run with --spec-type draft-eagle3.",
+    "medusa": "llama.cpp has no Medusa heads.",
+    "mlp_speculator": "llama.cpp has no MLP speculators.",
+    "suffix": "llama.cpp has no suffix decoding; its draft-free methods are the ngram-* types.",
+    "lookahead": "llama.cpp's lookahead example is not part of llama-server.",
+}
+
+# canonical field -> flag, per generation
+OLD = {"drafter": "-md", "drafter_hf": "-hfrd", "k": "--draft-max", "k_min": "--draft-min", "draft_ngl": "-ngld"}
+NEW = {
+    "spec_type": "--spec-type",
+    "drafter": "--spec-draft-model",
+    "drafter_hf": "--spec-draft-hf",
+    "k": "--spec-draft-n-max",
+    "k_min": "--spec-draft-n-min",
+    "draft_ngl": "--spec-draft-ngl",
+    "ngram_n": "--spec-ngram-simple-size-n",
+    "ngram_m": "--spec-ngram-simple-size-m",
+}
+SERVE_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "ctx": "-c",
+    "parallel": "-np",
+    "ngl": "-ngl",
+}
+# Offload everything: llama.cpp clamps the layer count to what the model has.
+ALL_LAYERS = "999"
+
+
+def _is_gguf_path(s: str) -> bool:
+    return s.lower().endswith(".gguf")
+
+
+class LlamaCppAdapter(BaseAdapter):
+    name = "llamacpp"
+    display_name = "llama.cpp (llama-server)"
+    install_hint = "build llama-server from https://github.com/ggml-org/llama.cpp (or: scripts/stack_envs.sh llamacpp)"
+    executables = ("llama-server",)
+    method_table = METHODS
+    unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
+    oldest = OLD_FLAGS_SINCE
+
+    def installed_version(self) -> str | None:
+        out = program_output(["llama-server", "--version"])
+        if out is None:
+            return None
+        m = re.search(r"build[: ]+(\d+)", out)
+        if m and int(m.group(1)) > 0:
+            return f"b{m.group(1)}"
+        helptext = program_output(["llama-server", "--help"]) or ""
+        # No usable build number: name the oldest build of the flag generation the binary speaks.
+        if "--spec-draft-n-max" in helptext:
+            return f"{NEW_FLAGS_SINCE}+help"
+        return f"{OLD_FLAGS_SINCE}+help"
+
+    def runs_without_gpu(self, version: str | None) -> bool:
+        return True  # llama.cpp serves on CPUs as a matter of course
+
+    def build(self, plan: Plan, version: str | None) -> LaunchSpec:
+        c = canon(plan, self.display_name)
+        new = version is None or version_at_least(version, NEW_FLAGS_SINCE)
+        argv = ["llama-server"]
+        argv += ["-m", c.model] if _is_gguf_path(c.model) or "/" not in c.model else ["-hf", c.model]
+        # -ngl is harmless on a CPU-only build (no GPU backend to offload to)
+        gpu = plan.hardware.num_gpus > 0
+        values = {
+            "host": c.host,
+            "port": c.port,
+            "ctx": c.max_model_len,
+            "parallel": c.max_num_seqs,
+            "ngl": ALL_LAYERS if gpu else None,
+        }
+        for key, flag in SERVE_FLAGS.items():
+            v = values[key]
+            if v is not None and not has_flag(c.extra_args, flag):
+                argv += [flag, str(v)]
+        if not has_flag(c.extra_args, "--metrics"):
+            argv.append("--metrics")  # Prometheus /metrics, where the spec-decode counters live
+        if c.tp > 1:
+            c.notes.append("llama.cpp splits layers across visible GPUs itself; tensor parallel size is not rendered.")
+        env_from: dict[str, str] = {}
+        if c.api_key_env:
+            env_from["LLAMA_API_KEY"] = c.api_key_env  # llama-server reads it; no key in argv
+        if c.speculating:
+            w = self.require_method(c.method, version)
+            assert w is not None
+            argv += self._new(plan, c, w.value, gpu) if new else self._old(plan, c, gpu)
+        argv += c.extra_args
+        return LaunchSpec(
+            stack=self.name,
+            argv=argv,
+            env=dict(c.env),
+            env_from=env_from,
+            env_passthrough=["HF_TOKEN"],
+            health_url=url(c.host, c.port, "/health"),
+            metrics_url=url(c.host, c.port, "/metrics"),
+            base_url=url(c.host, c.port, "/v1"),
+            notes=c.notes,
+        )
+
+    def _drafter_args(self, c: Canon, flags: dict[str, str], method: str) -> list[str]:
+        d = require_drafter(c, "llama.cpp", method)
+        return [flags["drafter"] if _is_gguf_path(d) or "/" not in d else flags["drafter_hf"], d]
+
+    def _old(self, plan: Plan, c: Canon, gpu: bool) -> list[str]:
+        out = self._drafter_args(c, OLD, c.method) + [OLD["k"], str(c.k), OLD["k_min"], "0"]
+        if gpu:
+            out += [OLD["draft_ngl"], ALL_LAYERS]
+        return out
+
+    def _new(self, plan: Plan, c: Canon, spec_type: str, gpu: bool) -> list[str]:
+        s = plan.speculation
+        # Nothing drafts without --spec-type, even with a draft model loaded (stacks-on-cpu.md 4).
+        out = [NEW["spec_type"], spec_type]
+        if spec_type == "ngram-simple":
+            n = s.prompt_lookup_max or s.prompt_lookup_min or 3
+            out += [NEW["ngram_n"], str(n), NEW["ngram_m"], str(c.k)]
+            return out
+        if spec_type in ("draft-simple", "draft-eagle3") or c.drafter:
+            out += self._drafter_args(c, NEW, c.method)
+        out += [NEW["k"], str(c.k), NEW["k_min"], "0"]
+        if gpu and spec_type != "draft-mtp":
+            out += [NEW["draft_ngl"], ALL_LAYERS]
+        return out
+
+    def check_help(self, helptext: str, argv: list[str]) -> list[str]:
+        """Flags in ``argv`` that a build's ``--help`` does not list (used by preflight and the stack tests)."""
+        missing = []
+        for a in argv[1:]:
+            if a.startswith("-") and not re.match(r"^-\d", a):
+                flag = a.split("=", 1)[0]
+                if not re.search(rf"(^|[\s,]){re.escape(flag)}([\s,=]|$)", helptext, re.M):
+                    missing.append(flag)
+        return missing
+
+
+adapter = LlamaCppAdapter()

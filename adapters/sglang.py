@@ -1,0 +1,167 @@
+"""SGLang: ``python -m sglang.launch_server`` with ``--speculative-algorithm`` and the ``--speculative-*`` knobs.
+
+Facts and sources: ../shared/reference/stacks.md section 2; checked against sglang 0.5.23's ``ServerArgs`` and
+``resolve_once()`` in tests/stacks/test_sglang_real.py.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
+
+from specplug.adapter import BaseAdapter, LaunchSpec, Window
+from specplug.errors import StackError
+from specplug.plan import Plan
+
+# canonical method -> --speculative-algorithm value per version range
+METHODS: dict[str, tuple[Window, ...]] = {
+    # trie n-gram: LOOKAHEAD (PR #9873) was renamed NGRAM by PR #11010 (merged 2025-09-28); releases inferred.
+    "ngram": (
+        Window("LOOKAHEAD", "0.5.2", "0.5.3", "PR #9873 / renamed by PR #11010"),
+        Window("NGRAM", "0.5.3", source="PR #11010"),
+    ),
+    "draft_model": (Window("STANDALONE", "0.5.0", source="small draft LLM, added 2025; release inferred"),),
+    "eagle": (Window("EAGLE", "0.4.1"),),
+    "eagle3": (Window("EAGLE3", "0.4.4", source="about v0.4.4 (Mar 2025), unconfirmed exact"),),
+    # Built-in MTP layers run through the EAGLE worker with no draft path (NEXTN is rewritten to EAGLE).
+    "mtp": (Window("EAGLE", "0.4.4"),),
+}
+UNSUPPORTED = {
+    "medusa": "SGLang has no Medusa heads; use EAGLE/EAGLE3 heads or a STANDALONE draft model.",
+    "mlp_speculator": "SGLang has no MLP speculators; use EAGLE/EAGLE3 heads or a STANDALONE draft model.",
+    "suffix": "SGLang has no suffix decoding; its draft-free method is ngram (NGRAM).",
+    "lookahead": "SGLang has no Jacobi lookahead decoding (its old LOOKAHEAD was the n-gram trie: method ngram).",
+}
+ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3", "STANDALONE")
+# SGLang silently caps running requests at 48 once speculation is on (PR #34290, issue #33199): always explicit.
+SPEC_DEFAULT_RUNNING = 48
+
+SERVE_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "tp": "--tp-size",
+    "pp": "--pp-size",
+    "max_model_len": "--context-length",
+    "dtype": "--dtype",
+    "max_running": "--max-running-requests",
+}
+SPEC_FLAGS = {
+    "algorithm": "--speculative-algorithm",
+    "drafter": "--speculative-draft-model-path",
+    "steps": "--speculative-num-steps",
+    "topk": "--speculative-eagle-topk",
+    "draft_tokens": "--speculative-num-draft-tokens",
+    "ngram_breadth": "--speculative-ngram-max-bfs-breadth",
+    "attention": "--attention-backend",
+}
+# Trees (topk > 1) need an attention backend that verifies trees; flashinfer does on every CUDA GPU.
+TREE_ATTENTION_BACKEND = "flashinfer"
+
+
+class SGLangAdapter(BaseAdapter):
+    name = "sglang"
+    display_name = "SGLang"
+    install_hint = "pip install sglang"
+    distributions = ("sglang",)
+    executables = ("sglang", "python", "python3")
+    method_table = METHODS
+    unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
+    oldest = "0.4.1"
+
+    def installed_version(self) -> str | None:
+        from specplug.adapter import distribution_version
+
+        return distribution_version(self.distributions, ("sglang",))
+
+    def build(self, plan: Plan, version: str | None) -> LaunchSpec:
+        c = canon(plan, self.display_name)
+        if c.api_key_env:
+            raise StackError(
+                "SGLang takes its API key only as --api-key VALUE, which would put the secret in the command line.",
+                "Leave serve.api_key_env unset and put an authenticating proxy in front, or use vLLM/TGI/llama.cpp.",
+            )
+        argv = ["python3", "-m", "sglang.launch_server", "--model-path", c.model]
+        argv += self._serve_args(c)
+        if c.speculating:
+            w = self.require_method(c.method, version)
+            assert w is not None
+            argv += self._spec_args(plan, c, w.value)
+        argv += c.extra_args
+        return LaunchSpec(
+            stack=self.name,
+            argv=argv,
+            env=dict(c.env),
+            env_passthrough=list(HUB_SECRETS),
+            health_url=url(c.host, c.port, "/health"),
+            metrics_url=url(c.host, c.port, "/metrics"),
+            base_url=url(c.host, c.port, "/v1"),
+            notes=c.notes,
+        )
+
+    def _serve_args(self, c: Canon) -> list[str]:
+        running = c.max_num_seqs
+        if running is None and c.speculating:
+            running = SPEC_DEFAULT_RUNNING
+            c.notes.append(f"--max-running-requests {running} made explicit (SGLang's silent cap under speculation).")
+        values = {
+            "host": c.host,
+            "port": c.port,
+            "tp": c.tp if c.tp > 1 else None,
+            "pp": c.pp if c.pp > 1 else None,
+            "max_model_len": c.max_model_len,
+            "dtype": c.dtype,
+            "max_running": running,
+        }
+        out: list[str] = []
+        for key, flag in SERVE_FLAGS.items():
+            v = values[key]
+            if v is not None and not has_flag(c.extra_args, flag):
+                out += [flag, str(v)]
+        return out
+
+    def _spec_args(self, plan: Plan, c: Canon, algorithm: str) -> list[str]:
+        s = plan.speculation
+        out = [SPEC_FLAGS["algorithm"], algorithm]
+        if algorithm in ("NGRAM", "LOOKAHEAD"):
+            # Tokens verified per step; the trie's breadth plays topk's part.
+            tree = s.tree
+            out += [SPEC_FLAGS["draft_tokens"], str(tree.num_draft_tokens if tree else c.k)]
+            if tree is not None:
+                out += [SPEC_FLAGS["ngram_breadth"], str(tree.topk)]
+            if s.prompt_lookup_min is not None or s.prompt_lookup_max is not None:
+                c.notes.append("SGLang's n-gram trie has no prompt_lookup_min/max; they are not rendered.")
+            return out
+        if c.method in ("eagle", "eagle3", "draft_model"):
+            # Without a draft path SGLang loads the target as its own draft and crashes (sglang #36528).
+            out += [SPEC_FLAGS["drafter"], require_drafter(c, "SGLang", c.method)]
+        elif c.drafter:
+            out += [SPEC_FLAGS["drafter"], c.drafter]
+        steps, topk, ndraft = self._tree(plan, c)
+        # All three or none: setting only some leaves the rest None and crashes resolution.
+        out += [SPEC_FLAGS["steps"], str(steps), SPEC_FLAGS["topk"], str(topk), SPEC_FLAGS["draft_tokens"], str(ndraft)]
+        if topk > 1 and not has_flag(c.extra_args, SPEC_FLAGS["attention"]):
+            out += [SPEC_FLAGS["attention"], TREE_ATTENTION_BACKEND]
+        if s.schedule:
+            c.notes.append("SGLang has no per-batch-size draft length (its --speculative-adaptive tunes steps itself).")
+        if s.draft_tensor_parallel_size not in (None, c.tp):
+            c.notes.append("SGLang runs the drafter at the target's tensor parallel size; draft TP is not rendered.")
+        return out
+
+    def _tree(self, plan: Plan, c: Canon) -> tuple[int, int, int]:
+        tree = plan.speculation.tree
+        if tree is None:
+            return c.k, 1, c.k + 1
+        steps, topk, ndraft = tree.steps, tree.topk, tree.num_draft_tokens
+        if topk == 1 and ndraft != steps + 1:
+            c.notes.append(f"num_draft_tokens set to steps+1={steps + 1} (SGLang forces it when topk is 1).")
+            ndraft = steps + 1
+        if topk > 1 and ndraft > steps * topk + 1:
+            raise StackError(
+                f"A tree of {steps} steps x topk {topk} holds at most {steps * topk + 1} draft tokens, not {ndraft}.",
+                f"Lower num_draft_tokens to {steps * topk + 1} or less.",
+            )
+        return steps, topk, ndraft
+
+
+adapter = SGLangAdapter()

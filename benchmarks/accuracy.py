@@ -1,0 +1,135 @@
+"""Score `specplug.estimate` against shared/data/published_results.csv.
+
+    python benchmarks/accuracy.py [--no-loso] [--data PATH]
+
+Prints, in-sample (the shipped policy) and leave-one-source-out (refit without a source, score on it):
+median |ln(pred/actual)| of speedup, share within 25%, Spearman rank correlation, top-1 technique agreement
+(groups of rows differing only in technique), helps/hurts sign accuracy, and coverage (rows scored / rows
+with a speedup whose model and GPU are in the catalogs). Row parsing lives in scripts/fit_policy.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
+
+import fit_policy as F  # noqa: E402
+
+
+def _spearman(a: list[float], b: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic) if len(a) > 2 else float("nan")
+
+
+def predict(rows: list[F.Row], policy) -> list[float]:
+    from specplug import estimate
+
+    return [estimate(r.model, r.method, policy=policy, **r.estimate_kwargs()).speedup for r in rows]
+
+
+def scores(rows: list[F.Row], preds: list[float]) -> dict[str, float]:
+    act = [r.speedup for r in rows]
+    err = sorted(abs(math.log(p / a)) for p, a in zip(preds, act, strict=True))
+    groups: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r, p in zip(rows, preds, strict=True):
+        key = (r.src, r.model, r.gpu, r.stack, r.batch, r.temperature, r.workload, r.dataset)
+        groups[key][r.method].append((p, r.speedup))
+    agree = total = 0
+    for g in groups.values():
+        if len(g) < 2:
+            continue
+        mean = {m: (sum(x for x, _ in v) / len(v), sum(y for _, y in v) / len(v)) for m, v in g.items()}
+        total += 1
+        agree += max(mean, key=lambda m: mean[m][0]) == max(mean, key=lambda m: mean[m][1])
+    signs = [(p > 1.0) == (a > 1.0) for p, a in zip(preds, act, strict=True)]
+    return {
+        "rows": len(rows),
+        "median_abs_ln_err": err[len(err) // 2] if err else float("nan"),
+        "within_25pct": sum(e <= math.log(1.25) for e in err) / max(len(err), 1),
+        "spearman": _spearman(preds, act),
+        "top1_agreement": agree / total if total else float("nan"),
+        "top1_groups": total,
+        "sign_accuracy": sum(signs) / max(len(signs), 1),
+    }
+
+
+def _loso_one(args):
+    src, rows, x0 = args
+    train = [r for r in rows if r.src != src]
+    test = [r for r in rows if r.src == src and r.speedup]
+    if not test:
+        return src, [], []
+    x = F.fit(train, x0=x0, max_nfev=8)
+    return src, test, predict(test, F.make_policy(x))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path, default=F.DATA)
+    ap.add_argument("--no-loso", action="store_true", help="Skip leave-one-source-out (in-sample only).")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    rows, skipped = F.parse_rows(args.data)
+    scored = [r for r in rows if r.speedup]
+    # Coverage: of the rows with a speedup whose model and GPU the catalogs know, how many are scored.
+    eligible = len(scored) + skipped.get("technique not modelled", 0) + skipped.get("engine not modelled", 0) + skipped.get(
+        "batch or temperature unclear", 0
+    ) + skipped.get("draft model not named", 0)
+    from specplug.policy.data import load_policy
+
+    ins = scores(scored, predict(scored, load_policy()))
+    print(f"published_results.csv: {len(rows)} rows mapped, left out: {skipped}")
+    print(f"coverage: {len(scored)}/{eligible} = {len(scored) / max(eligible, 1):.1%} of rows with a speedup whose model and GPU are in the catalogs")
+    _print("in-sample (shipped policy)", ins)
+    if not args.no_loso:
+        import yaml
+
+        x0 = F._x0(F._base_data())
+        fitted = yaml.safe_load((ROOT / "policies" / "fitted.yaml").read_text())
+        x0 = _x_from_fitted(fitted, x0)
+        srcs = sorted({r.src for r in scored})
+        from multiprocessing import Pool
+
+        with Pool(min(4, len(srcs))) as pool:
+            parts = pool.map(_loso_one, [(s, rows, x0) for s in srcs])
+        test = [r for _, t, _ in parts for r in t]
+        preds = [p for _, _, pr in parts for p in pr]
+        _print("leave-one-source-out", scores(test, preds))
+        for src, t, pr in parts:
+            if t:
+                s = scores(t, pr)
+                print(f"    {src:10s} n={s['rows']:4d}  median|ln err|={s['median_abs_ln_err']:.3f}  sign={s['sign_accuracy']:.0%}")
+    print(f"({time.time() - t0:.0f} s)")
+    return 0
+
+
+def _x_from_fitted(fitted: dict, x0: list[float]) -> list[float]:
+    """Start LOSO fits from the shipped fit (fewer iterations, same optimum family)."""
+    x = list(x0)
+    m = fitted.get("acceptance", {}).get("methods", {})
+    for i, name in enumerate(F.FIT_METHODS):
+        a = m.get(name, {}).get("alpha", {}).get("chat")
+        if a:
+            x[i] = F._logit(a)
+    return x
+
+
+def _print(title: str, s: dict[str, float]) -> None:
+    print(
+        f"{title}: n={s['rows']}  median|ln(pred/actual)|={s['median_abs_ln_err']:.3f}  within 25%={s['within_25pct']:.1%}  "
+        f"Spearman={s['spearman']:.3f}  top-1 technique={s['top1_agreement']:.1%} ({s['top1_groups']} groups)  "
+        f"sign accuracy={s['sign_accuracy']:.1%}"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,486 @@
+"""Fit specplug's acceptance priors and stack factors on shared/data/published_results.csv.
+
+    python scripts/fit_policy.py [--data ../shared/data/published_results.csv] [--out policies/fitted.yaml]
+
+Few, physically meaningful parameters (for generalisation, not for the rows): one acceptance level per
+technique, a workload effect per technique kind (learned drafter vs copy-based), a temperature slope per kind,
+the draft-model size slope, the tree gain, and per-stack host overheads. Everything else (bandwidth, FLOPs,
+model sizes) comes from the catalogs. Ridge penalties pull workload effects to zero where data are thin.
+Reproducible: deterministic start and solver; writes policies/fitted.yaml (merged over default.yaml).
+
+The free-text columns (target, method, gpu, engine, config, bs, temp, category) are mapped to catalog names
+and canonical methods by the tables below; rows that cannot be mapped are left out (and counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT.parent / "shared" / "data" / "published_results.csv"
+OUT = ROOT / "policies" / "fitted.yaml"
+
+# ----------------------------------------------------------------------------------------- mapping tables
+# target text (regex, case-insensitive) -> catalog model; first match wins.
+TARGETS = [
+    (r"vicuna-7b.*v1\.5", "lmsys/vicuna-7b-v1.5"),
+    (r"vicuna-13b.*v1\.5", "lmsys/vicuna-13b-v1.5"),
+    (r"^vicuna-7b", "lmsys/vicuna-7b-v1.3"),
+    (r"^vicuna-13b(?! /)", "lmsys/vicuna-13b-v1.3"),
+    (r"^vicuna-33b", "lmsys/vicuna-33b-v1.3"),
+    (r"llama-?2-chat-7b|^llama2-7b|llama-2-chat \(7b", "meta-llama/Llama-2-7b-chat-hf"),
+    (r"llama-?2-chat-13b|^llama2-13b", "meta-llama/Llama-2-13b-chat-hf"),
+    (r"llama-?2-chat-70b|^llama2-70b|llama-2-70b", "meta-llama/Llama-2-70b-chat-hf"),
+    (r"llama-2-7b-32k", "togethercomputer/LLaMA-2-7B-32K"),
+    (r"llama-3\.1-8b", "meta-llama/Llama-3.1-8B-Instruct"),
+    (r"llama-3\.1-70b", "meta-llama/Llama-3.1-70B-Instruct"),
+    (r"llama-3\.1-405b", "meta-llama/Llama-3.1-405B-Instruct"),
+    (r"llama3-instruct-8b", "meta-llama/Meta-Llama-3-8B-Instruct"),
+    (r"llama3-instruct-70b|^llama-3-70b|meta-llama-3-70b", "meta-llama/Meta-Llama-3-70B-Instruct"),
+    (r"mistral-7b-instruct-v0\.1", "mistralai/Mistral-7B-Instruct-v0.1"),
+    (r"mixtral-8x7b", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+    (r"zephyr-7b", "HuggingFaceH4/zephyr-7b-beta"),
+    (r"^codellama-7b", "codellama/CodeLlama-7b-Instruct-hf"),
+    (r"^codellama-13b", "codellama/CodeLlama-13b-Instruct-hf"),
+    (r"^qwen3-8b$", "Qwen/Qwen3-8B"),
+    (r"^qwen3-1\.7b$", "Qwen/Qwen3-1.7B"),
+    (r"^qwen3-4b", "Qwen/Qwen3-4B"),
+    (r"qwen2\.5-coder-32b", "Qwen/Qwen2.5-Coder-32B-Instruct"),
+    (r"deepseek-v3", "deepseek-ai/DeepSeek-V3"),
+]
+# method text -> canonical method (None: not a technique specplug models, row left out)
+METHODS = [
+    (r"samd|eagle-?2|eagle2", "eagle"),
+    (r"eagle-?3", "eagle3"),
+    (r"eagle", "eagle"),
+    (r"medusa|hydra", "medusa"),
+    (r"^mtp", "mtp"),
+    (r"dflash|self-spec|magicdec|bass|smartspec|exspec|oracle|ideal|unigram|bigram|streamingllm", None),
+    (r"prompt lookup|^pld|n-gram|ngram", "ngram"),
+    (r"rest|recycling", "suffix"),
+    (r"lookahead", "lookahead"),
+    (r"sps|draft|standard sd|speculative decoding|sequoia", "draft_model"),
+]
+# drafter text inside method/config -> catalog model (or HF-ish name; unknown ones get a size guess)
+DRAFTERS = [
+    (r"vicuna-68m", "double7/vicuna-68m"),
+    (r"llama-68m|jackfram-68m", "JackFram/llama-68m"),
+    (r"tinyllama|tinyvicuna", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"),
+    (r"llama-3\.2-1b", "meta-llama/Llama-3.2-1B-Instruct"),
+    (r"llama-3\.2-3b", "meta-llama/Llama-3.2-3B-Instruct"),
+    (r"llama-3\.1-8b|llama-3-8b", "meta-llama/Llama-3.1-8B-Instruct"),
+    (r"llama2-chat-7b|llama2-7b|vicuna-7b|7b model", "meta-llama/Llama-2-7b-chat-hf"),
+    (r"qwama-0\.5b", "turboderp/Qwama-0.5B-Instruct"),
+    (r"qwen2\.5-coder-3b", "Qwen/Qwen2.5-Coder-3B-Instruct"),
+    (r"sheared", "princeton-nlp/Sheared-LLaMA-1.3B"),
+]
+ENGINES = [
+    (r"tensorrt", "trtllm"),
+    (r"vllm", "vllm"),
+    (r"llama\.cpp", "llamacpp"),
+    (r"torch\.compile|^gpt-fast$|gpt-fast style", "vllm"),  # compiled / graph-captured: engine-like overheads
+    (r"mlx|exllama|offload", None),
+    (r"hf|pytorch|transformers|t5x|deepmind|eager|sequoia", "hf"),
+]
+GPUS = [
+    (r"a100 80gb|^a100$|a100 x1|8x a100", "A100-80GB-SXM"),
+    (r"a100 40gb", "A100-40GB-SXM"),
+    (r"h100", "H100-SXM"),
+    (r"rtx 3090", "RTX-3090"),
+    (r"rtx 4090", "RTX-4090"),
+    (r"rtx 3060", None),
+    (r"a6000", "A6000"),
+    (r"mi300x", "MI300X"),
+    (r"jetson agx thor", "Jetson-Thor"),
+    (r"dgx spark|gb10", "DGX-Spark"),
+]
+WORKLOADS = {
+    "chat": "chat", "instruction": "chat", "mixed": "chat", "lm": "creative", "lm (unconditional)": "creative",
+    "vlm captioning": "chat", "synthetic": "chat", "qa": "qa", "rag": "rag", "rag/context-qa": "rag",
+    "summarization": "summarization", "code": "code", "math": "math", "translation": "translation",
+    "code-edit": "code-edit", "long-context": "summarization", "code/translation/summarization": "code", "code/math": "code",
+}
+# Tree shapes (steps, topk, tokens verified) of the research implementations, from their default configs.
+TREES = [
+    (r"dyn\. tree|eagle-2 dynamic tree.*depth 5", (6, 10, 60)),
+    (r"total_token 60, depth 5", (5, 10, 60)),
+    (r"verify tree 60|eagle-3 official", (6, 10, 60)),
+    (r"samd|sam-decoding", (6, 10, 60)),
+    (r"medusa|hydra", (4, 10, 64)),
+    (r"sparse tree 64 nodes, depth 4", (4, 10, 64)),
+    (r"static tree|eagle static", (5, 4, 26)),
+    (r"rest|recycling", (6, 8, 48)),
+]
+
+
+def _first(table: list, text: str, default: Any = "?") -> Any:
+    t = text.strip().lower()
+    for pat, val in table:
+        if re.search(pat, t):
+            return val
+    return default
+
+
+@dataclass
+class Row:
+    id: str
+    src: str
+    model: str
+    method: str
+    drafter: str | None
+    gpu: str
+    num_gpus: int
+    stack: str
+    k: int | None
+    tree: tuple[int, int, int] | None
+    batch: int
+    temperature: float
+    workload: str
+    speedup: float | None
+    tau: float | None
+    dtype: str
+    input_len: int
+    dataset: str
+
+    def estimate_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = dict(
+            drafter=self.drafter, gpu=self.gpu, num_gpus=self.num_gpus, batch_size=self.batch, workload=self.workload,
+            temperature=self.temperature, stack=self.stack, input_len=self.input_len, output_len=256, dtype=self.dtype,
+        )
+        if self.tree:
+            kw.update(num_speculative_tokens=self.tree[0], tree_topk=self.tree[1], num_draft_tokens=self.tree[2])
+        elif self.k:
+            kw["num_speculative_tokens"] = self.k
+        return kw
+
+
+def _num(text: str) -> float | None:
+    m = re.fullmatch(r"\s*~?\s*(\d+(?:\.\d+)?)\s*(\(.*\))?\s*", text or "")
+    return float(m.group(1)) if m else None
+
+
+def _temperature(text: str) -> float | None:
+    t = (text or "").lower()
+    if t in ("", "0", "greedy", "top_k 1") or t.startswith(("0 (greedy)", "two rows")):
+        return 0.0
+    m = re.search(r"t=(\d+(?:\.\d+)?)", t)
+    if m:
+        return float(m.group(1))
+    if t.startswith("0.1"):
+        return 0.1
+    if t == "1" or "sampling" in t or "nucleus" in t:
+        return 1.0
+    return None
+
+
+def _batch(text: str) -> int | None:
+    t = (text or "").strip().lower()
+    if t.isdigit():
+        return int(t)
+    if t.startswith(("online serving", "request rate", "qps=1")):
+        return 1  # low-rate online serving: about one request in flight
+    if t == "high qps":
+        return 64
+    return None
+
+
+def _k(config: str) -> int | None:
+    m = re.search(r"(?:k|gamma|k in|n_draft|draft|num_speculative_tokens|draft step)\s*=?\s*(\d+)", config.lower())
+    if m:
+        return int(m.group(1))
+    m = re.search(r"chain, (\d+) draft", config.lower())
+    if m:
+        return int(m.group(1))
+    if "num_pred_tokens=10" in config or "10 candidate tokens" in config or config == "prompt lookup (default)":
+        return 10
+    return None
+
+
+def _gpu(r: dict[str, str], model_params: float | None) -> str | None:
+    g = r["gpu"]
+    if g.startswith("n/s") or (g == "" and r["src"] in ("EAGLE1", "EAGLE2")):
+        if r["src"] not in ("EAGLE1", "EAGLE2"):
+            return None
+        # EAGLE/EAGLE-2/3 papers: <=13B targets on an RTX 3090, larger ones on A100s (Sec. 4).
+        return "RTX-3090" if (model_params or 99) <= 14 else "A100-80GB-SXM"
+    return _first(GPUS, g, None)
+
+
+def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
+    """Rows mapped to estimate() arguments, and counts of why others were left out."""
+    from specplug.catalog import get_model
+    from specplug.policy.planner import _choose_gpus
+    from specplug.policy.data import load_policy
+
+    pol = load_policy()
+    skipped: dict[str, int] = {}
+
+    def skip(why: str) -> None:
+        skipped[why] = skipped.get(why, 0) + 1
+
+    out: list[Row] = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            speedup = _num(r["speedup"])
+            tau = _num(r["tau"])
+            if speedup is None and tau is None:
+                skip("no speedup or tau")
+                continue
+            model = _first(TARGETS, r["target"], None)
+            if model is None:
+                skip("model not in catalog")
+                continue
+            m = get_model(model)
+            gpu = _gpu(r, m.params_b)
+            if gpu is None:
+                skip("GPU not identifiable / not in catalog")
+                continue
+            method = _first(METHODS, r["method"], None)
+            if method is None:
+                skip("technique not modelled")
+                continue
+            engine = r["engine"] or ("HF PyTorch" if r["src"] in ("EAGLE1", "EAGLE2", "SPECBENCH", "REST") else "")
+            stack = _first(ENGINES, engine, None)
+            if stack is None:
+                skip("engine not modelled")
+                continue
+            batch = _batch(r["bs"])
+            temp = _temperature(r["temp"])
+            if batch is None or temp is None:
+                skip("batch or temperature unclear")
+                continue
+            text = f"{r['method']} {r['config']}"
+            drafter = _first(DRAFTERS, text, None) if method == "draft_model" else None
+            if method == "draft_model" and drafter is None:
+                skip("draft model not named")
+                continue
+            tree = None if "chain" in text.lower() or stack != "hf" and "tree" not in text.lower() else _first(TREES, text, None)
+            if stack == "hf" and method in ("eagle", "eagle3", "medusa") and tree is None and "chain" not in text.lower():
+                tree = (6, 10, 60) if re.search(r"eagle-?[23]", text.lower()) else ((4, 10, 64) if method == "medusa" else (5, 4, 26))
+            dtype = "int4" if re.search(r"nvfp4|q4|int4|4-bit", f"{r['engine']} {r['target']} {r['method']}".lower()) else (
+                "fp8" if re.search(r"\(fp8\)|q8", r["target"].lower()) else "auto")
+            n = re.search(r"(?:^|\s)(\d+)\s*x\s|\sx\s*(\d+)\b", r["gpu"].lower())
+            num = int(next(g for g in n.groups() if g)) if n else None
+            wl = WORKLOADS.get(r["category"].strip().lower(), "chat")
+            inp = 8192 if "8192" in r["bs"] or "8000" in r["config"] else (32000 if "32000" in r["config"] else 512)
+            if num is None:
+                from specplug.policy.engine import weight_bytes
+                from specplug.catalog import get_gpu
+
+                num = _choose_gpus(pol, m, weight_bytes(dtype), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8)
+            out.append(
+                Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else _k(r["config"]), tree,
+                    batch, temp, wl, speedup, tau, dtype, inp, r["dataset"])
+            )
+    return out, skipped
+
+
+# ----------------------------------------------------------------------------------------- the fit
+
+FIT_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix", "lookahead")
+FIT_WORKLOADS = ("code", "code-edit", "math", "summarization", "translation", "qa", "rag", "creative")
+KINDS = ("model", "copy")
+# (stack, field, lower, upper): host overheads fitted in log space within physical bounds.
+STACK_PARAMS = [
+    ("hf", "layer_overhead_ms", 0.02, 0.6),
+    ("hf", "forward_overhead_ms", 0.1, 20.0),
+    ("hf", "spec_overhead_ms", 0.1, 20.0),
+    ("vllm", "spec_overhead_ms", 0.05, 10.0),
+    ("trtllm", "spec_overhead_ms", 0.05, 10.0),
+]
+RIDGE_WORKLOAD = 0.8
+RIDGE_PRIOR = 0.3
+
+
+def _rounder(digits: int | None):
+    import builtins
+
+    return (lambda v, _n=None: v) if digits is None else (lambda v, _n=digits: builtins.round(v, digits))
+
+
+def _base_data() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def _sig(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def _x0(base: dict[str, Any]) -> list[float]:
+    m = base["acceptance"]["methods"]
+    x = [_logit(m[k]["alpha"]["chat"]) for k in FIT_METHODS]
+    x += [0.0] * (len(KINDS) * len(FIT_WORKLOADS))
+    x += [-0.3, -0.3]  # temperature slopes
+    x += [base["acceptance"]["draft_model"]["size_slope"], base["acceptance"]["tree"]["gain"]]
+    x += [math.log(max(base["stacks"][s].get(f, 0.1) or 0.1, lo)) for s, f, lo, _ in STACK_PARAMS]
+    return x
+
+
+def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int | None = 4) -> dict[str, Any]:
+    """Parameter vector -> the fitted part of the policy (what fitted.yaml holds).
+
+    The fit itself runs unrounded (digits=None): rounding would hide the finite-difference steps."""
+    base = base or _base_data()
+    round = _rounder(digits)  # noqa: A001
+    i = 0
+    levels = {}
+    for m in FIT_METHODS:
+        levels[m] = x[i]
+        i += 1
+    effects: dict[str, dict[str, float]] = {}
+    for kind in KINDS:
+        effects[kind] = {}
+        for w in FIT_WORKLOADS:
+            effects[kind][w] = x[i]
+            i += 1
+    tslope = {"model": x[i], "copy": x[i + 1]}
+    i += 2
+    size_slope, gain = x[i], x[i + 1]
+    i += 2
+    methods: dict[str, Any] = {}
+    derived = {"reasoning": "math", "agent": "code-edit"}
+    all_wl = ("chat", *FIT_WORKLOADS, *derived)
+    for m in FIT_METHODS:
+        kind = base["acceptance"]["methods"][m]["kind"]
+        alpha = {}
+        for w in all_wl:
+            e = 0.0 if w == "chat" else effects[kind][derived.get(w, w)]
+            alpha[w] = round(min(max(_sig(levels[m] + e), 0.02), 0.97), 4)
+        methods[m] = {"alpha": alpha, "temperature_slope": round(max(min(tslope[kind], 0.5), -3.0), 4)}
+    # MLP speculators share Medusa-like heads: no rows of their own, so they follow Medusa's fit.
+    methods["mlp_speculator"] = {"alpha": dict(methods["medusa"]["alpha"]), "temperature_slope": methods["medusa"]["temperature_slope"]}
+    stacks: dict[str, dict[str, float]] = {}
+    for (s, f, lo, hi), v in zip(STACK_PARAMS, x[i:], strict=True):
+        stacks.setdefault(s, {})[f] = round(min(max(math.exp(v), lo), hi), 4)
+    return {
+        "acceptance": {
+            "methods": methods,
+            "draft_model": {"size_slope": round(min(max(size_slope, 0.0), 2.0), 4)},
+            "tree": {"gain": round(min(max(gain, 0.0), 1.0), 4)},
+        },
+        "stacks": stacks,
+    }
+
+
+def make_policy(x: list[float], base: dict[str, Any] | None = None):
+    from specplug.policy.data import deep_merge, validate
+
+    base = base or _base_data()
+    return validate(deep_merge(base, policy_data(x, base, digits=None)), "fit")
+
+
+class Prepared:
+    """A row with its catalog lookups done once, so the fit can re-evaluate it cheaply."""
+
+    def __init__(self, row: Row):
+        from specplug.catalog import get_gpu, get_model
+        from specplug.policy import engine as E
+        from specplug.policy.data import load_policy
+
+        self.row = row
+        pol = load_policy()
+        self.model = get_model(row.model)
+        self.gpu = get_gpu(row.gpu)
+        self.target = E.arch_of(self.model, E.weight_bytes(row.dtype))
+        self.draft = (
+            E.resolve_drafter(row.method, row.drafter, self.model, self.target, pol, row.stack, E.weight_bytes(row.dtype))
+            if row.drafter
+            else E.DraftChoice(row.method)
+        )
+
+    def predict(self, pol) -> tuple[float, float]:
+        from specplug.policy import engine as E
+        from specplug.policy.perf import Shape
+
+        r = self.row
+        tp = min(r.num_gpus, pol.rules.tp_max)
+        c = E.Context(pol, self.model, self.target, self.gpu, E.device_of(self.gpu, pol), r.stack, pol.stacks[r.stack],
+                      tp, max(1, r.num_gpus // tp), r.batch, r.input_len + 128, r.workload, r.temperature)
+        alpha, _ = E.alpha_for(c, self.draft)
+        if r.tree:
+            shapes = [Shape(r.tree[0], r.tree[0], r.tree[1], r.tree[2])]
+        else:
+            shapes = E.shapes(c, r.method, r.k)
+        o = E.score(c, self.draft, alpha, r.batch, shapes)
+        return o.speedup, o.acceptance_length
+
+
+def residuals(x: list[float], prepared: list[Prepared], base: dict[str, Any]) -> list[float]:
+    pol = make_policy(list(x), base)
+    res = []
+    for p in prepared:
+        s, t = p.predict(pol)
+        if p.row.speedup:
+            res.append(math.log(s / p.row.speedup))
+        if p.row.tau:
+            res.append(0.7 * math.log(t / p.row.tau))
+    x0 = _x0(base)
+    nm = len(FIT_METHODS)
+    nw = len(KINDS) * len(FIT_WORKLOADS)
+    res += [RIDGE_PRIOR * (a - b) for a, b in zip(x[:nm], x0[:nm], strict=True)]
+    res += [RIDGE_WORKLOAD * v for v in x[nm : nm + nw]]
+    return res
+
+
+def fit(rows: list[Row], x0: list[float] | None = None, max_nfev: int | None = None) -> list[float]:
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    base = _base_data()
+    prepared = [Prepared(r) for r in rows]
+    start = np.array(x0 if x0 is not None else _x0(base), dtype=float)
+    sol = least_squares(
+        lambda v: residuals(list(v), prepared, base), start, method="trf", loss="soft_l1", f_scale=0.3,
+        max_nfev=max_nfev or 30, xtol=1e-12, ftol=1e-9, gtol=1e-9, x_scale=1.0,
+    )
+    return [float(v) for v in sol.x]
+
+
+def write(x: list[float], out: Path, rows: list[Row], skipped: dict[str, int]) -> None:
+    import yaml
+
+    data = policy_data(x)
+    srcs = sorted({r.src for r in rows})
+    data["sources"] = {
+        "fitted_by": "scripts/fit_policy.py",
+        "data": "shared/data/published_results.csv",
+        "rows_used": len(rows),
+        "sources": srcs,
+        "rows_left_out": dict(sorted(skipped.items())),
+    }
+    header = (
+        "# Written by scripts/fit_policy.py from shared/data/published_results.csv; do not edit by hand.\n"
+        "# Merged over policies/default.yaml. Re-run the script to refit.\n"
+    )
+    out.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    rows, skipped = parse_rows(args.data)
+    x = fit(rows)
+    write(x, args.out, rows, skipped)
+    print(f"fitted on {len(rows)} rows ({sum(skipped.values())} left out: {skipped}); wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

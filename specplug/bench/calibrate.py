@@ -1,0 +1,213 @@
+"""Calibration: measured acceptance (from a bench) against what ``estimate`` predicted, written as the
+policy's calibration YAML so later estimates use the measurement instead of the prior."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from specplug.bench.metrics import Acceptance
+from specplug.bench.record import BenchRecord
+from specplug.errors import SpecplugError
+
+
+class Side(BaseModel):
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None  # mean over drafted positions (accepted / drafted)
+    speedup: float | None = None
+
+
+class Row(BaseModel):
+    concurrency: int
+    measured: Side
+    before: Side
+    after: Side
+
+
+class CalibrateReport(BaseModel):
+    model: str
+    method: str
+    workload: str
+    stack: str
+    gpu: str
+    gpu_note: str = ""
+    temperature: float
+    num_speculative_tokens: int | None
+    calibration_file: str
+    entry: dict
+    rows: list[Row]
+    notes: list[str] = []
+
+
+def pooled_acceptance(record: BenchRecord) -> Acceptance | None:
+    """One acceptance over every level: counters add up; gauges and lengths are averaged."""
+    accs = [lv.speculative.acceptance for lv in record.levels if lv.speculative and lv.speculative.acceptance]
+    if not accs:
+        return None
+    if all(a.drafts and a.draft_tokens is not None and a.accepted_tokens is not None for a in accs):
+        drafts = sum(a.drafts or 0 for a in accs)
+        tokens = sum(a.draft_tokens or 0 for a in accs)
+        acc = sum(a.accepted_tokens or 0 for a in accs)
+        return Acceptance(
+            source=accs[0].source, drafts=drafts, draft_tokens=tokens, accepted_tokens=acc,
+            acceptance_rate=acc / tokens if tokens else None, mean_acceptance_length=1 + acc / drafts,
+        )
+    lens = [a.mean_acceptance_length for a in accs if a.mean_acceptance_length is not None]
+    rates = [a.acceptance_rate for a in accs if a.acceptance_rate is not None]
+    return Acceptance(
+        source=accs[0].source,
+        mean_acceptance_length=sum(lens) / len(lens) if lens else None,
+        acceptance_rate=sum(rates) / len(rates) if rates else None,
+    )
+
+
+def infer_k(acc: Acceptance) -> int | None:
+    """The draft length the server used: draft tokens per draft (n-gram may propose fewer, so round up)."""
+    if acc.drafts and acc.draft_tokens:
+        return max(1, math.ceil(acc.draft_tokens / acc.drafts - 1e-9))
+    return None
+
+
+def _predicted(est) -> Side:
+    k = est.num_speculative_tokens
+    return Side(
+        acceptance_length=est.acceptance_length,
+        acceptance_rate=(est.acceptance_length - 1) / k if k else None,
+        speedup=est.speedup,
+    )
+
+
+def _read_existing(path: Path):
+    from specplug.policy.calibration import Calibration, load_calibration
+
+    return load_calibration(path) if path.exists() else Calibration()
+
+
+def _same_key(a, b) -> bool:
+    keys = ("model", "method", "workload", "drafter", "stack", "temperature")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def calibrate(
+    record: BenchRecord,
+    *,
+    model: str,
+    method: str,
+    workload: str | None,
+    out: str | Path,
+    gpu: str | None = None,
+    stack: str | None = None,
+    drafter: str | None = None,
+    num_speculative_tokens: int | None = None,
+    num_gpus: int = 1,
+) -> CalibrateReport:
+    """Compare, write/merge the calibration file atomically, and re-estimate with it."""
+    from specplug.catalog import get_model
+    from specplug.fileio import write_atomic
+    from specplug.output import dump_yaml
+    from specplug.policy import estimate
+    from specplug.policy.calibration import Calibration, CalibrationEntry
+    from specplug.probe import resolve_hardware
+
+    workload = workload or record.workload
+    if not workload:
+        raise SpecplugError("Which workload was this? Pass --workload (the bench used a prompts file).")
+    acc = pooled_acceptance(record)
+    if acc is None or (acc.mean_acceptance_length is None and acc.acceptance_rate is None):
+        raise SpecplugError(
+            "The bench measured no acceptance: the endpoint exposed no speculative-decoding metrics.",
+            "Check that speculation is on and metrics are enabled (SGLang: --enable-metrics; llama.cpp: --metrics).",
+        )
+    k = num_speculative_tokens or infer_k(acc)
+    hf_id = get_model(model).hf_id
+    stack = stack or record.stack
+    if not stack:
+        raise SpecplugError("Which stack served the bench? Pass --stack (its metrics did not say).")
+    hw = resolve_hardware(gpu, num_gpus)
+    rate = acc.acceptance_rate
+    if rate is None and acc.mean_acceptance_length is not None and k:
+        rate = (acc.mean_acceptance_length - 1) / k
+    if rate is not None:
+        rate = min(max(rate, 1e-3), 0.999)  # the schema's open interval; 0 or 1 exactly means too few samples
+    length = acc.mean_acceptance_length if (acc.mean_acceptance_length and k) else None
+    if rate is None and length is None:
+        raise SpecplugError("Acceptance length without a draft length: pass --num-speculative-tokens.")
+    levels = [lv for lv in record.levels if lv.speculative]
+    first = min(levels, key=lambda lv: lv.concurrency)
+    entry = CalibrationEntry(
+        model=hf_id, method=method, workload=workload, drafter=drafter, stack=stack, temperature=record.temperature,
+        num_speculative_tokens=k, acceptance_rate=round(rate, 4) if rate is not None else None,
+        acceptance_length=round(length, 4) if length is not None else None,
+        measured_speedup=round(first.speedup, 4) if first.speedup else None, batch_size=first.concurrency,
+        measured_at=datetime.date.today().isoformat(),
+    )
+    path = Path(out)
+    existing = _read_existing(path)
+
+    def est(conc: int, cal: str | None):
+        return estimate(
+            hf_id, method, drafter=drafter, num_speculative_tokens=k, gpu=hw.gpu, num_gpus=hw.num_gpus,
+            batch_size=conc, workload=workload, temperature=record.temperature, stack=stack,
+            output_len=record.max_tokens, calibration=cal,
+        )
+
+    before = {lv.concurrency: _predicted(est(lv.concurrency, str(path) if path.exists() else None)) for lv in levels}
+    merged = Calibration(entries=[e for e in existing.entries if not _same_key(e, entry)] + [entry])
+    text = "# Written by 'specplug calibrate': measured acceptance replaces the policy's prior for this setup.\n"
+    text += dump_yaml(merged.model_dump(mode="json", exclude_none=True))
+    write_atomic(path, text)
+    rows = []
+    for lv in levels:
+        a = lv.speculative.acceptance if lv.speculative else None
+        rows.append(Row(
+            concurrency=lv.concurrency,
+            measured=Side(
+                acceptance_length=a.mean_acceptance_length if a else None,
+                acceptance_rate=a.acceptance_rate if a else None,
+                speedup=lv.speedup,
+            ),
+            before=before[lv.concurrency],
+            after=_predicted(est(lv.concurrency, str(path))),
+        ))
+    notes = []
+    if hw.source == "default":
+        notes.append(f"No GPU named or found: speedups are predicted for {hw.gpu}; acceptance does not depend on it.")
+    if stack == "embedded":
+        notes.append("The embedded server's speed on a CPU is outside the GPU cost model: compare acceptance, "
+                     "and read predicted speedups as what the same setup would give on the named GPU.")
+    return CalibrateReport(
+        model=hf_id, method=method, workload=workload, stack=stack, gpu=hw.gpu, gpu_note=hw.note,
+        temperature=record.temperature, num_speculative_tokens=k, calibration_file=str(path),
+        entry=entry.model_dump(mode="json", exclude_none=True), rows=rows, notes=notes,
+    )
+
+
+def render(rep: CalibrateReport) -> list:
+    from rich.table import Table
+    from rich.text import Text
+
+    def f(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    t = Table(
+        title=f"specplug calibrate: {rep.model} {rep.method} on {rep.stack} ({rep.gpu}), workload {rep.workload}, "
+        f"k={rep.num_speculative_tokens or '?'}",
+        title_justify="left",
+    )
+    for col in ("conc", "", "accept len", "accept rate", "speedup"):
+        t.add_column(col, justify="right" if col else "left")
+    for r in rep.rows:
+        for label, side in (("predicted before", r.before), ("measured", r.measured), ("predicted after", r.after)):
+            t.add_row(
+                str(r.concurrency) if label == "predicted before" else "", label,
+                f(side.acceptance_length, ".2f"), f(side.acceptance_rate, ".1%"),
+                "-" if side.speedup is None else f"{side.speedup:.2f}x",
+            )
+        t.add_section()
+    lines = [f"Wrote {rep.calibration_file}: use it with --calibration {rep.calibration_file} "
+             "or 'calibration:' in specplug.yaml."]
+    lines += rep.notes
+    return [t, Text("\n".join(lines))]

@@ -1,0 +1,329 @@
+"""``specplug check``: the CI / pre-commit gate for an infra repo's specplug files.
+
+It never re-plans and never needs a GPU or a serving stack installed: everything is judged against the
+committed lock. Checks, in order:
+
+1. **schema**: specplug.yaml loads under the current schema (an old schema points at ``specplug migrate``);
+2. **lock**: specplug.lock.yaml exists, is readable and was planned from the current inputs (**drift**: the
+   spec, policy, calibration or catalog changed since ``specplug plan``), naming the file and key;
+3. **compat**: the locked plan on its pinned stack version: technique supported, adapter renders it, draft
+   model's tokenizer matches the target's, memory fits;
+4. **stale**: each ``--rendered DIR`` holds exactly what the lock renders today (deploy renders via their
+   ``specplug.rendered.yaml`` manifest, launch scripts from ``specplug render``).
+
+Exit codes: 0 all good (warnings may print), 1 problems found, 2 usage error (no config, no such folder).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specplug.errors import ConfigError, SpecplugError
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+class CheckUsageError(SpecplugError):
+    """check was pointed at something that isn't there: exit 2, as for a bad flag."""
+
+    exit_code = EXIT_USAGE
+
+
+@dataclass
+class Problem:
+    kind: str  # schema | lock | drift | compat | stale
+    file: str
+    message: str
+    key: str | None = None
+    line: int | None = None
+    fix: str | None = None
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    def text(self) -> str:
+        key = f" {self.key}:" if self.key else ""
+        out = f"{self.where()}: {self.kind}:{key} {self.message}"
+        return out + (f"\n  fix: {self.fix}" if self.fix else "")
+
+
+@dataclass
+class Report:
+    config: str
+    lock: str
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_PROBLEMS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "config": self.config,
+            "lock": self.lock,
+            "checked": self.checked,
+            "problems": [asdict(p) for p in self.problems],
+            "warnings": [asdict(p) for p in self.warnings],
+        }
+
+
+# ---------------------------------------------------------------------------------------------- compat
+
+
+def compat_problems(plan: Any, spec: dict[str, Any], cfg_file: str, lock_file: str) -> tuple[list[Problem], list[Problem]]:
+    """Problems (and warnings) of the locked plan on its pinned stack version, from plan data alone."""
+    from specplug.adapter import get_adapter
+
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    explicit = isinstance(spec.get("speculation"), dict)
+    key_method = "speculation.method" if explicit else "stack.version"
+    stack, version = plan.stack.name, plan.stack.version
+    try:
+        adapter = get_adapter(stack)
+    except SpecplugError as exc:
+        problems.append(Problem("compat", cfg_file, exc.message, key="stack.name", fix=exc.hint))
+        return problems, warnings
+    method = plan.speculation.method
+    if method != "none":
+        try:
+            reason = adapter.methods(version).get(method)
+        except SpecplugError as exc:
+            reason = exc.message
+        if reason:
+            problems.append(
+                Problem(
+                    "compat",
+                    cfg_file,
+                    f"{method} is not supported by {adapter.display_name} {version or '(unpinned)'}: {reason}",
+                    key=key_method,
+                    fix="pin a stack.version that supports it, or choose another speculation.method, then 'specplug plan'",
+                )
+            )
+    try:
+        adapter.render(plan)
+    except SpecplugError as exc:
+        if not problems:  # the unsupported-method message above already says it
+            problems.append(Problem("compat", lock_file, exc.message, key="plan", fix=exc.hint))
+    if method == "draft_model" and plan.speculation.drafter:
+        problems += _tokenizer_problems(plan, cfg_file, explicit)
+    mem = plan.memory
+    if mem is not None and not mem.fits:
+        problems.append(
+            Problem(
+                "compat",
+                cfg_file,
+                f"the plan does not fit in {mem.gpu_memory_gb:g} GB per GPU (weights {mem.target_weights_gb:g} GB"
+                f" + drafter {mem.drafter_weights_gb:g} GB + KV {mem.kv_cache_gb:g} GB)",
+                key="hardware",
+                fix=mem.hint or "use more or larger GPUs (hardware.num_gpus), a quantized model, or a shorter serve.max_model_len",
+            )
+        )
+    if not version:
+        warnings.append(
+            Problem(
+                "lock",
+                cfg_file,
+                "stack.version is not pinned, so renders follow whatever version is installed where they run",
+                key="stack.version",
+                fix="pin stack.version in specplug.yaml and re-plan",
+            )
+        )
+    for w in plan.warnings:
+        warnings.append(Problem("plan", lock_file, w))
+    return problems, warnings
+
+
+def _tokenizer_problems(plan: Any, cfg_file: str, explicit: bool) -> list[Problem]:
+    from specplug.catalog import get_model
+    from specplug.policy.tokenizers import compatible
+
+    try:
+        target = get_model(plan.model.local_path or plan.model.hf_id)
+        draft = get_model(plan.speculation.drafter)
+    except SpecplugError:
+        return []  # a drafter outside the catalog and not on this disk: nothing to compare here
+    verdict = compatible(target, draft, plan.stack.name)
+    if verdict.ok:
+        return []
+    return [
+        Problem(
+            "compat",
+            cfg_file,
+            f"draft model {plan.speculation.drafter} cannot draft for {plan.model.hf_id}: {verdict.reason}",
+            key="speculation.drafter" if explicit else "speculation",
+            fix="choose a drafter of the same tokenizer family ('specplug models show MODEL' lists known drafters)",
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- stale
+
+
+def _first_difference(old: str, new: str) -> tuple[int, str]:
+    """Line and text of the first difference, preferring content over the stamped comment header."""
+    a_lines, b_lines = old.splitlines(), new.splitlines()
+    first: tuple[int, str] | None = None
+    for i, (a, b) in enumerate(zip(a_lines, b_lines, strict=False), start=1):
+        if a != b:
+            if not a.lstrip().startswith("#"):
+                return i, f"-{a.strip()} +{b.strip()}"
+            first = first or (i, f"-{a.strip()} +{b.strip()}")
+    if len(a_lines) != len(b_lines):
+        i = min(len(a_lines), len(b_lines)) + 1
+        extra = (a_lines + b_lines)[i - 1] if i - 1 < max(len(a_lines), len(b_lines)) else ""
+        return first or (i, f"{'-' if len(a_lines) > len(b_lines) else '+'}{extra.strip()}")
+    return first or (1, "")
+
+
+def _compare(folder: Path, expected: dict[str, str], fix: str) -> list[Problem]:
+    out = []
+    for rel, content in expected.items():
+        path = folder / rel
+        if not path.is_file():
+            out.append(Problem("stale", str(path), "missing: the lock renders this file", fix=fix))
+            continue
+        have = path.read_text(encoding="utf-8")
+        if have != content:
+            line, sample = _first_difference(have, content)
+            out.append(
+                Problem(
+                    "stale",
+                    str(path),
+                    f"differs from what the lock renders (line {line}: {sample[:160]})",
+                    line=line,
+                    fix=fix,
+                )
+            )
+    return out
+
+
+def rendered_problems(folder: Path, lock: Any, config_path: Path) -> tuple[list[Problem], list[str]]:
+    """Compare ``folder`` with what the lock renders now. Returns problems and the files compared."""
+    from specplug import deploy
+    from specplug.lock import LOCK_NAME
+
+    plan = lock.plan
+    problems: list[Problem] = []
+    checked: list[str] = []
+    found_any = False
+    manifest = folder / deploy.MANIFEST
+    if manifest.is_file():
+        found_any = True
+        import yaml
+
+        try:
+            meta = yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}
+            targets = list(meta["targets"])
+        except Exception:
+            return [Problem("stale", str(manifest), "unreadable deploy manifest", fix=f"specplug deploy -o {folder}")], []
+        opts = ""
+        if meta.get("name") and meta["name"] != deploy.default_name(plan):
+            opts += f" --name {meta['name']}"
+        if meta.get("image"):
+            opts += f" --image {meta['image']}"
+        fix = f"specplug deploy -c {config_path} -o {folder}" + "".join(f" --target {t}" for t in targets) + opts
+        try:
+            expected = deploy.expected_files(
+                plan,
+                targets,
+                name=meta.get("name"),
+                image=meta.get("image"),
+                lock_file=LOCK_NAME,
+                inputs_hash=lock.inputs.hash,
+                config_rel=str(meta.get("config") or config_path.name),
+            )
+        except SpecplugError as exc:
+            return [Problem("stale", str(manifest), f"cannot re-render: {exc.message}", fix=exc.hint)], []
+        problems += _compare(folder, expected, fix)
+        checked += [str(folder / r) for r in expected]
+    script = folder / f"launch-{plan.stack.name}.sh"
+    if script.is_file():
+        found_any = True
+        from specplug.render import render_plan
+
+        try:
+            r = render_plan(plan, "shell")
+        except SpecplugError as exc:
+            return problems + [Problem("stale", str(script), f"cannot re-render: {exc.message}", fix=exc.hint)], checked
+        expected = {r.script_name: r.script, **r.files, f"launch-{plan.stack.name}.json": json.dumps(r.launch_spec_dict(), indent=2) + "\n"}
+        problems += _compare(folder, expected, f"specplug render {plan.stack.name} -c {config_path} -o {folder}")
+        checked += [str(folder / r) for r in expected]
+    if not found_any:
+        problems.append(
+            Problem(
+                "stale",
+                str(folder),
+                f"no specplug renders here (neither {deploy.MANIFEST} nor launch-{plan.stack.name}.sh)",
+                fix=f"specplug deploy -c {config_path} -o {folder}, or drop --rendered {folder}",
+            )
+        )
+    return problems, checked
+
+
+# ---------------------------------------------------------------------------------------------- entry
+
+
+def check(config_path: str | Path, rendered: list[str | Path] | tuple[str | Path, ...] = ()) -> Report:
+    from specplug.config import parse_config
+    from specplug.lock import drift, lock_path_for, read_lock
+    from specplug.migrate import needs_migration
+
+    cfg_path = Path(config_path)
+    lock_path = lock_path_for(cfg_path)
+    report = Report(config=str(cfg_path), lock=str(lock_path))
+    if not cfg_path.is_file():
+        raise CheckUsageError(f"No config file at {cfg_path}.", "Pass -c PATH/specplug.yaml, or run 'specplug init' first.")
+    for folder in rendered:
+        if not Path(folder).is_dir():
+            raise CheckUsageError(f"--rendered {folder}: no such folder.", "Point it at the folder 'specplug deploy -o' wrote.")
+    text = cfg_path.read_text(encoding="utf-8")
+    report.checked.append(str(cfg_path))
+    try:
+        cfg = parse_config(text, str(cfg_path))
+    except ConfigError as exc:
+        old = needs_migration(text)
+        fix = f"specplug migrate -c {cfg_path}" if old is not None else "fix the key named above ('specplug schema' prints the schema)"
+        report.problems.append(Problem("schema", str(cfg_path), exc.message, fix=fix))
+        return report
+    if not lock_path.is_file():
+        report.problems.append(
+            Problem("lock", str(lock_path), "missing: nothing pins what this config deploys", fix=f"specplug plan -c {cfg_path}")
+        )
+        return report
+    try:
+        lock = read_lock(lock_path)
+    except ConfigError as exc:
+        report.problems.append(Problem("lock", str(lock_path), exc.message, fix=f"specplug plan -c {cfg_path}"))
+        return report
+    report.checked.append(str(lock_path))
+    for d in drift(cfg, cfg_path, lock, text):
+        report.problems.append(
+            Problem("drift", d.file, d.message, key=d.key, line=d.line, fix=f"specplug plan -c {cfg_path}, then commit the lock")
+        )
+    problems, warnings = compat_problems(lock.plan, lock.spec, str(cfg_path), str(lock_path))
+    report.problems += problems
+    report.warnings += warnings
+    from specplug import __version__
+
+    if lock.specplug_version != __version__:
+        report.warnings.append(
+            Problem("lock", str(lock_path), f"written by specplug {lock.specplug_version}; this is {__version__}", key="specplug_version")
+        )
+    for folder in rendered:
+        p, checked = rendered_problems(Path(folder), lock, cfg_path)
+        report.problems += p
+        report.checked += checked
+    return report

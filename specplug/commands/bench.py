@@ -1,0 +1,199 @@
+"""specplug bench: throughput, latency and acceptance of a speculative endpoint against a baseline."""
+
+from __future__ import annotations
+
+import click
+
+from specplug.output import FORMATS
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """'1,4,16' -> [1, 4, 16]; duplicates dropped, order kept; anything else is a usage error."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or not 1 <= int(part) <= 4096:
+            raise click.BadParameter(f"'{part}' is not a concurrency between 1 and 4096.", param_hint="--concurrency")
+        if int(part) not in out:
+            out.append(int(part))
+    if not out:
+        raise click.BadParameter("give at least one value, e.g. 1,4,16.", param_hint="--concurrency")
+    return out
+
+
+def load_prompt_set(workload: str | None, prompts_file: str | None):
+    from specplug.bench.prompts import load_prompts_file, load_workload
+    from specplug.errors import SpecplugError
+
+    if workload and prompts_file:
+        raise SpecplugError("Give --workload or --prompts, not both.")
+    if prompts_file:
+        return load_prompts_file(prompts_file)
+    return load_workload(workload or "chat")
+
+
+common_options = [
+    click.option("--model", default=None, help="Model name to request (default: the first the server lists)."),
+    click.option("--workload", default=None, help="Built-in prompt set: chat, code, code-edit, rag, summarization."),
+    click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), default=None,
+                 help='JSONL file of {"prompt": ...} or {"messages": [...]} lines.'),
+    click.option("--num-prompts", type=click.IntRange(1, 100000), default=None,
+                 help="Requests per run (default: the set, at least 4 per stream)."),
+    click.option("--max-tokens", type=click.IntRange(1, 131072), default=256, show_default=True),
+    click.option("--api", type=click.Choice(["auto", "chat", "completions"]), default="auto", show_default=True,
+                 help="Route: chat for messages, completions for prompts (auto), or force one."),
+    click.option("--api-key-env", default=None, metavar="VAR", help="Environment variable holding the API key."),
+    click.option("--timeout", "timeout_s", type=click.FloatRange(1, 3600), default=300.0, show_default=True,
+                 help="Seconds one request may take."),
+]
+
+
+def with_options(options):
+    def deco(f):
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+
+    return deco
+
+
+@click.command()
+@click.option("--endpoint", default=None, help="Base URL of the server with speculation on, e.g. http://127.0.0.1:8000.")
+@click.option("--baseline", default=None, help="Base URL of the same model without speculation.")
+@click.option("--launch-baseline", is_flag=True,
+              help="Start a baseline through the adapter with speculation off (from specplug.yaml / -c).")
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="specplug.yaml describing the deployment (for --launch-baseline).")
+@click.option("--stack", default=None, help="Stack to launch the baseline with (default: the config's).")
+@click.option("--launch-model", default=None, help="Model to launch the baseline with (default: the config's).")
+@click.option("--baseline-port", type=click.IntRange(1, 65535), default=None,
+              help="Port of the launched baseline (default: the config's port + 1).")
+@click.option("--concurrency", default="1,4,16,64", show_default=True, help="Comma-separated concurrent streams.")
+@with_options(common_options)
+@click.option("--temperature", type=click.FloatRange(0, 5), default=0.0, show_default=True)
+@click.option("--duration", "duration_s", type=click.FloatRange(0.1), default=None,
+              help="Stop sending new requests after this many seconds per run.")
+@click.option("--min-speedup", type=click.FloatRange(0), default=1.0, show_default=True,
+              help="Speedup below which speculation counts as not paying.")
+@click.option("-o", "--out-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for bench.json, bench.csv and bench.png.")
+@click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True, help="How to print.")
+@click.option("--load", "load_path", type=click.Path(), default=None, help="Re-print a saved bench.json (no requests).")
+def bench(endpoint, baseline, launch_baseline, config_path, stack, launch_model, baseline_port, concurrency, model, workload, prompts_file, num_prompts,
+          max_tokens, api, api_key_env, timeout_s, temperature, duration_s, min_speedup, out_dir, output,
+          load_path) -> None:
+    """Measure ENDPOINT (speculation on) against a baseline at each concurrency.
+
+    Reports requests/s, output tokens/s, time to first token and time per output token (p50/p90/p99),
+    speedup over the baseline and acceptance from the server's metrics, and the concurrency above which
+    speculation stops paying. Ctrl-C stops early and keeps what finished.
+    """
+    from specplug.errors import SpecplugError
+
+    if load_path:
+        from specplug.bench.record import load_record
+
+        record = load_record(load_path)
+        if out_dir:
+            from specplug.bench.report import write_outputs
+
+            write_outputs(record, out_dir)
+        _show(record, output)
+        return
+    if not endpoint:
+        raise SpecplugError("Missing --endpoint URL (the server with speculation on).", "Or --load DIR/bench.json.")
+    if baseline and launch_baseline:
+        raise SpecplugError("Give --baseline URL or --launch-baseline, not both.")
+    levels = parse_concurrency(concurrency)
+    prompts = load_prompt_set(workload, prompts_file)
+
+    from specplug.bench.baseline import launched_baseline
+
+    with launched_baseline(launch_baseline, config_path, stack, launch_model, baseline_port) as launched_url:
+        record = run_and_report(
+            endpoint=endpoint, baseline=baseline or launched_url, levels=levels, prompts=prompts,
+            workload=None if prompts_file else (workload or "chat"), prompts_file=prompts_file, model=model,
+            num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, duration_s=duration_s, api=api,
+            api_key_env=api_key_env, timeout_s=timeout_s, min_speedup=min_speedup, out_dir=out_dir, output=output,
+        )
+    if not record.complete:
+        raise click.exceptions.Exit(130)
+
+
+def run_and_report(*, endpoint, baseline, levels, prompts, workload, prompts_file, model, num_prompts, max_tokens,
+                   temperature, duration_s, api, api_key_env, timeout_s, min_speedup, out_dir, output,
+                   show: bool = True):
+    """Run the bench, write -o outputs (also after Ctrl-C), print; returns the record."""
+    import asyncio
+    import datetime
+
+    from specplug import __version__
+    from specplug.bench.client import Endpoint, api_key_from_env, parse_endpoint
+    from specplug.bench.loadgen import BenchPlan, LevelRun, requests_for, run_bench
+    from specplug.bench.record import BenchRecord
+
+    key = api_key_from_env(api_key_env)
+    spec_ep = Endpoint(parse_endpoint(endpoint, "--endpoint"), model=model, api_key=key)
+    base_ep = Endpoint(parse_endpoint(baseline, "--baseline"), model=model, api_key=key) if baseline else None
+    plan = BenchPlan(
+        endpoint=spec_ep, baseline=base_ep, prompts=prompts, concurrency=levels, max_tokens=max_tokens,
+        temperature=temperature, num_prompts=num_prompts, duration_s=duration_s, api=api, timeout_s=timeout_s,
+    )
+    record = BenchRecord(
+        specplug_version=__version__,
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        endpoint=spec_ep.root, baseline=base_ep.root if base_ep else None, workload=workload,
+        prompts_file=prompts_file, api=api, num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature,
+        duration_s=duration_s, api_key_env=api_key_env, concurrency=levels,
+    )
+    if base_ep is None:
+        record.notes.append("No baseline: pass --baseline URL or --launch-baseline for speedups.")
+    current: list[LevelRun] = []
+    runs = 2 if base_ep else 1
+    total = sum(len(requests_for(plan, c)) for c in levels) * runs
+
+    from specplug.output import console
+
+    con = console(stderr=True)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=con, transient=True, disable=not con.is_terminal,
+    )
+    task = progress.add_task("bench", total=total)
+
+    def tick(role: str, conc: int, done: int) -> None:
+        progress.update(task, advance=1, description=f"{role} c={conc}")
+
+    try:
+        with progress:
+            asyncio.run(run_bench(plan, record, current, tick))
+        record.complete = True
+    except KeyboardInterrupt:
+        # Keep the level in flight: its finished requests are real measurements, marked as cut.
+        for run in current:
+            if run.results and record.levels:
+                stats = run.stats(interrupted=True)
+                if stats.requests:
+                    setattr(record.levels[-1], run.role, stats)
+        record.levels = [lv for lv in record.levels if lv.speculative is not None]
+        record.notes.append("Stopped with Ctrl-C before the end.")
+    record.finish(min_speedup)
+    if out_dir:
+        from specplug.bench.report import write_outputs
+
+        paths = write_outputs(record, out_dir)
+        con.print("Wrote " + ", ".join(str(p) for p in paths))
+    if show:
+        _show(record, output)
+    return record
+
+
+def _show(record, output: str) -> None:
+    from specplug.bench.report import render
+    from specplug.output import emit
+
+    emit(record, output, render)

@@ -1,0 +1,71 @@
+"""specplug calibrate: measured acceptance vs the policy's prediction, written as a calibration file."""
+
+from __future__ import annotations
+
+import click
+
+from specplug.commands.bench import load_prompt_set, parse_concurrency
+from specplug.output import FORMATS
+
+
+@click.command()
+@click.option("--from", "from_path", type=click.Path(), default=None, help="A bench.json (or its folder) to read.")
+@click.option("--endpoint", default=None, help="Run a short bench against this URL (speculation on) instead.")
+@click.option("--baseline", default=None, help="The same model without speculation (for measured speedups).")
+@click.option("--served-model", default=None, help="Model name to request (default: the first the server lists).")
+@click.option("--concurrency", default="1", show_default=True, help="Concurrency levels of the short bench.")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), default=None, help="JSONL prompts file.")
+@click.option("--num-prompts", type=click.IntRange(1, 100000), default=8, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1, 131072), default=128, show_default=True)
+@click.option("--api-key-env", default=None, metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--model", "-m", required=True, help="The target model (catalog alias, HF id or local folder).")
+@click.option("--method", required=True, help="The speculative method the endpoint runs (ngram, eagle3, ...).")
+@click.option("--workload", default=None, help="Workload type (default: the bench's built-in workload).")
+@click.option("--drafter", default=None, help="The drafter the endpoint uses (makes the entry specific to it).")
+@click.option("--num-speculative-tokens", "-k", type=click.IntRange(1, 64), default=None,
+              help="Draft length the endpoint uses (default: inferred from its counters).")
+@click.option("--gpu", default=None, help="GPU catalog name for the prediction (default: probe).")
+@click.option("--num-gpus", type=click.IntRange(1, 1024), default=1, show_default=True)
+@click.option("--stack", default=None, help="Stack that served it (default: recognised from its metrics).")
+@click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False), default="calibration.yaml", show_default=True,
+              help="Calibration file to write; an existing one is merged (same setup replaced).")
+@click.option("--save-bench", type=click.Path(file_okay=False), default=None, help="Also keep the short bench here.")
+@click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True)
+def calibrate(from_path, endpoint, baseline, served_model, concurrency, prompts_file, num_prompts, max_tokens,
+              api_key_env, model, method, workload, drafter, num_speculative_tokens, gpu, num_gpus, stack, out_path,
+              save_bench, output) -> None:
+    """Compare measured acceptance and speedup with 'specplug estimate' and write a calibration file.
+
+    Reads a bench record (--from DIR/bench.json) or runs a short bench (--endpoint, --baseline), then shows
+    predicted (before), measured, and predicted with the new calibration (after), side by side.
+    """
+    from specplug.bench.calibrate import calibrate as run_calibrate
+    from specplug.bench.calibrate import render
+    from specplug.errors import SpecplugError
+    from specplug.output import emit
+
+    if bool(from_path) == bool(endpoint):
+        raise SpecplugError("Give either --from DIR/bench.json or --endpoint URL (to run a short bench).")
+    if from_path:
+        from specplug.bench.record import load_record
+
+        record = load_record(from_path)
+    else:
+        from specplug.bench.prompts import builtin_workloads
+        from specplug.commands.bench import run_and_report
+
+        bench_workload = None if prompts_file else (workload if workload in builtin_workloads() else "chat")
+        record = run_and_report(
+            endpoint=endpoint, baseline=baseline, levels=parse_concurrency(concurrency),
+            prompts=load_prompt_set(bench_workload, prompts_file), workload=bench_workload, prompts_file=prompts_file,
+            model=served_model, num_prompts=num_prompts, max_tokens=max_tokens, temperature=0.0, duration_s=None,
+            api="auto", api_key_env=api_key_env, timeout_s=300.0, min_speedup=1.0, out_dir=save_bench,
+            output=output, show=False,
+        )
+        if not record.complete:
+            raise click.exceptions.Exit(130)
+    rep = run_calibrate(
+        record, model=model, method=method, workload=workload, out=out_path, gpu=gpu, stack=stack, drafter=drafter,
+        num_speculative_tokens=num_speculative_tokens, num_gpus=num_gpus,
+    )
+    emit(rep, output, render)

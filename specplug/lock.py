@@ -1,0 +1,394 @@
+"""specplug.lock.yaml: the resolved plan committed next to specplug.yaml, and the drift check against it.
+
+``specplug plan`` resolves every ``auto`` (technique, drafter, k, schedule, stack version, hardware) once and
+writes the lock; ``render``, ``launch``, ``deploy`` and ``check`` then read the locked plan instead of
+re-planning, so what a pull request reviews is what runs. The lock is deterministic: no timestamps, mapping
+keys sorted, so the same inputs give byte-identical files and a re-plan that changes nothing shows no diff.
+
+What counts as an input (each digested separately, so drift can say which one moved):
+
+- ``config``: specplug.yaml as validated data (defaults filled in), so comments and key order are not drift;
+- ``policy``: the merged, validated policy (shipped priors + ``policy:`` overrides);
+- ``calibration``: the bytes of the calibration file, when one is named;
+- ``catalog``: the bytes of the shipped model, drafter and GPU catalogs;
+- ``hardware``: the hardware planned for (probed when ``hardware: auto``), as a fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specplug.config import Config, load_config
+from specplug.errors import ConfigError, SpecplugError
+from specplug.fileio import write_atomic
+from specplug.plan import Plan
+from specplug.probe import Hardware
+
+LOCK_NAME = "specplug.lock.yaml"
+LOCK_VERSION = 1
+_CATALOG_FILES = ("models.csv", "drafters.csv", "gpus.csv")
+_HEADER = (
+    "# specplug.lock.yaml: the plan resolved from {config}. Written by 'specplug plan'; do not edit by hand.\n"
+    "# Commit it with {config}. 'specplug check' fails when the two disagree; re-plan with 'specplug plan -c {config}'.\n"
+)
+
+
+class _LockModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LockInputs(_LockModel):
+    hash: str = Field(description="Digest over every input below; equal hashes mean the plan would not change.")
+    config: str
+    policy: str
+    calibration: str | None = None
+    catalog: str
+    hardware: str
+
+
+class HardwareFingerprint(_LockModel):
+    fingerprint: str
+    gpu: str
+    num_gpus: int
+    memory_gb: float
+    source: str
+
+
+class Lock(_LockModel):
+    lock_version: int = LOCK_VERSION
+    specplug_version: str
+    config_file: str = Field(description="The specplug.yaml this lock was planned from, relative to the lock.")
+    inputs: LockInputs
+    hardware: HardwareFingerprint
+    summary: dict[str, Any] = Field(description="The decision and predicted figures, for reviewers.")
+    spec: dict[str, Any] = Field(description="specplug.yaml as validated data; drift is reported against it.")
+    plan: Plan
+
+
+class Drift(_LockModel):
+    """One way the lock and its inputs disagree."""
+
+    file: str
+    key: str
+    line: int | None = None
+    locked: Any = None
+    current: Any = None
+    message: str
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+# ---------------------------------------------------------------------------------------------- digests
+
+
+def _digest(data: Any) -> str:
+    raw = data if isinstance(data, bytes) else json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def lock_path_for(config_path: str | Path) -> Path:
+    return Path(config_path).parent / LOCK_NAME
+
+
+def spec_data(cfg: Config) -> dict[str, Any]:
+    return cfg.model_dump(mode="json")
+
+
+def resolve_calibration(cfg: Config, config_path: str | Path | None) -> Path | None:
+    """The calibration file, relative to the config's folder first (where the lock lives), then the cwd."""
+    if not cfg.calibration:
+        return None
+    p = Path(cfg.calibration).expanduser()
+    if not p.is_absolute() and config_path is not None:
+        beside = Path(config_path).parent / p
+        if beside.is_file():
+            return beside
+    if not p.is_file():
+        raise ConfigError(
+            f"calibration: file '{cfg.calibration}' does not exist.",
+            "Write one with 'specplug calibrate', or remove 'calibration:' from specplug.yaml.",
+        )
+    return p
+
+
+def catalog_digest() -> str:
+    from importlib import resources
+
+    root = resources.files("specplug.catalog").joinpath("data")
+    return _digest(b"".join(root.joinpath(n).read_bytes() for n in _CATALOG_FILES))
+
+
+def policy_digest(cfg: Config) -> str:
+    from specplug.policy.data import load_policy
+
+    return _digest(load_policy(overrides=cfg.policy or None).model_dump(mode="json"))
+
+
+def hardware_fingerprint(hw: Hardware) -> HardwareFingerprint:
+    # 'note' and 'source' describe how the hardware was found, not what it is: not part of the fingerprint.
+    ident = {"gpu": hw.gpu, "num_gpus": hw.num_gpus, "memory_gb": round(hw.memory_gb, 1)}
+    return HardwareFingerprint(
+        fingerprint=_digest(ident), gpu=hw.gpu, num_gpus=hw.num_gpus, memory_gb=round(hw.memory_gb, 1), source=hw.source
+    )
+
+
+def compute_inputs(cfg: Config, config_path: str | Path | None, hardware: Hardware) -> LockInputs:
+    cal = resolve_calibration(cfg, config_path)
+    parts = {
+        "config": _digest(spec_data(cfg)),
+        "policy": policy_digest(cfg),
+        "calibration": _digest(cal.read_bytes()) if cal else None,
+        "catalog": catalog_digest(),
+        "hardware": hardware_fingerprint(hardware).fingerprint,
+    }
+    return LockInputs(hash=_digest(parts), **parts)
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def _sorted(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _sorted(data[k]) for k in sorted(data)}
+    if isinstance(data, list):
+        return [_sorted(v) for v in data]
+    return data
+
+
+def summarize(plan: Plan) -> dict[str, Any]:
+    s = plan.speculation
+    p = plan.prediction
+    out: dict[str, Any] = {
+        "model": plan.model.hf_id,
+        "stack": f"{plan.stack.name} {plan.stack.version or '(unpinned)'}",
+        "hardware": f"{plan.hardware.num_gpus} x {plan.hardware.gpu}",
+        "nodes": plan.parallelism.num_nodes,
+        "method": s.method,
+        "drafter": s.drafter,
+        "num_speculative_tokens": s.num_speculative_tokens,
+        "predicted_speedup": round(p.speedup, 3),
+        "predicted_acceptance_length": round(p.acceptance_length, 3),
+        "predicted_acceptance_rate": None if p.acceptance_rate is None else round(p.acceptance_rate, 3),
+        "breakeven_batch_size": p.breakeven_batch_size,
+        "memory_fits": None if plan.memory is None else plan.memory.fits,
+    }
+    return out
+
+
+def build_lock(cfg: Config, config_path: str | Path, plan: Plan) -> Lock:
+    from specplug import __version__
+
+    return Lock(
+        specplug_version=__version__,
+        config_file=Path(config_path).name,
+        inputs=compute_inputs(cfg, config_path, plan.hardware),
+        hardware=hardware_fingerprint(plan.hardware),
+        summary=summarize(plan),
+        spec=spec_data(cfg),
+        plan=plan,
+    )
+
+
+def dump_lock(lock: Lock) -> str:
+    import yaml
+
+    data = lock.model_dump(mode="json")
+    # Top-level order is for reading (what and why first); everything below is sorted for stable diffs.
+    ordered = {k: (_sorted(data[k]) if k != "summary" else data[k]) for k in Lock.model_fields}
+    body = yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=100, default_flow_style=False)
+    return _HEADER.format(config=lock.config_file) + body
+
+
+def parse_lock(text: str, filename: str = LOCK_NAME) -> Lock:
+    import yaml
+    from pydantic import ValidationError
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{filename}: invalid YAML ({exc}).", "Re-create it with 'specplug plan'.") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{filename}: not a specplug lock file.", "Re-create it with 'specplug plan'.")
+    version = data.get("lock_version")
+    if isinstance(version, int) and version > LOCK_VERSION:
+        raise ConfigError(
+            f"{filename}: lock_version {version} is newer than this specplug understands ({LOCK_VERSION}).",
+            "Upgrade specplug to the version that wrote the lock.",
+        )
+    try:
+        return Lock.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"{filename}: {key}: {first['msg']} (the lock was written by another specplug version or edited).",
+            "Re-create it with 'specplug plan'.",
+        ) from None
+
+
+def read_lock(path: str | Path) -> Lock:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read {p}: {exc.strerror}.", "Write it with 'specplug plan'.") from None
+    return parse_lock(text, str(p))
+
+
+def plan_fresh(cfg: Config, config_path: str | Path, *, probed: Any = None, stack_version: str | None = None) -> Plan:
+    from specplug.policy import plan_from_config
+
+    cal = resolve_calibration(cfg, config_path)
+    if cal is not None and str(cal) != cfg.calibration:
+        # The policy reads the file relative to the cwd; hand it the path as the lock resolved it.
+        cfg = cfg.model_copy(update={"calibration": str(cal)})
+    return plan_from_config(cfg, probed=probed, stack_version=stack_version)
+
+
+def write_lock(
+    config_path: str | Path, *, probed: Any = None, stack_version: str | None = None, output: str | Path | None = None
+) -> tuple[Lock, Path, bool]:
+    """Plan ``config_path`` and write its lock (atomically). Returns the lock, its path and whether it changed."""
+    cfg = load_config(config_path)
+    plan = plan_fresh(cfg, config_path, probed=probed, stack_version=stack_version)
+    lock = build_lock(cfg, config_path, plan)
+    target = Path(output) if output else lock_path_for(config_path)
+    text = dump_lock(lock)
+    old = target.read_text(encoding="utf-8") if target.is_file() else None
+    if old != text:
+        write_atomic(target, text)
+    return lock, target, old != text
+
+
+# ---------------------------------------------------------------------------------------------- drift
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: data}
+
+
+def _line_for(text: str | None, key: str) -> int | None:
+    if text is None:
+        return None
+    import yaml
+
+    from specplug.config import _line_of
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    return _line_of(root, key.split("."))
+
+
+def drift(cfg: Config, config_path: str | Path, lock: Lock, config_text: str | None = None) -> list[Drift]:
+    """How ``lock`` disagrees with the current inputs; empty when it is up to date.
+
+    The hardware is taken from the lock (CI machines have no GPUs to probe); a named ``hardware:`` is part of
+    the config, so changing it is reported as config drift.
+    """
+    cfg_file = str(config_path)
+    lock_file = str(lock_path_for(config_path))
+    if config_text is None:
+        try:
+            config_text = Path(config_path).read_text(encoding="utf-8")
+        except OSError:
+            config_text = None
+    hw = Hardware(
+        gpu=lock.hardware.gpu, num_gpus=lock.hardware.num_gpus, memory_gb=lock.hardware.memory_gb, source=lock.hardware.source
+    )
+    now = compute_inputs(cfg, config_path, hw)
+    out: list[Drift] = []
+    if now.config != lock.inputs.config:
+        old, new = _flatten(lock.spec), _flatten(spec_data(cfg))
+        changed = sorted(k for k in set(old) | set(new) if old.get(k, "<unset>") != new.get(k, "<unset>"))
+        for key in changed:
+            out.append(
+                Drift(
+                    file=cfg_file,
+                    key=key,
+                    line=_line_for(config_text, key),
+                    locked=old.get(key),
+                    current=new.get(key),
+                    message=f"is {json.dumps(new.get(key))} but the lock was planned with {json.dumps(old.get(key))}",
+                )
+            )
+        if not changed:  # same data, different digest: the lock was edited by hand
+            out.append(Drift(file=lock_file, key="inputs.config", message="the config digest in the lock does not match its spec"))
+    if now.policy != lock.inputs.policy:
+        out.append(
+            Drift(
+                file=cfg_file if cfg.policy else lock_file,
+                key="policy",
+                line=_line_for(config_text, "policy") if cfg.policy else None,
+                message="the policy changed since the lock was planned (a 'policy:' override or specplug's shipped priors)",
+            )
+        )
+    if now.calibration != lock.inputs.calibration:
+        out.append(
+            Drift(
+                file=str(resolve_calibration(cfg, config_path) or cfg_file),
+                key="calibration",
+                line=None,
+                message="the calibration file changed since the lock was planned",
+            )
+        )
+    if now.catalog != lock.inputs.catalog:
+        out.append(
+            Drift(
+                file=lock_file,
+                key="inputs.catalog",
+                message=f"specplug's model/GPU catalog changed (lock written by specplug {lock.specplug_version})",
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the hook
+
+
+def locked_plan(config_path: str | Path) -> Plan | None:
+    """The plan from the lock beside ``config_path`` when that lock exists and matches its inputs, else None.
+
+    A lock that exists but has drifted raises: running something other than what was reviewed is worse than
+    stopping, and the fix is one command.
+    """
+    lp = lock_path_for(config_path)
+    if not lp.is_file():
+        return None
+    cfg = load_config(config_path)
+    lock = read_lock(lp)
+    problems = drift(cfg, config_path, lock)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SpecplugError(
+            f"{lp} is out of date: {first.where()}: {first.key} {first.message}{more}.",
+            f"Re-plan with 'specplug plan -c {config_path}' and review the lock diff, or delete {lp} to plan on the fly.",
+        )
+    return lock.plan
+
+
+def plan_for(config_path: str | Path, *, probed: Any = None, stack_version: str | None = None) -> Plan:
+    """What render and launch call: the locked plan when specplug.lock.yaml sits beside the config and
+    matches it; a fresh plan when there is no lock. A stale lock is an error (see :func:`locked_plan`)."""
+    plan = locked_plan(config_path)
+    if plan is not None:
+        if stack_version and plan.stack.version and stack_version != plan.stack.version:
+            raise SpecplugError(
+                f"The lock pins {plan.stack.name} {plan.stack.version}, but --stack-version {stack_version} was given.",
+                "Drop --stack-version, or set stack.version in specplug.yaml and re-plan.",
+            )
+        return plan
+    return plan_fresh(load_config(config_path), config_path, probed=probed, stack_version=stack_version)

@@ -1,0 +1,125 @@
+"""Calibration files: measured acceptance that replaces the policy's prior for a matching setup.
+
+``specplug calibrate`` writes them; ``--calibration FILE`` or ``calibration:`` in specplug.yaml reads them.
+Schema (YAML)::
+
+    version: 1
+    entries:
+      - model: meta-llama/Llama-3.1-8B-Instruct   # HF id (or local folder) of the target; aliases also match
+        method: eagle3                            # canonical method name
+        workload: chat                            # workload type the traffic was
+        drafter: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B   # optional: only matches this drafter
+        stack: vllm                               # optional: only matches this stack
+        temperature: 0.0                          # optional: matches within +-0.15
+        num_speculative_tokens: 3                 # draft length measured with (needed to use acceptance_length)
+        acceptance_rate: 0.71                     # per-token acceptance (accepted / drafted), and/or
+        acceptance_length: 2.9                    # mean tokens per verification step incl. the bonus token
+        measured_speedup: 1.8                     # optional, informational
+        batch_size: 1                             # optional, informational
+        measured_at: "2026-01-01"                 # optional, informational
+
+A matching entry's acceptance becomes the first-position alpha (acceptance_length, with its k, is inverted
+through the method's decay; acceptance_rate, the mean over drafted positions, is inverted likewise). When
+several entries match, the most specific one (drafter, stack, temperature given) wins, then the last.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specplug.config import Method, Workload
+from specplug.errors import ConfigError
+
+
+class CalibrationEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    method: Method
+    workload: Workload = "chat"
+    drafter: str | None = None
+    stack: str | None = None
+    temperature: float | None = Field(None, ge=0.0)
+    num_speculative_tokens: int | None = Field(None, ge=1, le=64)
+    acceptance_rate: float | None = Field(None, gt=0.0, lt=1.0)
+    acceptance_length: float | None = Field(None, ge=1.0)
+    measured_speedup: float | None = Field(None, gt=0.0)
+    batch_size: int | None = Field(None, ge=1)
+    measured_at: str | None = None
+
+    @model_validator(mode="after")
+    def _has_measurement(self) -> CalibrationEntry:
+        if self.acceptance_rate is None and self.acceptance_length is None:
+            raise ValueError("an entry needs acceptance_rate or acceptance_length")
+        if self.acceptance_rate is None and self.num_speculative_tokens is None:
+            raise ValueError("acceptance_length needs num_speculative_tokens (the k it was measured with)")
+        return self
+
+
+class Calibration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    entries: list[CalibrationEntry] = Field(default_factory=list)
+
+    def match(
+        self,
+        model_ids: set[str],
+        method: str,
+        workload: str,
+        drafter: str | None = None,
+        stack: str | None = None,
+        temperature: float = 0.0,
+    ) -> CalibrationEntry | None:
+        ids = {m.lower() for m in model_ids}
+        best: tuple[int, int, CalibrationEntry] | None = None
+        for i, e in enumerate(self.entries):
+            if e.model.lower() not in ids or e.method != method or e.workload != workload:
+                continue
+            if e.drafter and (drafter or "").lower() != e.drafter.lower():
+                continue
+            if e.stack and stack and e.stack != stack:
+                continue
+            if e.temperature is not None and abs(e.temperature - temperature) > 0.15:
+                continue
+            score = sum(x is not None for x in (e.drafter, e.stack, e.temperature))
+            if best is None or (score, i) >= (best[0], best[1]):
+                best = (score, i, e)
+        return best[2] if best else None
+
+
+def first_alpha_from(entry: CalibrationEntry, decay: float) -> float:
+    """Turn a measurement into the first-position alpha the model uses."""
+    from specplug.policy.perf import solve_alpha
+
+    k = entry.num_speculative_tokens
+    if entry.acceptance_length is not None and k:
+        return solve_alpha(entry.acceptance_length, k, decay)
+    rate = float(entry.acceptance_rate or 0.0)
+    if not k or decay >= 1.0:
+        return rate
+    # acceptance_rate is accepted/drafted = (tau - 1) / k over the chain; invert that.
+    return solve_alpha(1.0 + rate * k, k, decay)
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"Cannot read calibration file {p}: {exc.strerror}.", "Run 'specplug calibrate' to write one.") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}.") from None
+    if data is None:
+        data = {}
+    if isinstance(data, list):
+        data = {"entries": data}
+    try:
+        return Calibration.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()[:10]]
+        raise ConfigError(f"Invalid calibration file {p}:\n  " + "\n  ".join(lines), "See specplug/policy/calibration.py for the schema.") from None

@@ -1,0 +1,303 @@
+"""The policy engine: candidates -> feasibility -> score -> choose -> schedule, producing a Plan.
+
+Pure Python over the catalogs and the policy data (no numpy), so that `specplug recommend` starts fast.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from specplug.catalog import GPU, Model, get_gpu, get_model
+from specplug.catalog.drafters import Drafter, drafters_for, find_drafter
+from specplug.config import Config, SpeculationSpec, TreeSpec
+from specplug.errors import CatalogError, SpecplugError, StackError
+from specplug.policy import perf
+from specplug.policy.calibration import Calibration, first_alpha_from, load_calibration
+from specplug.policy.data import load_policy
+from specplug.policy.perf import Arch, Device, Outcome, Shape
+from specplug.policy.schema import Policy, StackFactors
+from specplug.policy.tokenizers import compatible
+
+HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator")
+COPY_METHODS = ("ngram", "suffix", "lookahead")
+# Candidate order: ties in predicted speedup go to the earlier (simpler to run) method.
+METHOD_ORDER = ("ngram", "suffix", "mtp", "eagle3", "eagle", "draft_model", "medusa", "mlp_speculator", "lookahead")
+
+
+# ------------------------------------------------------------------------------------------- inputs
+
+
+def weight_bytes(dtype: str) -> float:
+    d = (dtype or "auto").lower()
+    if d in ("fp8", "float8", "int8", "w8a8"):
+        return 1.0
+    if d in ("int4", "fp4", "nvfp4", "awq", "gptq", "q4"):
+        return 0.56
+    return 2.0
+
+
+def arch_of(m: Model, wbytes: float = 2.0) -> Arch:
+    params = m.params_b or 7.0
+    layers = m.num_layers or max(2, round(32 * (params / 7.0) ** 0.35))
+    hidden = m.hidden_size or int(math.sqrt(params * 1e9 / (12 * layers)))
+    kv = m.kv_bytes_per_token() or 2 * layers * hidden * 2.0
+    return Arch(
+        params_b=params,
+        active_params_b=m.active_params_b or params,
+        layers=layers,
+        hidden=hidden,
+        vocab=m.vocab_size or 32000,
+        kv_bytes_per_token=kv,
+        experts=m.moe_num_experts or 0,
+        experts_per_token=m.moe_experts_per_token or 0,
+        weight_bytes=wbytes,
+    )
+
+
+def guess_arch(params_b: float, like: Arch, wbytes: float = 2.0) -> Arch:
+    """A plausible dense architecture of ``params_b`` billion parameters (drafters not in the catalog)."""
+    layers = max(2, round(32 * (params_b / 7.0) ** 0.35))
+    hidden = max(256, int(math.sqrt(max(params_b * 1e9 - like.vocab * 2 * 512, 1e6) / (12 * layers))))
+    return Arch(params_b, params_b, layers, hidden, like.vocab, 2 * layers * hidden * 2.0 / 4, weight_bytes=wbytes)
+
+
+_SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*([mb])(?![a-z])", re.IGNORECASE)
+
+
+def size_from_name(name: str) -> float | None:
+    """'double7/vicuna-68m' -> 0.068, 'Llama-3.2-1B' -> 1.0 (billions), else None."""
+    found = _SIZE.findall(name.replace("_", "-"))
+    if not found:
+        return None
+    n, unit = found[-1]
+    return float(n) / (1000.0 if unit.lower() == "m" else 1.0)
+
+
+def device_of(gpu: GPU, policy: Policy) -> Device:
+    bw = gpu.memory_bw_gbs
+    tf = gpu.tensor_tflops()
+    if not bw or not tf:
+        raise CatalogError(
+            f"The GPU catalog lacks {'memory bandwidth' if not bw else 'tensor throughput'} for {gpu.name}, so its speed cannot be modelled.",
+            "Pick a close catalog GPU with --gpu (see 'specplug gpus').",
+        )
+    link = policy.rules.nvlink_gbs if gpu.nvlink else policy.rules.pcie_gbs
+    return Device(bw_gbs=bw, tflops=tf, memory_gb=gpu.memory_gb or 0.0, link_gbs=link)
+
+
+@dataclass
+class DraftChoice:
+    method: str
+    drafter_id: str | None = None
+    drafter_model: Model | None = None
+    drafter_arch: Arch | None = None
+    catalog: Drafter | None = None
+    note: str | None = None  # a caveat to warn about
+    ruled_out: str | None = None
+
+
+@dataclass
+class Context:
+    """Everything fixed for one planning question."""
+
+    policy: Policy
+    model: Model
+    target: Arch
+    gpu: GPU
+    device: Device
+    stack: str
+    factors: StackFactors
+    tp: int
+    pp: int
+    batch: int
+    ctx: float
+    workload: str
+    temperature: float
+    calibration: Calibration | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def model_ids(self) -> set[str]:
+        return {self.model.hf_id, self.model.name, *self.model.aliases}
+
+
+def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, stack: str, wbytes: float) -> DraftChoice:
+    """A user-named drafter: catalog model, catalog head, local folder or unknown HF id (size guessed)."""
+    cat = find_drafter(drafter)
+    if method != "draft_model":
+        return DraftChoice(method, cat.drafter_hf_id if cat else drafter, catalog=cat)
+    try:
+        dm = get_model(drafter)
+    except CatalogError:
+        dm = None
+    if dm is not None:
+        choice = DraftChoice(method, dm.hf_id if not dm.local_path else dm.local_path, dm, arch_of(dm, wbytes), cat)
+        compat = compatible(target, dm, stack)
+        if not compat.ok:
+            choice.ruled_out = f"tokenizer mismatch: {compat.reason}"
+        elif compat.reason:
+            choice.note = f"Drafter {drafter}: {compat.reason}."
+        return choice
+    size = (cat.params_b if cat and cat.params_b else None) or size_from_name(drafter) or policy.rules.unknown_drafter_params_b
+    return DraftChoice(
+        method,
+        drafter,
+        None,
+        guess_arch(size, target_arch, wbytes),
+        cat,
+        note=(
+            f"Drafter '{drafter}' is not in the model catalog: assumed {size:g}B parameters and the target's tokenizer; "
+            "check that it shares the target's vocabulary."
+        ),
+    )
+
+
+def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
+    """First-position acceptance for a candidate, and 'calibrated' when a calibration entry supplied it."""
+    prior = c.policy.prior(d.method)
+    if c.calibration is not None:
+        e = c.calibration.match(c.model_ids(), d.method, c.workload, d.drafter_id, c.stack, c.temperature)
+        if e is not None:
+            return min(first_alpha_from(e, prior.decay), c.policy.acceptance.max_alpha), "calibrated"
+    ratio = None
+    if d.method == "draft_model" and d.drafter_arch is not None:
+        ratio = d.drafter_arch.params_b / max(c.target.params_b, 1e-3)
+    return perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio), None
+
+
+def shapes(c: Context, method: str, k: int | None = None, tree: TreeSpec | None = None) -> list[Shape]:
+    if tree is not None:
+        return [Shape(tree.steps, tree.steps, tree.topk, tree.num_draft_tokens)]
+    if k is not None:
+        return [Shape(k)]
+    return perf.shapes_for(c.policy, method, c.factors.trees)
+
+
+def score(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
+    return perf.best(c.policy, d.method, alpha, c.target, d.drafter_arch, c.device, c.factors, c.tp, batch, c.ctx, cands)
+
+
+def speedup_at(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
+    return score(c, d, alpha, batch, cands)
+
+
+def breakeven(c: Context, d: DraftChoice, alpha: float, cands: list[Shape], top: int = 256) -> int | None:
+    """Largest batch (1..top) at which the best shape still beats no speculation; None if it pays at ``top``."""
+
+    def pays(b: int) -> bool:
+        return score(c, d, alpha, b, cands).speedup > 1.0
+
+    if pays(top):
+        return None
+    if not pays(1):
+        return 0
+    lo, hi = 1, top  # pays(lo), not pays(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pays(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ------------------------------------------------------------------------------------------- memory
+
+
+@dataclass
+class Memory:
+    gpu_gb: float
+    target_gb: float
+    drafter_gb: float
+    kv_gb: float
+    drafter_kv_gb: float
+    act_gb: float
+    usable_gb: float
+
+    @property
+    def used_gb(self) -> float:
+        return self.target_gb + self.drafter_gb + self.kv_gb + self.drafter_kv_gb + self.act_gb
+
+    @property
+    def headroom_gb(self) -> float:
+        return self.usable_gb - self.used_gb
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom_gb >= 0
+
+
+def memory(
+    policy: Policy, model: Model, target: Arch, gpu_gb: float, tp: int, pp: int, seqs: int, tokens_per_seq: int, d: DraftChoice | None
+) -> Memory:
+    ranks = tp * pp
+    kv_heads = model.num_kv_heads or model.num_attention_heads or tp
+    # KV heads split over TP ranks; with fewer KV heads than ranks they are replicated.
+    kv_split = min(tp, kv_heads) * pp if not model.uses_mla else pp
+    target_gb = target.params_b * target.weight_bytes / ranks
+    kv_gb = seqs * tokens_per_seq * target.kv_bytes_per_token / kv_split / 1e9
+    dw = dkv = 0.0
+    if d is not None and d.method not in COPY_METHODS and d.method != "none":
+        da = d.drafter_arch or perf.draft_arch(d.method, target, None)
+        if da is not None:
+            dtp = 1 if d.method == "draft_model" and draft_tp(d, tp) == 1 else tp
+            dw = da.params_b * da.weight_bytes / dtp
+            if d.method == "draft_model":
+                dkv = seqs * tokens_per_seq * da.kv_bytes_per_token / dtp / 1e9
+            elif d.method in ("eagle", "eagle3", "mtp"):
+                dkv = seqs * tokens_per_seq * target.kv_bytes_per_token / max(target.layers, 1) / kv_split / 1e9
+    rules = policy.rules.memory
+    act = rules.activation_gb + rules.activation_frac * gpu_gb
+    return Memory(gpu_gb, target_gb, dw, kv_gb, dkv, act, gpu_gb * rules.gpu_memory_utilization)
+
+
+def draft_tp(d: DraftChoice, tp: int) -> int:
+    """Small draft models run unsharded (vLLM allows draft TP 1 or the target's); big ones shard like the target."""
+    if d.method == "draft_model" and d.drafter_arch is not None and d.drafter_arch.params_b <= 3.5:
+        return 1
+    return tp
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def stack_methods(stack: str, version: str | None, policy: Policy) -> tuple[dict[str, str | None], str | None]:
+    """Canonical method -> None (supported) or the reason not; plus the installed version if known."""
+    from specplug.adapter import get_adapter
+
+    installed = None
+    try:
+        adapter = get_adapter(stack)
+        installed = adapter.installed_version()
+        table = dict(adapter.methods(version or installed))
+    except StackError:
+        offered = policy.stacks[stack].methods if stack in policy.stacks else None
+        table = {
+            m: (None if offered is None or m in offered else f"{stack} does not offer {m}")
+            for m in METHOD_ORDER
+        }
+    return table, installed
+
+
+def check_model(name: str | None) -> Model:
+    if not name:
+        raise SpecplugError(
+            "No model given.",
+            "Pass --model NAME (an alias such as llama-3.1-70b, a Hugging Face id or a local folder), "
+            "or set 'model:' in specplug.yaml.",
+        )
+    return get_model(name)
+
+
+def load_calibration_opt(path: str | None) -> Calibration | None:
+    return load_calibration(path) if path else None
+
+
+def fmt_x(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def as_dict(obj: Any) -> Any:
+    return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj

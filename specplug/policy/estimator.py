@@ -1,0 +1,169 @@
+"""estimate: score one fixed speculative configuration (the CLI's ``specplug estimate``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specplug.catalog import get_gpu
+from specplug.config import METHODS, WORKLOADS, TreeSpec
+from specplug.errors import SpecplugError
+from specplug.policy import engine as E
+from specplug.policy.data import load_policy
+from specplug.policy.schema import Policy
+
+ESTIMATE_METHODS = tuple(m for m in METHODS if m != "none")
+ESTIMATE_STACKS = ("vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded", "hf")
+
+
+class Estimate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    method: str
+    drafter: str | None = None
+    stack: str
+    gpu: str
+    num_gpus: int
+    batch_size: int
+    workload: str
+    temperature: float
+    num_speculative_tokens: int = Field(description="Draft length k (tree depth for trees).")
+    tree: TreeSpec | None = None
+    acceptance_rate: float = Field(description="First-position acceptance alpha.")
+    acceptance_rates: list[float] = Field(description="Acceptance per draft position (tree-widened).")
+    acceptance_length: float = Field(description="Mean tokens per verification step, bonus token included.")
+    speedup: float = Field(description="Decode throughput vs the same stack without speculation, same batch.")
+    baseline_step_ms: float
+    target_step_ms: float = Field(description="The target's verification pass.")
+    draft_step_ms: float
+    overhead_ms: float
+    spec_step_ms: float
+    calibrated: bool = False
+    fits: bool = True
+    warnings: list[str] = Field(default_factory=list)
+
+
+def estimate(
+    model: str,
+    method: str,
+    *,
+    drafter: str | None = None,
+    num_speculative_tokens: int | None = None,
+    tree_topk: int | None = None,
+    num_draft_tokens: int | None = None,
+    gpu: str,
+    num_gpus: int = 1,
+    batch_size: int = 1,
+    workload: str = "chat",
+    temperature: float = 0.0,
+    stack: str = "vllm",
+    input_len: int = 1024,
+    output_len: int = 256,
+    calibration: str | None = None,
+    policy: str | Path | dict[str, Any] | Policy | None = None,
+    dtype: str = "auto",
+) -> Estimate:
+    """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given."""
+    if method not in ESTIMATE_METHODS:
+        raise SpecplugError(f"Unknown method '{method}'.", f"Choose one of: {', '.join(ESTIMATE_METHODS)}.")
+    if workload not in WORKLOADS:
+        raise SpecplugError(f"Unknown workload '{workload}'.", f"Choose one of: {', '.join(WORKLOADS)}.")
+    if stack not in ESTIMATE_STACKS:
+        raise SpecplugError(f"Unknown stack '{stack}'.", f"Choose one of: {', '.join(ESTIMATE_STACKS)} (hf = research code).")
+    for name, v, lo in (("num_gpus", num_gpus, 1), ("batch_size", batch_size, 1), ("input_len", input_len, 1), ("output_len", output_len, 1)):
+        if v < lo:
+            raise SpecplugError(f"{name} must be at least {lo}, got {v}.")
+    if temperature < 0:
+        raise SpecplugError(f"temperature must be 0 or more, got {temperature}.")
+    if num_speculative_tokens is not None and not 1 <= num_speculative_tokens <= 64:
+        raise SpecplugError(f"num_speculative_tokens must be 1..64, got {num_speculative_tokens}.")
+    pol = load_policy(policy)
+    m = E.check_model(model)
+    g = get_gpu(gpu)
+    wbytes = E.weight_bytes(dtype)
+    target = E.arch_of(m, wbytes)
+    factors = pol.stack(stack)
+    tp = min(num_gpus, pol.rules.tp_max)
+    pp = max(1, num_gpus // tp)
+    dev = E.device_of(g, pol)
+    c = E.Context(
+        policy=pol,
+        model=m,
+        target=target,
+        gpu=g,
+        device=dev,
+        stack=stack,
+        factors=factors,
+        tp=tp,
+        pp=pp,
+        batch=batch_size,
+        ctx=input_len + output_len / 2,
+        workload=workload,
+        temperature=temperature,
+        calibration=E.load_calibration_opt(calibration),
+    )
+    warnings: list[str] = []
+    if drafter:
+        d = E.resolve_drafter(method, drafter, m, target, pol, stack, wbytes)
+    elif method == "draft_model":
+        known = m.known_drafters("draft_model")
+        if not known:
+            raise SpecplugError(
+                f"No known draft model for {m.name}.", "Pass --drafter with a smaller model that shares its tokenizer."
+            )
+        d = E.resolve_drafter(method, known[0].drafter_hf_id, m, target, pol, stack, wbytes)
+    else:
+        heads = m.known_drafters(method) if method in E.HEAD_METHODS else []
+        d = E.DraftChoice(method, heads[0].drafter_hf_id if heads else None)
+        if method in E.HEAD_METHODS and not heads:
+            warnings.append(f"No published {method} head for {m.name} is known: the estimate assumes a typical one.")
+        if method == "mtp" and not m.mtp_layers:
+            warnings.append(f"{m.name} has no MTP layers: the estimate assumes it had one.")
+    if d.ruled_out:
+        warnings.append(d.ruled_out)
+    if d.note:
+        warnings.append(d.note)
+    tree = None
+    if tree_topk is not None or num_draft_tokens is not None:
+        steps = num_speculative_tokens or pol.prior(method).default_k
+        topk = tree_topk or 1
+        tokens = num_draft_tokens or steps * topk + 1
+        if tokens < 2:
+            raise SpecplugError("num_draft_tokens must be at least 2.")
+        tree = TreeSpec(steps=steps, topk=topk, num_draft_tokens=tokens)
+    alpha, cal = E.alpha_for(c, d)
+    o = E.score(c, d, alpha, batch_size, E.shapes(c, method, num_speculative_tokens, tree))
+    if tree is None and o.shape.steps:
+        tree = TreeSpec(steps=o.shape.steps, topk=o.shape.topk, num_draft_tokens=o.shape.tokens)
+    mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, batch_size, input_len + output_len, d)
+    if not mem.fits:
+        warnings.append(f"Does not fit: {mem.used_gb:.1f} GB needed per GPU, {mem.usable_gb:.1f} GB usable.")
+    r = lambda x: round(x, 4)  # noqa: E731
+    return Estimate(
+        model=m.hf_id,
+        method=method,
+        drafter=d.drafter_id,
+        stack=stack,
+        gpu=g.name,
+        num_gpus=num_gpus,
+        batch_size=batch_size,
+        workload=workload,
+        temperature=temperature,
+        num_speculative_tokens=o.shape.depth,
+        tree=tree,
+        acceptance_rate=r(alpha),
+        acceptance_rates=[r(a) for a in o.alphas],
+        acceptance_length=r(o.acceptance_length),
+        speedup=r(o.speedup),
+        baseline_step_ms=r(o.cost.baseline_ms),
+        target_step_ms=r(o.cost.verify_ms),
+        draft_step_ms=r(o.cost.draft_ms),
+        overhead_ms=r(o.cost.overhead_ms),
+        spec_step_ms=r(o.cost.spec_ms),
+        calibrated=cal == "calibrated",
+        fits=mem.fits,
+        warnings=warnings,
+    )

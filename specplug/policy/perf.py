@@ -1,0 +1,314 @@
+"""The performance model, in plain floats so that planning and fitting stay fast.
+
+Per decoding step (Medusa/EAGLE form, data/README.md 1.2):
+``speedup = tau * T_base / (T_verify + T_draft + T_spec_overhead)``, where T_base is one ordinary step of the
+target at batch b, T_verify the target's pass over the b*(k+1) (or tree) tokens, T_draft the drafter's
+passes. A forward pass costs the larger of the GPU time (weights + KV bytes over bandwidth vs FLOPs over
+throughput, per tensor-parallel rank, plus all-reduces) and the host time to launch it (eager stacks launch
+per layer; CUDA-graph stacks barely at all). Acceptance follows Leviathan et al. with a per-position decay;
+trees widen each position as in data/README.md 1.4.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specplug.policy.schema import MethodPrior, Policy, StackFactors
+
+
+@dataclass(frozen=True)
+class Arch:
+    """What the cost model needs to know about a network (target, draft model or head)."""
+
+    params_b: float
+    active_params_b: float
+    layers: int
+    hidden: int
+    vocab: int
+    kv_bytes_per_token: float  # all layers, 16-bit
+    experts: int = 0
+    experts_per_token: int = 0
+    weight_bytes: float = 2.0
+
+
+@dataclass(frozen=True)
+class Device:
+    bw_gbs: float
+    tflops: float
+    memory_gb: float
+    link_gbs: float  # per-GPU all-reduce bandwidth
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A speculation shape: chain of k (topk 1) or a tree of `steps` levels, `topk` wide, `tokens` verified."""
+
+    k: int
+    steps: int = 0
+    topk: int = 1
+    tokens: int = 0
+
+    @property
+    def depth(self) -> int:
+        return self.steps or self.k
+
+    @property
+    def verify_tokens(self) -> int:
+        return self.tokens or (self.k + 1)
+
+    @property
+    def width(self) -> float:
+        if self.topk <= 1 or not self.steps:
+            return 1.0
+        return max(1.0, min(float(self.topk), (self.verify_tokens - 1) / self.steps))
+
+
+def logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -60 else 0.0
+
+
+# ------------------------------------------------------------------------------------------ acceptance
+
+
+def first_alpha(
+    policy: Policy,
+    method: str,
+    workload: str,
+    temperature: float,
+    size_ratio: float | None = None,
+) -> float:
+    """Acceptance of the first draft position, from the priors (before any calibration)."""
+    prior = policy.prior(method)
+    x = logit(prior.alpha_for(workload))
+    x += prior.temperature_slope * min(temperature, 1.0)
+    if method == "draft_model" and size_ratio:
+        dm = policy.acceptance.draft_model
+        x += dm.size_slope * math.log(size_ratio / dm.reference_ratio)
+    return min(sigmoid(x), policy.acceptance.max_alpha)
+
+
+def position_alphas(alpha: float, decay: float, depth: int, width: float, tree_gain: float) -> list[float]:
+    out = []
+    for i in range(depth):
+        a = alpha * decay**i
+        if width > 1.0:
+            a = 1.0 - (1.0 - a) * width ** (-tree_gain)
+        out.append(a)
+    return out
+
+
+def acceptance_length(alphas: list[float]) -> float:
+    """Expected tokens per verification step, bonus token included: 1 + sum_i prod_{j<=i} alpha_j."""
+    tau, run = 1.0, 1.0
+    for a in alphas:
+        run *= a
+        tau += run
+    return tau
+
+
+def solve_alpha(tau: float, k: int, decay: float) -> float:
+    """First-position alpha whose chain of k gives acceptance length ``tau`` (bisection)."""
+    tau = min(max(tau, 1.0), k + 1.0)
+    lo, hi = 0.0, 0.9999
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if acceptance_length(position_alphas(mid, decay, k, 1.0, 0.0)) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+# ------------------------------------------------------------------------------------------ cost
+
+
+def forward_ms(
+    arch: Arch,
+    dev: Device,
+    sf: StackFactors,
+    tp: int,
+    n_tokens: int,
+    n_seqs: int,
+    ctx: float,
+    layers: int | None = None,
+) -> float:
+    """One forward pass over ``n_tokens`` new tokens of ``n_seqs`` sequences with ``ctx`` cached tokens each."""
+    layers = layers or arch.layers
+    total, active = arch.params_b * 1e9, arch.active_params_b * 1e9
+    if arch.experts and arch.experts_per_token and total > active:
+        # Experts touched by n tokens: 1 - (1 - k/E)^n of them (uniform routing).
+        share = arch.experts_per_token / arch.experts
+        expert = (total - active) / (1 - share)
+        shared = total - expert
+        touched = 1 - (1 - share) ** n_tokens
+        weights = (shared + expert * touched) * arch.weight_bytes
+    else:
+        weights = total * arch.weight_bytes
+    kv = n_seqs * ctx * arch.kv_bytes_per_token
+    mem_s = (weights + kv) / (tp * dev.bw_gbs * 1e9 * sf.bw_efficiency)
+    flops = 2 * active * n_tokens + 4 * layers * arch.hidden * ctx * n_tokens
+    comp_s = flops / (tp * dev.tflops * 1e12 * sf.flops_efficiency)
+    # Smooth roofline: the larger term dominates, both count near the ridge.
+    gpu_s = (mem_s**3 + comp_s**3) ** (1 / 3)
+    if tp > 1:
+        msg = n_tokens * arch.hidden * 2
+        per = sf.allreduce_latency_us * 1e-6 + 2 * (tp - 1) / tp * msg / (dev.link_gbs * 1e9)
+        gpu_s += 2 * layers * per
+    host_s = (sf.forward_overhead_ms + sf.layer_overhead_ms * layers) * 1e-3
+    return max(gpu_s, host_s) * 1e3
+
+
+@dataclass(frozen=True)
+class StepCost:
+    baseline_ms: float
+    verify_ms: float
+    draft_ms: float
+    overhead_ms: float
+
+    @property
+    def spec_ms(self) -> float:
+        return self.verify_ms + self.draft_ms + self.overhead_ms
+
+
+def draft_arch(method: str, target: Arch, drafter: Arch | None) -> Arch | None:
+    """The network the drafter runs per draft pass (None for copy-based methods)."""
+    if method == "draft_model":
+        return drafter
+    if method in ("eagle", "eagle3"):
+        # One decoder layer at the target's width plus an LM head (EAGLE-3 drafts over a 32k vocabulary).
+        vocab = min(target.vocab, 32000) if method == "eagle3" else target.vocab
+        layer = 12 * target.hidden**2
+        p = (layer + 2 * target.hidden**2 + vocab * target.hidden) / 1e9
+        return Arch(p, p, 1, target.hidden, vocab, target.kv_bytes_per_token / max(target.layers, 1))
+    if method == "mtp":
+        per_layer_total = (target.params_b - target.vocab * target.hidden * 2e-9) / max(target.layers, 1)
+        per_layer_active = (target.active_params_b - target.vocab * target.hidden * 2e-9) / max(target.layers, 1)
+        head = target.vocab * target.hidden * 1e-9
+        return Arch(
+            per_layer_total + head,
+            per_layer_active + head,
+            1,
+            target.hidden,
+            target.vocab,
+            target.kv_bytes_per_token / max(target.layers, 1),
+            target.experts,
+            target.experts_per_token,
+        )
+    if method in ("medusa", "mlp_speculator"):
+        # A residual block plus an LM head per head/stage; one stage runs per pass.
+        p = (target.hidden**2 + target.vocab * target.hidden) / 1e9
+        return Arch(p, p, 1, target.hidden, target.vocab, 0.0)
+    return None
+
+
+def step_cost(
+    policy: Policy,
+    prior: MethodPrior,
+    method: str,
+    shape: Shape,
+    target: Arch,
+    drafter: Arch | None,
+    dev: Device,
+    sf: StackFactors,
+    tp: int,
+    batch: int,
+    ctx: float,
+    draft_tp: int | None = None,
+) -> StepCost:
+    base = forward_ms(target, dev, sf, tp, batch, batch, ctx) + sf.step_overhead_ms
+    if shape.k <= 0 or method == "none":
+        return StepCost(base, base, 0.0, 0.0)
+    n_verify = batch * shape.verify_tokens
+    if method == "lookahead":
+        # Jacobi lookahead branch (window 7 x level 5) and guess verification ride along in the same pass.
+        n_verify = batch * (1 + 2 * 7 * 4)
+    verify = forward_ms(target, dev, sf, tp, n_verify, batch, ctx) + sf.step_overhead_ms
+    d = draft_arch(method, target, drafter)
+    draft = 0.0
+    if d is not None and prior.draft_forwards != "none":
+        dtp = draft_tp or (tp if method != "draft_model" else 1)
+        if prior.draft_forwards == "one":
+            passes, width = 1, shape.depth
+        else:
+            passes, width = shape.depth, max(1, round(shape.width))
+        # A separate draft model caches the whole context; heads attend over the target's features (1 layer).
+        for _ in range(passes):
+            draft += forward_ms(d, dev, sf, dtp, batch * width, batch, ctx)
+        if method == "draft_model":
+            # The drafter also reads in the accepted tokens before drafting again.
+            draft += forward_ms(d, dev, sf, dtp, batch * 2, batch, ctx) * 0.5
+    overhead = sf.spec_overhead_ms + sf.spec_overhead_per_token_ms * shape.verify_tokens
+    return StepCost(base, verify, draft, overhead)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    shape: Shape
+    alphas: tuple[float, ...]
+    acceptance_length: float
+    speedup: float
+    cost: StepCost
+
+
+def evaluate(
+    policy: Policy,
+    method: str,
+    shape: Shape,
+    alpha: float,
+    target: Arch,
+    drafter: Arch | None,
+    dev: Device,
+    sf: StackFactors,
+    tp: int,
+    batch: int,
+    ctx: float,
+) -> Outcome:
+    prior = policy.prior(method)
+    alphas = position_alphas(alpha, prior.decay, shape.depth, shape.width, policy.acceptance.tree.gain)
+    tau = acceptance_length(alphas)
+    cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx)
+    return Outcome(shape, tuple(alphas), tau, tau * cost.baseline_ms / cost.spec_ms, cost)
+
+
+def shapes_for(policy: Policy, method: str, trees: bool) -> list[Shape]:
+    """Shapes worth trying: chains k in k_range; for tree stacks also (steps, topk, tokens) grids."""
+    prior = policy.prior(method)
+    lo, hi = policy.rules.k_range
+    hi = min(hi, prior.max_k)
+    out = [Shape(k) for k in range(lo, max(lo, hi) + 1)]
+    if trees and prior.tree:
+        for steps in range(2, max(lo, hi) + 1):
+            for topk in (2, 4, 8):
+                for tokens in (8, 16, 32, 64):
+                    if steps < tokens <= steps * topk + 1:
+                        out.append(Shape(steps, steps, topk, tokens))
+    return out
+
+
+def best(
+    policy: Policy,
+    method: str,
+    alpha: float,
+    target: Arch,
+    drafter: Arch | None,
+    dev: Device,
+    sf: StackFactors,
+    tp: int,
+    batch: int,
+    ctx: float,
+    shapes: list[Shape],
+) -> Outcome:
+    top: Outcome | None = None
+    for s in shapes:
+        o = evaluate(policy, method, s, alpha, target, drafter, dev, sf, tp, batch, ctx)
+        # Strictly better only: ties keep the smaller (earlier) shape, so choices are stable.
+        if top is None or o.speedup > top.speedup * 1.0005:
+            top = o
+    assert top is not None
+    return top

@@ -1,0 +1,83 @@
+"""The rich table form of a Plan (what `specplug recommend` prints by default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specplug.plan import Plan
+
+
+def _range(lo: int, hi: int | None) -> str:
+    if hi is None:
+        return f"{lo}+"
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def plan_tables(plan: Plan) -> list[Any]:
+    from rich.text import Text
+
+    from specplug.output import table
+
+    s, p, hw = plan.speculation, plan.prediction, plan.hardware
+    out: list[Any] = []
+    if s.method == "none":
+        choice = "no speculation"
+    else:
+        choice = f"{s.method}" + (f" with {s.drafter}" if s.drafter else "") + f", k={s.num_speculative_tokens}"
+        if s.tree and s.tree.topk > 1:
+            choice += f", tree steps {s.tree.steps} / topk {s.tree.topk} / {s.tree.num_draft_tokens} draft tokens"
+        elif s.tree:
+            choice += f" (steps {s.tree.steps}, topk 1, {s.tree.num_draft_tokens} draft tokens)"
+    wl = plan.workload
+    rows = [
+        ("recommendation", choice),
+        ("predicted speedup", f"{p.speedup:.2f}x at batch size {wl.concurrency}" if s.method != "none" else "1.00x (off)"),
+        ("acceptance length", f"{p.acceptance_length:.2f} tokens/step" + (f" (alpha {p.acceptance_rate:.2f})" if p.acceptance_rate else "")),
+        ("stops paying above batch", "never (up to 256)" if p.breakeven_batch_size is None else str(p.breakeven_batch_size)),
+        ("model", f"{plan.model.name} ({plan.model.hf_id})"),
+        ("hardware", f"{hw.num_gpus} x {hw.gpu} ({hw.memory_gb:g} GB, {hw.source}); TP {plan.parallelism.tensor_parallel_size}"
+         + (f", PP {plan.parallelism.pipeline_parallel_size}" if plan.parallelism.pipeline_parallel_size > 1 else "")),
+        ("stack", f"{plan.stack.name} {plan.stack.version or '(version unknown)'}"),
+        ("traffic", f"{wl.type}, {wl.concurrency} concurrent, {wl.input_len} in / {wl.output_len} out, T={wl.temperature:g}"),
+    ]
+    out.append(table("specplug recommend", ["", ""], rows))
+    if plan.reasons:
+        out.append(Text("Why:", style="bold"))
+        out += [Text(f"  - {r}") for r in plan.reasons]
+    m = plan.memory
+    if m is not None:
+        out.append(
+            table(
+                "memory per GPU (GB)" + ("" if m.fits else " - DOES NOT FIT"),
+                ["GPU", "target weights", "drafter weights", "KV cache", "drafter KV", "activations", "headroom", "fits"],
+                [(f"{m.gpu_memory_gb:g}", f"{m.target_weights_gb:.1f}", f"{m.drafter_weights_gb:.2f}", f"{m.kv_cache_gb:.1f}",
+                  f"{m.drafter_kv_cache_gb:.2f}", f"{m.activations_gb:.1f}", f"{m.headroom_gb:.1f}", "yes" if m.fits else "NO")],
+            )
+        )
+        if m.hint:
+            out.append(Text(m.hint, style="bold red"))
+    if s.schedule:
+        out.append(
+            table("schedule (k per running batch size; 0 = off)", ["batch sizes", "k"],
+                  [(_range(e.min_batch, e.max_batch), e.num_speculative_tokens) for e in s.schedule])
+        )
+    if p.curve:
+        out.append(
+            table("predicted curve", ["batch", *[str(c.batch_size) for c in p.curve]],
+                  [("speedup", *[f"{c.speedup:.2f}" for c in p.curve]), ("k", *[str(c.num_speculative_tokens) for c in p.curve])])
+        )
+    out.append(
+        table(
+            "candidates",
+            ["method", "drafter", "k", "speedup", "tokens/step", "verdict"],
+            [
+                (c.method, c.drafter or "", c.num_speculative_tokens or "", f"{c.speedup:.2f}x" if c.speedup else "",
+                 f"{c.acceptance_length:.2f}" if c.acceptance_length else "",
+                 "CHOSEN" if c.chosen else (c.ruled_out or "eligible"))
+                for c in plan.candidates
+            ],
+        )
+    )
+    for w in plan.warnings:
+        out.append(Text(f"warning: {w}", style="yellow"))
+    return out

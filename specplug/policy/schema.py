@@ -1,0 +1,152 @@
+"""The policy: acceptance priors, stack cost factors and rules, as validated data.
+
+The shipped policy is ``policies/default.yaml`` (hand-set rules and physics) with ``policies/fitted.yaml``
+(written by ``scripts/fit_policy.py`` from published results) merged on top; users merge their own file
+(``--policy FILE`` or ``policy:`` in specplug.yaml) last. Every merge is deep (mappings merge key by key,
+anything else replaces) and the result is validated here, so a typo in an override is an error, not a no-op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from specplug.config import WORKLOADS
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MethodPrior(_Strict):
+    """Acceptance of one technique: alpha of the first draft position per workload at temperature 0."""
+
+    kind: str = Field(description="'model' (a learned or two-model drafter) or 'copy' (n-gram/suffix/lookahead).")
+    alpha: dict[str, float] = Field(description="Workload -> first-position acceptance at temperature 0.")
+    decay: float = Field(1.0, gt=0.0, le=1.0, description="Acceptance at position i is alpha * decay^(i-1).")
+    temperature_slope: float = Field(
+        0.0, le=0.5, description="Change of logit(alpha) per unit of temperature (up to 1.0); negative lowers it."
+    )
+    tree: bool = Field(False, description="Drafts trees in stacks that support them (topk > 1).")
+    default_k: int = Field(4, ge=1, le=64)
+    max_k: int = Field(8, ge=1, le=64)
+    draft_forwards: str = Field(
+        "per_token",
+        description="Drafter passes per step: 'per_token' (one per draft token), 'one' (all heads at once), 'none'.",
+    )
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, v: dict[str, float]) -> dict[str, float]:
+        for w, a in v.items():
+            if w not in WORKLOADS:
+                raise ValueError(f"unknown workload '{w}' (known: {', '.join(WORKLOADS)})")
+            if not 0.0 < a < 1.0:
+                raise ValueError(f"alpha for '{w}' must be between 0 and 1, got {a}")
+        if "chat" not in v:
+            raise ValueError("alpha needs at least a 'chat' entry (the fallback for other workloads)")
+        return v
+
+    def alpha_for(self, workload: str) -> float:
+        return self.alpha.get(workload, self.alpha["chat"])
+
+
+class DraftModelPrior(_Strict):
+    """Two-model drafting: acceptance grows with the drafter's size relative to the target."""
+
+    size_slope: float = Field(0.25, ge=0.0, le=2.0, description="d logit(alpha) / d ln(draft params / target params).")
+    reference_ratio: float = Field(0.1, gt=0.0, description="Size ratio at which the table's alpha applies.")
+    same_family_bonus: float = Field(0.0, description="Logit bonus when drafter and target are of one family.")
+
+
+class TreePrior(_Strict):
+    """Tree drafting: the chance that one of w siblings is right is 1 - (1 - alpha) * w^-gain."""
+
+    gain: float = Field(0.45, ge=0.0, le=1.0)
+
+
+class AcceptancePriors(_Strict):
+    methods: dict[str, MethodPrior]
+    draft_model: DraftModelPrior = Field(default_factory=DraftModelPrior)
+    tree: TreePrior = Field(default_factory=TreePrior)
+    max_alpha: float = Field(0.97, gt=0.0, lt=1.0)
+
+
+class StackFactors(_Strict):
+    """How fast a serving stack runs the model: launch-bound host overhead and achieved bandwidth/FLOPs."""
+
+    label: str = ""
+    bw_efficiency: float = Field(0.8, gt=0.0, le=1.0, description="Share of peak memory bandwidth achieved.")
+    flops_efficiency: float = Field(0.6, gt=0.0, le=1.0, description="Share of peak dense FLOPs achieved.")
+    layer_overhead_ms: float = Field(0.0, ge=0.0, description="Host (kernel launch) time per layer per forward.")
+    forward_overhead_ms: float = Field(0.0, ge=0.0, description="Fixed host time per forward pass.")
+    step_overhead_ms: float = Field(0.5, ge=0.0, description="Scheduler/sampling time per decoding step.")
+    spec_overhead_ms: float = Field(0.5, ge=0.0, description="Extra time per step when speculating.")
+    spec_overhead_per_token_ms: float = Field(
+        0.0, ge=0.0, description="Extra time per verified draft token (rejection sampling, tree masks)."
+    )
+    allreduce_latency_us: float = Field(10.0, ge=0.0, description="Latency of one tensor-parallel all-reduce.")
+    trees: bool = Field(False, description="Drafts token trees (steps/topk/num_draft_tokens).")
+    max_batch: int | None = Field(None, ge=1, description="Largest batch the stack serves (hf: 1).")
+    spec_max_running_requests: int | None = Field(
+        None, description="Running-request cap the stack imposes when speculation is on."
+    )
+    methods: list[str] | None = Field(
+        None, description="Methods this stack offers when its adapter is not installed (None: ask the adapter)."
+    )
+
+
+class MemoryRules(_Strict):
+    gpu_memory_utilization: float = Field(0.9, gt=0.1, le=1.0, description="Share of GPU memory the stack may use.")
+    activation_gb: float = Field(1.5, ge=0.0, description="Activations, CUDA graphs and workspace per GPU.")
+    activation_frac: float = Field(0.03, ge=0.0, le=0.5, description="Plus this share of GPU memory.")
+
+
+class Rules(_Strict):
+    min_speedup: float = Field(1.05, ge=1.0, description="Speculate only where the predicted speedup beats this.")
+    k_range: tuple[int, int] = (1, 8)
+    batch_curve: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
+    high_temperature: float = Field(0.7, ge=0.0)
+    gpu_counts: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    tp_max: int = Field(8, ge=1, description="Largest tensor-parallel group (one node).")
+    nvlink_gbs: float = Field(300.0, gt=0.0, description="All-reduce bandwidth per GPU over NVLink/xGMI.")
+    pcie_gbs: float = Field(20.0, gt=0.0, description="All-reduce bandwidth per GPU over PCIe.")
+    internode_gbs: float = Field(40.0, gt=0.0, description="Bandwidth per GPU between nodes (pipeline stages).")
+    memory: MemoryRules = Field(default_factory=MemoryRules)
+    unknown_drafter_params_b: float = Field(
+        0.5, gt=0.0, description="Size assumed for a draft model that is not in the catalog."
+    )
+    workload_aliases: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> Rules:
+        lo, hi = self.k_range
+        if not 1 <= lo <= hi <= 64:
+            raise ValueError("k_range must be [lo, hi] with 1 <= lo <= hi <= 64")
+        return self
+
+
+class Policy(_Strict):
+    version: int = 1
+    acceptance: AcceptancePriors
+    stacks: dict[str, StackFactors]
+    rules: Rules = Field(default_factory=Rules)
+    sources: dict[str, Any] = Field(default_factory=dict, description="Where the fitted numbers came from.")
+
+    def stack(self, name: str) -> StackFactors:
+        from specplug.errors import SpecplugError
+
+        if name not in self.stacks:
+            raise SpecplugError(f"The policy has no cost factors for stack '{name}'.", f"Known: {', '.join(self.stacks)}.")
+        return self.stacks[name]
+
+    def prior(self, method: str) -> MethodPrior:
+        from specplug.errors import SpecplugError
+
+        if method not in self.acceptance.methods:
+            raise SpecplugError(
+                f"The policy has no acceptance prior for method '{method}'.",
+                f"Known: {', '.join(self.acceptance.methods)}.",
+            )
+        return self.acceptance.methods[method]

@@ -1,0 +1,322 @@
+"""Render a plan for one stack: the launch spec, a launch script and files, stamped and written atomically.
+
+``specplug render STACK`` and :func:`render` share this code and parameter names. The flow is
+config/flags -> :func:`resolve_plan` (policy) -> adapter.render(plan) -> :class:`Rendered` (script + files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from specplug.adapter import Adapter, LaunchSpec, get_adapter
+from specplug.config import Config, HardwareSpec, SpeculationSpec, StackSpec
+from specplug.errors import SpecplugError
+from specplug.plan import Plan
+
+FORMATS = ("shell", "json", "yaml")
+
+
+class Rendered(BaseModel):
+    """What a render produced: the spec itself, the script text, stamped files and the inputs hash."""
+
+    spec: LaunchSpec
+    plan: Plan
+    script: str
+    files: dict[str, str] = Field(default_factory=dict, description="Stamped file contents, by relative path.")
+    inputs_hash: str
+    script_name: str
+    written: list[str] = Field(default_factory=list)
+
+    def launch_spec_dict(self) -> dict[str, Any]:
+        """The machine-readable form printed by ``--format json``: argv, env, files first."""
+        s = self.spec
+        return {
+            "argv": s.argv,
+            "env": s.env,
+            "files": self.files,
+            "env_from": s.env_from,
+            "env_passthrough": s.env_passthrough,
+            "stack": s.stack,
+            "stack_version": s.stack_version,
+            "health_url": s.health_url,
+            "metrics_url": s.metrics_url,
+            "base_url": s.base_url,
+            "notes": s.notes,
+            "inputs_hash": self.inputs_hash,
+        }
+
+
+# ---------------------------------------------------------------------------------------------- plan
+
+
+def build_config(
+    stack: str,
+    *,
+    config_path: str | None = None,
+    model: str | None = None,
+    gpu: str | None = None,
+    num_gpus: int | None = None,
+    method: str | None = None,
+    drafter: str | None = None,
+    num_speculative_tokens: int | None = None,
+    stack_version: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    extra_args: list[str] | tuple[str, ...] | None = None,
+) -> Config:
+    """specplug.yaml (``config_path``, else ./specplug.yaml, else defaults) with the flags laid on top."""
+    from specplug.commands._common import read_config
+
+    cfg, _ = read_config(config_path)
+    data = cfg.model_dump(mode="python")
+    if model is not None:
+        data["model"] = model
+    version = stack_version if stack_version is not None else (cfg.stack.version if cfg.stack.name == stack else None)
+    data["stack"] = StackSpec(name=stack, version=version)
+    if gpu is not None or num_gpus is not None:
+        hw = cfg.hardware_spec().model_dump()
+        if gpu is not None:
+            hw["gpu"] = gpu
+        if num_gpus is not None:
+            hw["num_gpus"] = num_gpus
+        data["hardware"] = HardwareSpec(**hw)
+    if method is not None or drafter is not None or num_speculative_tokens is not None:
+        base = cfg.speculation.model_dump() if isinstance(cfg.speculation, SpeculationSpec) else {}
+        if method is not None:
+            base = {"method": method} if method != base.get("method") else base
+        if "method" not in base:
+            raise SpecplugError(
+                "--drafter/-k need a technique to apply to.", "Add --method (ngram, draft_model, eagle3, ...)."
+            )
+        if drafter is not None:
+            base["drafter"] = drafter
+        if num_speculative_tokens is not None:
+            base["num_speculative_tokens"] = num_speculative_tokens
+        data["speculation"] = SpeculationSpec(**base)
+    serve = dict(data["serve"])
+    if host is not None:
+        serve["host"] = host
+    if port is not None:
+        serve["port"] = port
+    if extra_args:
+        serve["extra_args"] = [*serve.get("extra_args", []), *extra_args]
+    data["serve"] = serve
+    try:
+        return Config.model_validate(data)
+    except Exception as exc:  # pydantic ValidationError: flags produced an invalid combination
+        raise SpecplugError(f"Invalid options: {exc}") from None
+
+
+def _plan_from_config(cfg: Config, stack_version: str | None) -> Plan:
+    try:
+        from specplug.policy import plan_from_config
+    except ImportError as exc:
+        raise SpecplugError(
+            f"The policy engine is not available in this build ({exc}).",
+            "Reinstall specplug; meanwhile give an explicit technique in specplug.yaml's speculation: block.",
+        ) from None
+    return plan_from_config(cfg, stack_version=stack_version)
+
+
+def resolve_plan(cfg: Config, adapter: Adapter | None = None) -> Plan:
+    """The plan for ``cfg`` on its stack, rendered for the pinned version, else the installed one."""
+    adapter = adapter or get_adapter(cfg.stack.name)
+    if cfg.model is None:
+        raise SpecplugError("No model given.", "Pass --model NAME (alias, HF id or folder), or set model: in specplug.yaml.")
+    version, source = cfg.stack.version, "pinned"
+    if version is None:
+        version, source = adapter.installed_version(), "installed"
+    plan = _plan_from_config(cfg, version)
+    if plan.stack.name != adapter.name or plan.stack.version != version:
+        plan = plan.model_copy(
+            update={"stack": plan.stack.model_copy(update={"name": adapter.name, "version": version,
+                                                           "version_source": source if version else "unknown"})}
+        )
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------- text
+
+
+def inputs_hash(plan: Plan, fmt: str = "shell") -> str:
+    """sha256 (first 16 hex digits) of everything a render depends on: plan, versions, format."""
+    from specplug import __version__
+
+    blob = json.dumps(
+        {"plan": plan.model_dump(mode="json"), "specplug": __version__, "format": fmt}, sort_keys=True
+    ).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _quote(arg: str, files: dict[str, str]) -> str:
+    # A file the spec ships is referenced beside the script, wherever it is run from.
+    return f'"$HERE/{arg}"' if arg in files else shlex.quote(arg)
+
+
+def command_lines(argv: list[str], files: dict[str, str]) -> list[str]:
+    """argv as shell-quoted lines: the program and positionals first, then one flag (with values) a line."""
+    lines: list[str] = []
+    cur: list[str] = []
+    for a in argv:
+        if a.startswith("-") and len(a) > 1 and not a[1:2].isdigit() and cur:
+            lines.append(" ".join(cur))
+            cur = []
+        cur.append(_quote(a, files))
+    if cur:
+        lines.append(" ".join(cur))
+    return lines
+
+
+def env_lines(spec: LaunchSpec) -> list[str]:
+    out = [f"export {k}={shlex.quote(v)}" for k, v in spec.env.items()]
+    for target, source in spec.env_from.items():
+        out.append(f'export {target}="${{{source}:?set {source} to the value for {target}}}"')
+    return out
+
+
+def summary(plan: Plan) -> str:
+    s = plan.speculation
+    if not s.enabled:
+        return f"{plan.model.name}, no speculation"
+    parts = [s.method]
+    if s.drafter:
+        parts.append(f"drafter {s.drafter}")
+    parts.append(f"k={s.num_speculative_tokens}")
+    return f"{plan.model.name}, " + ", ".join(parts)
+
+
+def _stamp_file(adapter: Any, name: str, content: str, plan: Plan, digest: str) -> str:
+    from specplug import __version__
+    from specplug.templating import render_template
+
+    ext = name.rsplit(".", 1)[-1]
+    tmpl = adapter.template_name(plan.stack.version, ext) if hasattr(adapter, "template_name") else None
+    if tmpl is None:
+        return content
+    return render_template(
+        tmpl,
+        display_name=adapter.display_name,
+        stack_version=plan.stack.version,
+        specplug_version=__version__,
+        inputs_hash=digest,
+        summary=summary(plan),
+        body=content.rstrip("\n"),
+    )
+
+
+def script_text(adapter: Any, spec: LaunchSpec, plan: Plan, digest: str) -> str:
+    from specplug import __version__
+    from specplug.templating import render_template
+
+    tmpl = adapter.template_name(plan.stack.version) if hasattr(adapter, "template_name") else None
+    ctx = dict(
+        display_name=getattr(adapter, "display_name", spec.stack),
+        stack_version=plan.stack.version,
+        specplug_version=__version__,
+        inputs_hash=digest,
+        summary=summary(plan),
+        notes=[n.replace("\n", " ") for n in spec.notes],
+        passthrough=spec.env_passthrough,
+        uses_here=bool(spec.files),
+        env_lines=env_lines(spec),
+        command_lines=command_lines(spec.argv, spec.files),
+    )
+    return render_template(tmpl or "_launch.sh.j2", **ctx)
+
+
+# ---------------------------------------------------------------------------------------------- api
+
+
+def render_plan(plan: Plan, fmt: str = "shell") -> Rendered:
+    adapter = get_adapter(plan.stack.name)
+    spec = adapter.render(plan)
+    digest = inputs_hash(plan, fmt)
+    files = {name: _stamp_file(adapter, name, content, plan, digest) for name, content in spec.files.items()}
+    return Rendered(
+        spec=spec,
+        plan=plan,
+        script=script_text(adapter, spec, plan, digest),
+        files=files,
+        inputs_hash=digest,
+        script_name=f"launch-{plan.stack.name}.sh",
+    )
+
+
+def write_rendered(r: Rendered, output_dir: str | Path) -> list[str]:
+    """Write the script (executable) and files into ``output_dir`` atomically; returns the paths."""
+    from specplug.fileio import write_atomic
+
+    out = Path(output_dir)
+    written = [str(write_atomic(out / r.script_name, r.script, mode=0o755))]
+    for name, content in r.files.items():
+        target = (out / name).resolve()
+        if out.resolve() not in target.parents:
+            raise SpecplugError(f"Refusing to write {name!r} outside {out}.")
+        written.append(str(write_atomic(target, content)))
+    written.append(str(write_atomic(out / f"launch-{r.plan.stack.name}.json", json.dumps(r.launch_spec_dict(), indent=2) + "\n")))
+    r.written = written
+    return written
+
+
+def render(
+    stack: str,
+    *,
+    config_path: str | None = None,
+    model: str | None = None,
+    gpu: str | None = None,
+    num_gpus: int | None = None,
+    method: str | None = None,
+    drafter: str | None = None,
+    num_speculative_tokens: int | None = None,
+    stack_version: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    extra_args: list[str] | tuple[str, ...] | None = None,
+    output_dir: str | None = None,
+    format: str = "shell",
+    plan: Plan | None = None,
+) -> Rendered:
+    """Render STACK's launch for a config/flags (or an explicit ``plan``); write it when ``output_dir``."""
+    if format not in FORMATS:
+        raise SpecplugError(f"Unknown format '{format}'.", f"Use one of: {', '.join(FORMATS)}.")
+    if plan is None:
+        cfg = build_config(
+            stack,
+            config_path=config_path,
+            model=model,
+            gpu=gpu,
+            num_gpus=num_gpus,
+            method=method,
+            drafter=drafter,
+            num_speculative_tokens=num_speculative_tokens,
+            stack_version=stack_version,
+            host=host,
+            port=port,
+            extra_args=extra_args,
+        )
+        plan = resolve_plan(cfg)
+    elif plan.stack.name != stack:
+        plan = plan.model_copy(update={"stack": plan.stack.model_copy(update={"name": stack})})
+    r = render_plan(plan, format)
+    if output_dir:
+        write_rendered(r, output_dir)
+    return r
+
+
+class _CallableModule(types.ModuleType):
+    """``specplug.render`` is both this module and the API function: once the submodule is imported, Python
+    binds the attribute ``specplug.render`` to the module, so calling it must still render."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Rendered:
+        return render(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,131 @@
+"""The embedded OpenAI-compatible server: ``python -m specplug.runtime.server --model smollm2-135m``.
+
+``specplug launch embedded`` (and the ``--fallback embedded`` path of any stack) starts this module through
+the shared launcher. It binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key`` (better: the
+``SPECPLUG_API_KEY`` environment variable, which stays out of ``ps``) protects every route but ``/health``.
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both stream with ``"stream": true``),
+``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text, vLLM's metric names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+API_KEY_ENV = "SPECPLUG_API_KEY"
+METHODS = ("none", "ngram", "draft_model")
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {v}")
+    return v
+
+
+def _port(text: str) -> int:
+    v = _positive(text)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"ports go up to 65535, got {v}")
+    return v
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m specplug.runtime.server",
+        description="OpenAI-compatible server over specplug's embedded speculative-decoding runtime.",
+    )
+    m = p.add_argument_group("model and speculation")
+    m.add_argument("--model", required=True, help="Packaged model name (smollm2-135m), or a local model folder.")
+    m.add_argument("--served-model-name", default=None, help="Name clients send as 'model' (default: --model).")
+    m.add_argument("--method", choices=METHODS, default="ngram", help="Speculation technique (default ngram).")
+    m.add_argument("--drafter", default=None, help="Draft model for --method draft_model (default: the model's own).")
+    m.add_argument("-k", "--num-speculative-tokens", type=_positive, default=4, help="Draft length k (default 4).")
+    m.add_argument("--prompt-lookup-min", type=_positive, default=None, help="Shortest n-gram to match.")
+    m.add_argument("--prompt-lookup-max", type=_positive, default=None, help="Longest n-gram to match.")
+    m.add_argument("--device", default="auto", help="auto, cpu or cuda[:N].")
+    m.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16.")
+    m.add_argument("--threads", type=_positive, default=None, help="CPU threads for PyTorch (default: its own).")
+    s = p.add_argument_group("serving")
+    s.add_argument("--host", default="127.0.0.1", help="Bind address (default 127.0.0.1: this machine only).")
+    s.add_argument("--port", type=_port, default=8000)
+    s.add_argument("--api-key", default=None, help=f"Require this bearer key (prefer the {API_KEY_ENV} variable).")
+    s.add_argument("--max-batch-size", type=_positive, default=16, help="Requests decoded together (default 16).")
+    s.add_argument("--max-queue", type=_positive, default=256, help="Waiting requests before 503 (default 256).")
+    s.add_argument("--max-model-len", type=_positive, default=None, help="Prompt + output tokens (default: model's).")
+    s.add_argument("--max-prompt-tokens", type=_positive, default=None, help="Longest prompt accepted.")
+    s.add_argument("--max-tokens-limit", type=_positive, default=2048, help="Largest max_tokens accepted.")
+    s.add_argument("--default-max-tokens", type=_positive, default=256, help="max_tokens when a chat omits it.")
+    s.add_argument("--max-body-bytes", type=_positive, default=1 << 20, help="Largest request body (default 1 MiB).")
+    s.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("specplug.server")
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if args.prompt_lookup_min and args.prompt_lookup_max and args.prompt_lookup_min > args.prompt_lookup_max:
+        print("error: --prompt-lookup-min must not exceed --prompt-lookup-max", file=sys.stderr)
+        return 2
+
+    try:
+        import uvicorn
+
+        from specplug.errors import SpecplugError
+        from specplug.runtime.serving.app import ServerSettings, build_app
+        from specplug.runtime.serving.backend import load_backend
+        from specplug.runtime.serving.metrics import ServerMetrics
+        from specplug.runtime.serving.scheduler import Scheduler
+    except ImportError as exc:
+        print(f"error: the embedded server needs specplug[runtime] ({exc}); pip install 'specplug[runtime]'", file=sys.stderr)
+        return 1
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    log.info("loading %s (method %s, k=%d)", args.model, args.method, args.num_speculative_tokens)
+    try:
+        backend, tokenizer, model_info = load_backend(args)
+    except SpecplugError as exc:
+        print(f"error: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return 1
+
+    name = args.served_model_name or args.model
+    max_model_len = min(args.max_model_len or model_info["max_model_len"], model_info["max_model_len"])
+    settings = ServerSettings(
+        model_name=name,
+        aliases=[a for a in (args.model,) if a != name],
+        max_model_len=max_model_len,
+        api_key=api_key,
+        max_prompt_tokens=min(args.max_prompt_tokens or max_model_len - 1, max_model_len - 1),
+        max_tokens_limit=args.max_tokens_limit,
+        default_max_tokens=args.default_max_tokens,
+        max_body_bytes=args.max_body_bytes,
+        info=model_info,
+    )
+    metrics = ServerMetrics(name, max_positions=max(args.num_speculative_tokens, 1))
+    scheduler = Scheduler(backend, tokenizer, metrics, max_waiting=args.max_queue)
+    app = build_app(scheduler, tokenizer, settings, metrics)
+    log.info(
+        "serving %s on http://%s:%d/v1 (speculation: %s; batch %d, queue %d%s)",
+        name, args.host, args.port, model_info.get("speculation", args.method), args.max_batch_size, args.max_queue,
+        ", API key required" if api_key else "",
+    )
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        log.warning("listening on %s without an API key: anyone who can reach this port can use the model", args.host)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

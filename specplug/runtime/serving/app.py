@@ -1,0 +1,524 @@
+"""The FastAPI application: OpenAI-compatible routes over a :class:`~.scheduler.Scheduler`.
+
+Every failure a client can cause is a 4xx JSON body in OpenAI's error shape; the ASGI layers below the
+routes (body size, API key) answer in the same shape, and a catch-all turns a bug of ours into a 500 body
+rather than a dropped connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from specplug.runtime.serving.metrics import ServerMetrics
+from specplug.runtime.serving.scheduler import QueueFull, RequestHandle, SamplingParams, Scheduler
+from specplug.runtime.serving.schemas import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelList,
+    UnsupportedParameter,
+    error_body,
+)
+
+log = logging.getLogger("specplug.server")
+
+OPEN_PATHS = frozenset({"/health"})  # reachable without the API key (load balancers, specplug's health wait)
+DISCONNECT_POLL_S = 0.25
+
+
+@dataclass
+class ServerSettings:
+    model_name: str
+    max_model_len: int
+    aliases: list[str] = field(default_factory=list)
+    api_key: str | None = field(default=None, repr=False)  # never printed
+    max_prompt_tokens: int = 4096
+    max_tokens_limit: int = 1024
+    default_max_tokens: int = 256
+    max_body_bytes: int = 1 << 20
+    info: dict[str, Any] = field(default_factory=dict)  # speculation settings shown on /v1/models and /health
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+    def response(self) -> JSONResponse:
+        headers = {"Retry-After": "1"} if self.status == 503 else None
+        return JSONResponse(error_body(self.message, self.type, self.param, self.code), self.status, headers=headers)
+
+
+def _error_json(status: int, message: str, type_: str, code: str | None = None) -> tuple[dict, bytes]:
+    body = json.dumps(error_body(message, type_, None, code)).encode()
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    }
+    return start, body
+
+
+class GuardMiddleware:
+    """API key on every route but /health, and a hard cap on body size (counted, not trusted from headers)."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], settings: ServerSettings, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        key = self.settings.api_key
+        if key and scope.get("path") not in OPEN_PATHS:
+            given = _bearer(scope)
+            if given is None or not hmac.compare_digest(given.encode(), key.encode()):
+                self.metrics.requests_rejected.inc(reason="auth")
+                msg = (
+                    "Incorrect API key provided."
+                    if given is not None
+                    else "No API key provided: send 'Authorization: Bearer YOUR_KEY'."
+                )
+                await _send_error(send, 401, msg, "invalid_request_error", "invalid_api_key")
+                return
+        limit = self.settings.max_body_bytes
+        declared = _header(scope, b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > limit
+            except ValueError:
+                await _send_error(send, 400, "Content-Length is not a number.", "invalid_request_error")
+                return
+            if too_big:
+                self.metrics.requests_rejected.inc(reason="body_too_large")
+                await _send_error(send, 413, f"Request body is larger than {limit} bytes.", "invalid_request_error", "request_too_large")
+                return
+
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            # Read the body here, bounded, so chunked uploads without Content-Length are capped too; the
+            # app then reads it from memory, and later receive() calls still report a disconnect.
+            chunks: list[bytes] = []
+            seen = 0
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                seen += len(chunk)
+                if seen > limit:
+                    self.metrics.requests_rejected.inc(reason="body_too_large")
+                    await _send_error(send, 413, f"Request body is larger than {limit} bytes.", "invalid_request_error", "request_too_large")
+                    return
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+            replay: list[dict] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+            async def replay_receive() -> dict:
+                if replay:
+                    return replay.pop()
+                return await receive()
+
+            await self.app(scope, replay_receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+
+
+async def _send_error(send: Callable, status: int, message: str, type_: str, code: str | None = None) -> None:
+    start, body = _error_json(status, message, type_, code)
+    await send(start)
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: dict, name: bytes) -> str | None:
+    for k, v in scope.get("headers", []):
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+def _bearer(scope: dict) -> str | None:
+    value = _header(scope, b"authorization")
+    if value is not None and value[:7].lower() == "bearer ":
+        return value[7:].strip()
+    alt = _header(scope, b"x-api-key")
+    return alt.strip() if alt is not None else None
+
+
+def _validation_error(exc: RequestValidationError) -> ApiError:
+    errors = exc.errors()
+    if not errors:
+        return ApiError(400, "Invalid request body.")
+    err = errors[0]
+    loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    etype = err.get("type", "")
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, UnsupportedParameter):
+        return ApiError(400, cause.message, param=cause.param, code="unsupported_parameter")
+    if etype == "json_invalid":
+        return ApiError(400, "The request body is not valid JSON: " + str(err.get("msg", "")) + ".", code="invalid_json")
+    if etype == "extra_forbidden":
+        return ApiError(400, f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter")
+    if etype == "missing" and not loc:
+        return ApiError(400, "A JSON request body is required.", code="missing_body")
+    if etype == "missing":
+        return ApiError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+    msg = str(err.get("msg", "invalid value"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    where = f"'{param}'" if param else "The request body"
+    return ApiError(400, f"Invalid value for {where}: {msg}.", param=param, code="invalid_value")
+
+
+def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, metrics: ServerMetrics) -> FastAPI:
+    """The ASGI app; ``scheduler`` must be started by the caller (the lifespan stops it)."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        scheduler.start()
+        yield
+        scheduler.stop()
+
+    app = FastAPI(
+        title="specplug embedded server",
+        summary="OpenAI-compatible completions over specplug's speculative-decoding runtime.",
+        version=_version(),
+        lifespan=lifespan,
+    )
+    names = {settings.model_name, *settings.aliases}
+    created = int(time.time())
+    vocab_size = _vocab_size(tokenizer)
+    errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
+              413: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        if exc.status in (400, 404):
+            metrics.requests_rejected.inc(reason="invalid_request")
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        metrics.requests_rejected.inc(reason="invalid_request")
+        return _validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        message = f"{request.method} {request.url.path} is not a route of this server." if exc.status_code in (404, 405) else str(exc.detail)
+        return ApiError(exc.status_code, message, code=code).response()
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return ApiError(500, f"Internal server error ({type(exc).__name__}); this is a bug in specplug.", "server_error").response()
+
+    # -------------------------------------------------------------------- helpers
+
+    def check_model(name: str) -> None:
+        if name not in names:
+            raise ApiError(
+                404,
+                f"The model '{name[:200]}' does not exist on this server; it serves '{settings.model_name}'.",
+                param="model",
+                code="model_not_found",
+            )
+
+    def sampling_from(req: CompletionRequest | ChatCompletionRequest) -> SamplingParams:
+        temperature = 1.0 if req.temperature is None else float(req.temperature)
+        top_k = 0 if req.top_k in (None, -1) else int(req.top_k)
+        if vocab_size and top_k >= vocab_size:
+            top_k = 0  # keeping every token is the same as no top-k
+        return SamplingParams(
+            temperature=temperature,
+            top_p=1.0 if req.top_p is None else float(req.top_p),
+            top_k=top_k,
+            seed=None if req.seed is None else int(req.seed) % (2**64),
+        )
+
+    def budget(prompt_len: int, requested: int | None) -> int:
+        if prompt_len > settings.max_prompt_tokens:
+            raise ApiError(
+                400,
+                f"The prompt is {prompt_len} tokens; this server accepts at most {settings.max_prompt_tokens} (--max-prompt-tokens).",
+                param="prompt",
+                code="context_length_exceeded",
+            )
+        room = settings.max_model_len - prompt_len
+        if requested is not None:
+            if requested > settings.max_tokens_limit:
+                raise ApiError(
+                    400,
+                    f"max_tokens is {requested}; this server allows at most {settings.max_tokens_limit} (--max-tokens-limit).",
+                    param="max_tokens",
+                    code="invalid_value",
+                )
+            if requested > room:
+                raise ApiError(
+                    400,
+                    f"This model's maximum context length is {settings.max_model_len} tokens. However, you requested "
+                    f"{prompt_len + requested} tokens ({prompt_len} in the prompt, {requested} for the completion).",
+                    param="max_tokens",
+                    code="context_length_exceeded",
+                )
+            return requested
+        if room < 1:
+            raise ApiError(400, f"The prompt fills the model's context ({settings.max_model_len} tokens).", param="prompt", code="context_length_exceeded")
+        return min(settings.default_max_tokens, settings.max_tokens_limit, room)
+
+    async def encode(text: str) -> list[int]:
+        # Long texts tokenize off the event loop so other requests keep streaming meanwhile.
+        if len(text) > 20_000:
+            return await asyncio.to_thread(_encode, tokenizer, text)
+        return _encode(tokenizer, text)
+
+    def submit(prompt_ids: list[int], max_tokens: int, sampling: SamplingParams, stop: list[str]) -> RequestHandle:
+        if not scheduler.healthy:
+            raise ApiError(503, "The engine failed and the server cannot decode; restart it.", "server_error", code="engine_dead")
+        try:
+            return scheduler.submit(prompt_ids, max_tokens, sampling, stop)
+        except QueueFull as exc:
+            metrics.requests_rejected.inc(reason="queue_full")
+            raise ApiError(503, f"The server is at capacity: {exc} Retry shortly.", "server_overloaded", code="queue_full") from None
+
+    # -------------------------------------------------------------------- routes
+
+    @app.get("/health", summary="Liveness: 200 while the engine can decode.")
+    async def health() -> JSONResponse:
+        ok = scheduler.healthy
+        body = {"status": "ok" if ok else "engine_failed", "model": settings.model_name,
+                "running": scheduler.num_running, "waiting": scheduler.num_waiting}
+        return JSONResponse(body, 200 if ok else 503)
+
+    @app.get("/version")
+    async def version() -> dict:
+        return {"version": _version()}
+
+    @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (vLLM names).")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models", response_model=ModelList, responses=errors)
+    async def models() -> dict:
+        return {
+            "object": "list",
+            "data": [
+                {"id": n, "object": "model", "created": created, "owned_by": "specplug", "max_model_len": settings.max_model_len}
+                for n in [settings.model_name, *settings.aliases]
+            ],
+        }
+
+    @app.post("/v1/completions", responses={200: {"model": CompletionResponse}, **errors})
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        check_model(body.model)
+        prompt = body.prompt_text_or_ids()
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ApiError(400, "prompt must not be empty.", param="prompt", code="invalid_value")
+            ids = await encode(prompt)
+        else:
+            bad = next((t for t in prompt if t < 0 or (vocab_size and t >= vocab_size)), None)
+            if bad is not None:
+                raise ApiError(400, f"Token id {bad} is outside the vocabulary (0..{vocab_size - 1}).", param="prompt", code="invalid_value")
+            ids = prompt
+        if not ids:
+            raise ApiError(400, "prompt must not be empty.", param="prompt", code="invalid_value")
+        max_tokens = budget(len(ids), body.max_tokens if body.max_tokens is not None else min(16, settings.max_tokens_limit))
+        if body.max_tokens is None:
+            max_tokens = min(max_tokens, max(1, settings.max_model_len - len(ids)))
+        echo = (prompt if isinstance(prompt, str) else tokenizer.decode(ids)) if body.echo else ""
+        handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
+        rid = "cmpl-" + uuid.uuid4().hex
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        if body.stream:
+            return _sse(_completion_stream(handle, rid, body.model, echo, include_usage))
+        text, reason = await _collect(handle, request)
+        if text is None:
+            return Response(status_code=499)
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.model,
+                "choices": [{"index": 0, "text": echo + text, "logprobs": None, "finish_reason": reason}],
+                "usage": _usage(handle),
+            }
+        )
+
+    @app.post("/v1/chat/completions", responses={200: {"model": ChatCompletionResponse}, **errors})
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        check_model(body.model)
+        if not getattr(tokenizer, "chat_template", None):
+            raise ApiError(400, f"The model '{settings.model_name}' has no chat template; use /v1/completions.", code="no_chat_template")
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        try:
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as exc:  # a template may refuse an ordering of roles
+            raise ApiError(400, f"The chat template refused these messages: {exc}", param="messages", code="invalid_value") from None
+        ids = await encode(text) if len(text) else []
+        max_tokens = budget(len(ids), body.requested_max_tokens())
+        handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
+        rid = "chatcmpl-" + uuid.uuid4().hex
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        if body.stream:
+            return _sse(_chat_stream(handle, rid, body.model, include_usage))
+        out, reason = await _collect(handle, request)
+        if out is None:
+            return Response(status_code=499)
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": out}, "logprobs": None, "finish_reason": reason}],
+                "usage": _usage(handle),
+            }
+        )
+
+    app.add_middleware(GuardMiddleware, settings=settings, metrics=metrics)
+    return app
+
+
+# ------------------------------------------------------------------------------------ request helpers
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _vocab_size(tokenizer: Any) -> int:
+    try:
+        return len(tokenizer)
+    except TypeError:
+        return int(getattr(tokenizer, "vocab_size", 0) or 0)
+
+
+def _usage(handle: RequestHandle) -> dict:
+    return {
+        "prompt_tokens": handle.num_prompt_tokens,
+        "completion_tokens": handle.num_generated,
+        "total_tokens": handle.num_prompt_tokens + handle.num_generated,
+    }
+
+
+async def _collect(handle: RequestHandle, request: Request) -> tuple[str | None, str | None]:
+    """All of a request's text, or (None, None) if the client went away (the request is then cancelled)."""
+    parts: list[str] = []
+    reason: str | None = None
+
+    async def gather() -> None:
+        nonlocal reason
+        async for ev in handle.events():
+            if ev.error:
+                raise ApiError(500, ev.error, "server_error", code="engine_error")
+            parts.append(ev.text)
+            if ev.finished:
+                reason = ev.finish_reason
+
+    task = asyncio.create_task(gather())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                task.result()
+                return "".join(parts), reason
+            if await request.is_disconnected():
+                handle.cancel()
+                task.cancel()
+                return None, None
+    except asyncio.CancelledError:
+        handle.cancel()
+        task.cancel()
+        raise
+
+
+def _sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _completion_stream(handle: RequestHandle, rid: str, model: str, echo: str, include_usage: bool) -> AsyncIterator[dict]:
+    created = int(time.time())
+
+    def chunk(text: str, reason: str | None) -> dict:
+        return {"id": rid, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]}
+
+    try:
+        if echo:
+            yield chunk(echo, None)
+        async for ev in handle.events():
+            if ev.error:
+                yield {"error": error_body(ev.error, "server_error", None, "engine_error")["error"]}
+                return
+            if ev.text or ev.finished:
+                c = chunk(ev.text, ev.finish_reason if ev.finished else None)
+                if ev.finished and not include_usage:
+                    c["usage"] = _usage(handle)  # usage on the last chunk even when not asked for
+                yield c
+        if include_usage:
+            yield {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [], "usage": _usage(handle)}
+    finally:
+        handle.cancel()  # no-op once finished; stops decoding when the client went away mid-stream
+
+
+async def _chat_stream(handle: RequestHandle, rid: str, model: str, include_usage: bool) -> AsyncIterator[dict]:
+    created = int(time.time())
+
+    def chunk(delta: dict, reason: str | None) -> dict:
+        return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+
+    try:
+        yield chunk({"role": "assistant", "content": ""}, None)
+        async for ev in handle.events():
+            if ev.error:
+                yield {"error": error_body(ev.error, "server_error", None, "engine_error")["error"]}
+                return
+            if ev.text:
+                yield chunk({"content": ev.text}, None)
+            if ev.finished:
+                c = chunk({}, ev.finish_reason)
+                if not include_usage:
+                    c["usage"] = _usage(handle)
+                yield c
+        if include_usage:
+            yield {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": _usage(handle)}
+    finally:
+        handle.cancel()
+
+
+def _version() -> str:
+    try:
+        from specplug import __version__
+
+        return __version__
+    except Exception:  # pragma: no cover - the package is always importable when the server runs
+        return "unknown"

@@ -1,0 +1,332 @@
+"""Continuous batching for the embedded server: a bounded queue in front of one engine thread.
+
+The event loop never runs the model. Requests are queued (bounded; a full queue is refused at once so the
+server answers 503 instead of letting latency grow without limit); one engine thread admits waiting requests
+into the running batch *between* decode steps, runs one batched speculative step for everything running,
+turns new tokens into text (with stop strings) and posts the deltas to each request's asyncio queue. A client
+that goes away cancels its request, which leaves the batch before the next step.
+
+The model-facing part is the small :class:`Backend` protocol, so the scheduler is independent of how the
+runtime spells its decode loop; :mod:`specplug.runtime.serving.backend` adapts the embedded engine to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from specplug.runtime.serving.metrics import ServerMetrics
+
+log = logging.getLogger("specplug.server")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class StepOutput:
+    """What one batched step produced for one request."""
+
+    rid: str
+    new_token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" (EOS) or "length"
+    # One (drafted, accepted) pair per draft verified this step, for the spec-decode counters.
+    drafts: list[tuple[int, int]] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    """A batched decoder the scheduler drives from its one thread (never concurrently)."""
+
+    max_batch_size: int
+
+    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams) -> None:
+        """Join the running batch (prefill may happen here or in the next step)."""
+
+    def step(self) -> list[StepOutput]:
+        """One decode step over every running request; finished requests leave the batch by themselves."""
+
+    def remove(self, rid: str) -> None:
+        """Drop a request from the batch (cancelled, or a stop string matched); unknown ids are ignored."""
+
+
+class QueueFull(Exception):
+    """The waiting queue is at its bound; the server answers 503."""
+
+
+@dataclass
+class Event:
+    text: str = ""
+    num_new_tokens: int = 0
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class _TextState:
+    """Generated ids -> text, holding back what could still turn out to be the start of a stop string."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stop = list(stop)
+        self.holdback = max((len(s) for s in self.stop), default=1) - 1
+        self.ids: list[int] = []
+        self.emitted = 0  # characters of the decoded text already sent
+        self.text = ""
+
+    def push(self, new_ids: list[int], final: bool) -> tuple[str, bool]:
+        """Add tokens; return (text to send now, whether a stop string ended the output)."""
+        self.ids.extend(new_ids)
+        # Full decode keeps the text byte-identical to decoding the whole output at once (BPE merges
+        # across token boundaries); it costs microseconds at these lengths.
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        stopped = False
+        if self.stop:
+            start = max(0, self.emitted - self.holdback)
+            hits = [i for i in (text.find(s, start) for s in self.stop) if i >= 0]
+            if hits:
+                text = text[: min(hits)]
+                stopped = True
+        self.text = text
+        if stopped or final:
+            end = len(text)
+        else:
+            end = len(text) - self.holdback if self.stop else len(text)
+            if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its next byte
+                end = min(end, len(text) - 1)
+        if end <= self.emitted:
+            return "", stopped
+        delta = text[self.emitted : end]
+        self.emitted = end
+        return delta, stopped
+
+
+class RequestHandle:
+    """The event-loop side of one request: an async stream of :class:`Event` and a cancel switch."""
+
+    def __init__(self, scheduler: Scheduler, rid: str, num_prompt_tokens: int) -> None:
+        self.scheduler = scheduler
+        self.rid = rid
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_generated = 0
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.done = False
+
+    async def events(self) -> AsyncIterator[Event]:
+        while True:
+            ev = await self.queue.get()
+            self.num_generated += ev.num_new_tokens
+            yield ev
+            if ev.finished or ev.error:
+                self.done = True
+                return
+
+    def cancel(self) -> None:
+        if not self.done:
+            self.done = True
+            self.scheduler.cancel(self.rid)
+
+
+@dataclass
+class _Live:
+    rid: str
+    prompt_ids: list[int]
+    max_tokens: int
+    sampling: SamplingParams
+    text: _TextState
+    loop: asyncio.AbstractEventLoop
+    handle: RequestHandle
+    arrived: float
+    first_token_at: float | None = None
+    generated: int = 0
+
+
+def _post(live: _Live, ev: Event) -> None:
+    # RuntimeError: the request's event loop is gone (server shutting down): nobody left to tell.
+    with contextlib.suppress(RuntimeError):
+        live.loop.call_soon_threadsafe(live.handle.queue.put_nowait, ev)
+
+
+class Scheduler:
+    """Bounded queue + one engine thread doing continuous batching over a :class:`Backend`."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        tokenizer: Any,
+        metrics: ServerMetrics,
+        max_waiting: int = 256,
+    ) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.max_waiting = max_waiting
+        self._cond = threading.Condition()
+        self._waiting: deque[_Live] = deque()
+        self._running: dict[str, _Live] = {}
+        self._cancelled: set[str] = set()
+        self._ids = itertools.count()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.healthy = True
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ event-loop side
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="specplug-engine", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def submit(self, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams, stop: Sequence[str]) -> RequestHandle:
+        """Queue a request; raises :class:`QueueFull` when the waiting queue is at its bound."""
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            if len(self._waiting) >= self.max_waiting:
+                raise QueueFull(f"{len(self._waiting)} requests are already waiting (bound {self.max_waiting}).")
+            rid = f"r{next(self._ids)}"
+            handle = RequestHandle(self, rid, len(prompt_ids))
+            self._waiting.append(
+                _Live(rid, list(prompt_ids), max_tokens, sampling, _TextState(self.tokenizer, stop), loop, handle, time.monotonic())
+            )
+            self.metrics.num_waiting.set(len(self._waiting))
+            self._cond.notify_all()
+        return handle
+
+    def cancel(self, rid: str) -> None:
+        with self._cond:
+            for live in self._waiting:
+                if live.rid == rid:
+                    self._waiting.remove(live)
+                    self.metrics.num_waiting.set(len(self._waiting))
+                    self.metrics.requests_cancelled.inc()
+                    return
+            if rid in self._running:
+                self._cancelled.add(rid)
+                self._cond.notify_all()
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._waiting and not self._running and not self._cancelled:
+                    self._cond.wait()
+                if self._stopping:
+                    self._fail_all("The server is shutting down.")
+                    return
+                cancelled, self._cancelled = self._cancelled, set()
+                admit: list[_Live] = []
+                while self._waiting and len(self._running) + len(admit) < self.backend.max_batch_size:
+                    admit.append(self._waiting.popleft())
+                for live in admit:
+                    self._running[live.rid] = live
+                self.metrics.num_waiting.set(len(self._waiting))
+            try:
+                for rid in cancelled:
+                    if self._running.pop(rid, None) is not None:
+                        self.backend.remove(rid)
+                        self.metrics.requests_cancelled.inc()
+                for live in admit:
+                    self.backend.add(live.rid, live.prompt_ids, live.max_tokens, live.sampling)
+                    self.metrics.prompt_tokens.inc(len(live.prompt_ids))
+                    self.metrics.prompt_len.observe(len(live.prompt_ids))
+                self.metrics.num_running.set(len(self._running))
+                if not self._running:
+                    continue
+                outputs = self.backend.step()
+                self.metrics.engine_steps.inc()
+                for out in outputs:
+                    self._deliver(out)
+            except Exception as exc:  # an engine failure must fail the requests, not hang them
+                log.exception("engine step failed")
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                with self._cond:
+                    self._fail_all(f"The engine failed: {self.last_error}")
+                self._reset_backend()
+
+    def _deliver(self, out: StepOutput) -> None:
+        live = self._running.get(out.rid)
+        if live is None:  # cancelled while the step ran
+            return
+        for drafted, accepted in out.drafts:
+            self.metrics.record_draft(drafted, accepted)
+        new_ids = out.new_token_ids
+        finished, reason = out.finished, out.finish_reason
+        room = live.max_tokens - live.generated
+        if len(new_ids) >= room:  # a speculative step can overshoot max_tokens; cut it here
+            if len(new_ids) > room or not finished:
+                reason = "length"
+            new_ids, finished = new_ids[:room], True
+        now = time.monotonic()
+        if new_ids and live.first_token_at is None:
+            live.first_token_at = now
+            self.metrics.ttft.observe(now - live.arrived)
+        live.generated += len(new_ids)
+        self.metrics.generation_tokens.inc(len(new_ids))
+        delta, stopped = live.text.push(new_ids, final=finished)
+        if stopped:
+            finished, reason = True, "stop"
+        if finished:
+            self._running.pop(out.rid, None)
+            if not out.finished:
+                self.backend.remove(out.rid)
+            self._finish_metrics(live, now, reason or "stop")
+        ev = Event(text=delta, num_new_tokens=len(new_ids), finished=finished, finish_reason=(reason or "stop") if finished else None)
+        if delta or finished or new_ids:
+            _post(live, ev)
+
+    def _finish_metrics(self, live: _Live, now: float, reason: str) -> None:
+        m = self.metrics
+        m.request_success.inc(finished_reason=reason)
+        m.e2e_latency.observe(now - live.arrived)
+        m.generation_len.observe(live.generated)
+        if live.first_token_at is not None and live.generated > 1:
+            m.tpot.observe((now - live.first_token_at) / (live.generated - 1))
+
+    def _fail_all(self, message: str) -> None:
+        for live in list(self._running.values()) + list(self._waiting):
+            _post(live, Event(error=message, finished=True))
+        self._running.clear()
+        self._waiting.clear()
+
+    def _reset_backend(self) -> None:
+        reset = getattr(self.backend, "reset", None)
+        try:
+            if reset is not None:
+                reset()
+        except Exception:  # the engine is unusable: say so on /health
+            log.exception("engine reset failed")
+            self.healthy = False

@@ -1,0 +1,265 @@
+"""Request and response bodies of the OpenAI-compatible API, and OpenAI's error shape.
+
+Requests are strict: integers must be JSON integers (not ``true`` or ``"5"``), numbers are range-checked,
+and an argument this server does not know is refused with OpenAI's own wording ("Unrecognized request
+argument supplied"). Arguments OpenAI clients commonly send at their neutral value (``n: 1``,
+``presence_penalty: 0``, ``logprobs: null``...) are accepted; any other value is a 400 that says it is not
+supported, rather than being silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictStr, model_validator
+
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+
+# Hard ceilings that hold whatever the server's configured limits are (those are checked per request).
+MAX_TOKENS_CEILING = 1 << 20
+MAX_STOP_SEQUENCES = 8
+MAX_STOP_LENGTH = 256
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
+class UnsupportedParameter(ValueError):
+    """A known OpenAI argument at a value this server cannot honour."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.message = message
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: StrictBool | None = None
+    continuous_usage_stats: StrictBool | None = None
+
+
+class _Sampling(BaseModel):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr = Field(min_length=1, max_length=512, description="Served model name (see GET /v1/models).")
+    max_tokens: Int | None = Field(None, ge=1, le=MAX_TOKENS_CEILING, description="Tokens to generate at most.")
+    temperature: Float | None = Field(None, ge=0.0, le=2.0, description="0 is greedy. Default 1.")
+    top_p: Float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass. Default 1.")
+    top_k: Int | None = Field(None, ge=-1, le=MAX_TOKENS_CEILING, description="Keep the k likeliest; 0 or -1: off.")
+    stop: StrictStr | list[StrictStr] | None = Field(None, description="Up to 8 strings that end the output.")
+    seed: Int | None = Field(None, ge=SEED_MIN, le=SEED_MAX, description="Makes sampling reproducible.")
+    stream: StrictBool | None = False
+    stream_options: StreamOptions | None = None
+    n: Int | None = Field(None, ge=1, le=128, description="Only 1 is supported.")
+    user: StrictStr | None = Field(None, max_length=512)
+    # Accepted only at their neutral values (checked below), because clients send them by default.
+    presence_penalty: Float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: Float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[StrictStr, Float] | None = None
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @model_validator(mode="after")
+    def _check_common(self) -> _Sampling:
+        stops = self.stop_list()
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise UnsupportedParameter("stop", f"At most {MAX_STOP_SEQUENCES} stop sequences are supported, got {len(stops)}.")
+        for s in stops:
+            if not s or len(s) > MAX_STOP_LENGTH:
+                raise UnsupportedParameter("stop", f"Each stop sequence must be 1 to {MAX_STOP_LENGTH} characters long.")
+        if self.n not in (None, 1):
+            raise UnsupportedParameter("n", "n > 1 is not supported by the embedded server; send one request per completion.")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0, 0.0):
+                raise UnsupportedParameter(name, f"{name} is not supported by the embedded server; omit it or send 0.")
+        if self.logit_bias:
+            raise UnsupportedParameter("logit_bias", "logit_bias is not supported by the embedded server; omit it.")
+        return self
+
+
+class CompletionRequest(_Sampling):
+    """POST /v1/completions."""
+
+    prompt: StrictStr | list[StrictStr] | list[Int] | list[list[Int]] = Field(
+        description="Text, or token ids; one prompt per request."
+    )
+    echo: StrictBool | None = False
+    logprobs: Int | None = Field(None, ge=0, le=20, description="Not supported; omit it.")
+    best_of: Int | None = Field(None, ge=1, le=128, description="Only 1 is supported.")
+    suffix: StrictStr | None = Field(None, description="Not supported; omit it.")
+
+    @model_validator(mode="after")
+    def _check_completion(self) -> CompletionRequest:
+        p = self.prompt
+        if isinstance(p, list):
+            if len(p) == 0:
+                raise UnsupportedParameter("prompt", "prompt must not be empty.")
+            if isinstance(p[0], str | list) and len(p) != 1:
+                raise UnsupportedParameter(
+                    "prompt", "Only one prompt per request is supported by the embedded server; send several requests."
+                )
+            if isinstance(p[0], list) and len(p[0]) == 0:
+                raise UnsupportedParameter("prompt", "prompt must not be empty.")
+        if self.logprobs is not None:
+            raise UnsupportedParameter("logprobs", "logprobs are not supported by the embedded server; omit the field.")
+        if self.best_of not in (None, 1):
+            raise UnsupportedParameter("best_of", "best_of > 1 is not supported by the embedded server.")
+        if self.suffix:
+            raise UnsupportedParameter("suffix", "suffix (insertion) is not supported by the embedded server.")
+        return self
+
+    def prompt_text_or_ids(self) -> str | list[int]:
+        p = self.prompt
+        if isinstance(p, str):
+            return p
+        first = p[0]
+        if isinstance(first, str):
+            return first
+        if isinstance(first, list):
+            return list(first)
+        return list(p)  # type: ignore[arg-type]
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: StrictStr | list[TextPart] | None = None
+    name: StrictStr | None = Field(None, max_length=256)
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(_Sampling):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=1024)
+    max_completion_tokens: Int | None = Field(None, ge=1, le=MAX_TOKENS_CEILING, description="Alias of max_tokens.")
+    logprobs: StrictBool | None = None
+    top_logprobs: Int | None = Field(None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _check_chat(self) -> ChatCompletionRequest:
+        if self.logprobs or self.top_logprobs:
+            raise UnsupportedParameter("logprobs", "logprobs are not supported by the embedded server; omit the field.")
+        if self.response_format is not None and self.response_format.type != "text":
+            raise UnsupportedParameter(
+                "response_format", "Structured output (json_object/json_schema) is not supported by the embedded server."
+            )
+        if self.tools:
+            raise UnsupportedParameter("tools", "Tool calling is not supported by the embedded server.")
+        if self.tool_choice not in (None, "none", "auto"):
+            raise UnsupportedParameter("tool_choice", "Tool calling is not supported by the embedded server.")
+        if (
+            self.max_tokens is not None
+            and self.max_completion_tokens is not None
+            and self.max_tokens != self.max_completion_tokens
+        ):
+            raise UnsupportedParameter("max_completion_tokens", "max_tokens and max_completion_tokens disagree; send one.")
+        return self
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+# ------------------------------------------------------------------------------------------ responses
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "specplug"
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    error: ErrorDetail
+
+
+def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -1,0 +1,1 @@
+"""Recorded third-party schemas (with their sources) used to validate deploy renders in the tests."""

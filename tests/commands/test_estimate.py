@@ -1,0 +1,39 @@
+"""specplug estimate: the CLI and the Python API agree; bad input is a clean error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+import specplug
+from specplug.cli import cli
+
+
+def test_cli_and_api_agree() -> None:
+    args = ["estimate", "--model", "lmsys/vicuna-13b-v1.3", "--method", "eagle", "--gpu", "a100", "--batch-size", "1",
+            "--workload", "chat", "--stack", "hf", "--output", "json"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0
+    api = specplug.estimate("lmsys/vicuna-13b-v1.3", "eagle", gpu="a100", batch_size=1, workload="chat", stack="hf")
+    assert json.loads(r.output) == api.model_dump(mode="json")
+    assert api.speedup > 1.0 and api.acceptance_length > 1.0
+
+
+def test_unknown_drafter_gets_a_size_guess_and_a_warning() -> None:
+    e = specplug.estimate("vicuna-7b", "draft_model", drafter="someone/vicuna-68m-custom", gpu="a100", stack="hf")
+    assert any("not in the model catalog" in w for w in e.warnings)
+
+
+def test_unknown_gpu_exits_nonzero() -> None:
+    p = subprocess.run([sys.executable, "-m", "specplug.cli", "estimate", "--model", "vicuna-7b", "--method", "ngram",
+                        "--gpu", "h9000"], capture_output=True, text=True)
+    assert p.returncode == 1 and "Unknown GPU" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bigger_batch_lowers_speedup() -> None:
+    lo = specplug.estimate("llama-3.1-8b", "eagle3", gpu="h100", batch_size=1, num_speculative_tokens=3)
+    hi = specplug.estimate("llama-3.1-8b", "eagle3", gpu="h100", batch_size=128, num_speculative_tokens=3)
+    assert hi.speedup < lo.speedup

@@ -1,0 +1,48 @@
+"""specplug recommend / policy show from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from specplug.cli import cli
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_recommend_json_is_the_plan() -> None:
+    r = _run("recommend", "--model", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "4", "--batch-size", "1",
+             "--workload", "chat", "--stack", "vllm", "--output", "json")
+    assert r.exit_code == 0
+    plan = json.loads(r.output)
+    assert plan["speculation"]["method"] != "none"
+    assert plan["prediction"]["speedup"] > 1.3
+    assert plan["memory"]["fits"] is True
+
+
+def test_recommend_table_shows_choice_memory_and_candidates() -> None:
+    r = _run("recommend", "--model", "llama-3.1-70b", "--gpu", "l4", "--num-gpus", "1", "--stack", "vllm")
+    assert r.exit_code == 0
+    assert "DOES NOT FIT" in r.output and "--num-gpus" in r.output
+    assert "candidates" in r.output
+
+
+def test_unknown_model_exits_nonzero_with_a_clean_message() -> None:
+    p = subprocess.run([sys.executable, "-m", "specplug.cli", "recommend", "--model", "llama-9000b"], capture_output=True, text=True)
+    assert p.returncode == 1
+    assert "Unknown model" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_policy_show_prints_merged_policy(tmp_path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("rules:\n  min_speedup: 1.2\n")
+    r = _run("policy", "show", "--policy", str(f), "--output", "json")
+    assert r.exit_code == 0
+    data = json.loads(r.output)
+    assert data["rules"]["min_speedup"] == 1.2
+    assert "eagle3" in data["acceptance"]["methods"]

@@ -1,0 +1,142 @@
+"""The policy engine: the done-means decisions, memory, schedule, determinism, overrides, calibration."""
+
+from __future__ import annotations
+
+import pytest
+
+import specplug
+from specplug.config import Config
+from specplug.errors import SpecplugError
+from specplug.policy import plan_from_config
+from specplug.policy.data import load_policy
+
+H100x4 = dict(gpu="h100", num_gpus=4, stack="vllm")
+
+
+def test_70b_chat_batch1_uses_a_drafter_that_pays() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="chat", **H100x4)
+    assert p.speculation.method in ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp")
+    assert 2 <= p.speculation.num_speculative_tokens <= 6
+    assert p.prediction.speedup > 1.3
+    assert p.prediction.acceptance_length > 1.5
+    assert [c for c in p.candidates if c.chosen]
+
+
+@pytest.mark.parametrize("workload", ["summarization", "code-edit", "rag"])
+def test_copy_heavy_workloads_prefer_ngram_or_suffix(workload: str) -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, workload=workload, **H100x4)
+    assert p.speculation.method in ("ngram", "suffix")
+
+
+def test_llamacpp_summarization_uses_its_ngram() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="summarization", gpu="h100", num_gpus=4, stack="llamacpp")
+    assert p.speculation.method == "ngram"
+    assert p.speculation.prompt_lookup_max
+
+
+def test_batch_256_turns_speculation_off() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=256, workload="chat", **H100x4)
+    off_at_256 = [e for e in p.speculation.schedule if e.min_batch <= 256 and (e.max_batch is None or e.max_batch >= 256)]
+    assert p.speculation.method == "none" or (off_at_256 and off_at_256[0].num_speculative_tokens == 0)
+
+
+def test_speedup_falls_with_batch_size() -> None:
+    p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, batch_size=1, stack="vllm")
+    sp = [c.speedup for c in p.prediction.curve]
+    assert sp[0] >= sp[-1]
+    assert [c.batch_size for c in p.prediction.curve] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_70b_on_one_l4_does_not_fit_and_says_how_to_fix() -> None:
+    p = specplug.recommend("llama-3.1-70b", gpu="l4", num_gpus=1)
+    assert p.memory is not None and not p.memory.fits
+    assert "--num-gpus" in (p.memory.hint or "")
+    assert any("Does not fit" in w for w in p.warnings)
+
+
+def test_default_hardware_is_stated_and_sized_to_fit() -> None:
+    from specplug.probe import ProbeResult
+
+    p = specplug.recommend("llama-3.1-70b", probed=ProbeResult(available=False, message="No GPU."))
+    assert p.hardware.source == "default"
+    assert p.hardware.num_gpus == 4  # 70B bf16 needs more than 2 x 80 GB with its KV cache and activations
+    assert "--gpu" in p.hardware.note and p.memory is not None and p.memory.fits
+
+
+def test_named_gpu_without_count_picks_smallest_that_fits() -> None:
+    p = specplug.recommend("llama-3.1-8b", gpu="h100")
+    assert p.hardware.num_gpus == 1
+    assert p.parallelism.tensor_parallel_size == 1
+
+
+def test_sglang_gets_a_tree_shape_and_the_request_cap_warning() -> None:
+    p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, batch_size=1, stack="sglang")
+    if p.speculation.method in ("eagle", "eagle3", "mtp"):
+        assert p.speculation.tree is not None
+    assert any("caps running requests" in w for w in p.warnings) or p.speculation.method == "none"
+
+
+def test_tokenizer_mismatch_rules_out_draft_model() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, drafter="qwen2.5-0.5b", **H100x4)
+    assert any("tokenizer" in w.lower() or "vocab" in w.lower() for w in p.warnings)
+
+
+def test_mtp_only_for_models_with_mtp_layers() -> None:
+    p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1)
+    mtp = [c for c in p.candidates if c.method == "mtp"]
+    assert mtp and "MTP" in (mtp[0].ruled_out or "")
+
+
+def test_every_candidate_has_a_speedup_or_a_reason() -> None:
+    p = specplug.recommend("qwen3-8b", gpu="a100", num_gpus=1, batch_size=4)
+    assert p.candidates
+    for c in p.candidates:
+        assert c.speedup is not None or c.ruled_out
+
+
+def test_plan_is_deterministic() -> None:
+    a = specplug.recommend("qwen3-8b", gpu="h100", num_gpus=1, batch_size=8)
+    b = specplug.recommend("qwen3-8b", gpu="h100", num_gpus=1, batch_size=8)
+    assert a.model_dump_json() == b.model_dump_json()
+
+
+def test_explicit_speculation_is_kept_and_predicted() -> None:
+    cfg = Config.model_validate(
+        {"model": "llama-3.1-8b", "stack": "vllm", "hardware": {"gpu": "h100", "num_gpus": 1},
+         "speculation": {"method": "ngram", "num_speculative_tokens": 3}}
+    )
+    p = plan_from_config(cfg)
+    assert p.speculation.method == "ngram" and p.speculation.num_speculative_tokens == 3
+    assert p.prediction.acceptance_length > 1.0
+
+
+def test_no_model_is_a_clean_error() -> None:
+    with pytest.raises(SpecplugError, match="No model"):
+        plan_from_config(Config())
+
+
+def test_policy_override_changes_the_decision(tmp_path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("rules:\n  min_speedup: 50\n")
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, policy=str(f), **H100x4)
+    assert p.speculation.method == "none"
+
+
+def test_bad_policy_override_is_rejected(tmp_path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("acceptance:\n  methods:\n    ngram:\n      alpha: {chat: 1.5}\n")
+    with pytest.raises(SpecplugError, match="alpha"):
+        load_policy(str(f))
+
+
+def test_calibration_replaces_the_prior(tmp_path) -> None:
+    f = tmp_path / "cal.yaml"
+    f.write_text(
+        "version: 1\nentries:\n  - {model: meta-llama/Llama-3.1-8B-Instruct, method: ngram, workload: chat,"
+        " acceptance_length: 3.5, num_speculative_tokens: 4}\n"
+    )
+    base = specplug.estimate("llama-3.1-8b", "ngram", gpu="h100", num_speculative_tokens=4)
+    cal = specplug.estimate("llama-3.1-8b", "ngram", gpu="h100", num_speculative_tokens=4, calibration=str(f))
+    assert cal.calibrated and not base.calibrated
+    assert cal.acceptance_length == pytest.approx(3.5, abs=0.02)
+    assert cal.speedup > base.speedup

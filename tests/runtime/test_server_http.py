@@ -1,0 +1,411 @@
+"""The HTTP layer of the embedded server, over a scripted backend: fast, no model.
+
+These check what a client sees: OpenAI's response and error shapes, SSE framing, limits, the API key, the
+bounded queue (503), cancellation on disconnect and the Prometheus text. The real model is exercised in
+test_server_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from specplug.runtime.serving.app import ServerSettings, build_app  # noqa: E402
+from specplug.runtime.serving.metrics import ServerMetrics  # noqa: E402
+from specplug.runtime.serving.scheduler import Scheduler, StepOutput  # noqa: E402
+
+REPLY = "Hello there, general Kenobi! "
+
+
+class CharTokenizer:
+    """One token per character (ids = code points); EOS is id 0."""
+
+    chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+    eos_token_id = 0
+
+    def __len__(self) -> int:
+        return 0x3000
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": [ord(c) for c in text]}
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(i) for i in ids if i)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool, tokenize: bool) -> str:
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+
+class ScriptedBackend:
+    """Replies REPLY cyclically, two tokens per step (one draft of 2 with 1 accepted), EOS after `eos_after`."""
+
+    def __init__(self, max_batch_size: int = 4, step_s: float = 0.0, eos_after: int | None = None) -> None:
+        self.max_batch_size = max_batch_size
+        self.step_s = step_s
+        self.eos_after = eos_after
+        self.live: dict[str, list[int]] = {}
+        self.batch_sizes: list[int] = []
+        self.removed: list[str] = []
+        self.lock = threading.Lock()
+
+    def add(self, rid, prompt_ids, max_tokens, sampling) -> None:
+        self.live[rid] = [0, max_tokens]
+
+    def step(self) -> list[StepOutput]:
+        time.sleep(self.step_s)
+        self.batch_sizes.append(len(self.live))
+        outs = []
+        for rid, state in list(self.live.items()):
+            pos, limit = state
+            new = []
+            for _ in range(2):
+                if self.eos_after is not None and pos == self.eos_after:
+                    new.append(0)
+                    break
+                new.append(ord(REPLY[pos % len(REPLY)]))
+                pos += 1
+            state[0] = pos
+            done_eos = new[-1] == 0
+            done_len = pos >= limit
+            finished = done_eos or done_len
+            outs.append(StepOutput(rid, new, finished, "stop" if done_eos else ("length" if done_len else None), [(2, 1)]))
+            if finished:
+                del self.live[rid]
+        return outs
+
+    def remove(self, rid) -> None:
+        self.removed.append(rid)
+        self.live.pop(rid, None)
+
+
+def make_client(backend=None, max_waiting=64, **settings_kw):
+    backend = backend or ScriptedBackend()
+    tok = CharTokenizer()
+    metrics = ServerMetrics("tiny")
+    settings = ServerSettings(model_name="tiny", max_model_len=512, **{"max_tokens_limit": 256, **settings_kw})
+    scheduler = Scheduler(backend, tok, metrics, max_waiting=max_waiting)
+    app = build_app(scheduler, tok, settings, metrics)
+    return TestClient(app), backend, scheduler
+
+
+@pytest.fixture
+def client():
+    c, backend, _ = make_client()
+    with c:
+        yield c
+
+
+def assert_openai_error(resp, status: int, param: str | None = None) -> dict:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"}
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err["param"] == param
+    return err
+
+
+def test_completion_text_usage_and_finish_reason(client):
+    r = client.post("/v1/completions", json={"model": "tiny", "prompt": "abc", "max_tokens": 7})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "text_completion"
+    assert body["choices"][0]["text"] == REPLY[:7]
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}
+
+
+def test_eos_is_finish_reason_stop_and_not_in_text():
+    c, _, _ = make_client(ScriptedBackend(eos_after=5))
+    with c:
+        body = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 50}).json()
+    assert body["choices"][0] == {"index": 0, "text": REPLY[:5], "logprobs": None, "finish_reason": "stop"}
+    assert body["usage"]["completion_tokens"] == 6  # the EOS token counts, as in vLLM
+
+
+def test_stop_string_truncates_and_ends_decoding(client):
+    r = client.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 200, "stop": ["general"]})
+    choice = r.json()["choices"][0]
+    assert choice["text"] == "Hello there, "
+    assert choice["finish_reason"] == "stop"
+    assert r.json()["usage"]["completion_tokens"] < 30
+
+
+def test_chat_completion_uses_template(client):
+    r = client.post("/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+    body = r.json()
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": REPLY[:5]}
+    assert body["usage"]["prompt_tokens"] == len("<user>hi<assistant>")
+
+
+def sse_events(resp) -> list:
+    events = []
+    for block in resp.text.split("\n\n"):
+        if not block.strip():
+            continue
+        assert block.startswith("data: "), block
+        payload = block[len("data: ") :]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def test_streaming_completion_with_usage_chunk(client):
+    with client.stream(
+        "POST", "/v1/completions",
+        json={"model": "tiny", "prompt": "x", "max_tokens": 9, "stream": True, "stream_options": {"include_usage": True}},
+    ) as r:
+        r.read()
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 9
+    text = "".join(e["choices"][0]["text"] for e in events[:-2])
+    assert text == REPLY[:9]
+    assert events[-3]["choices"][0]["finish_reason"] == "length"
+
+
+def test_streaming_chat_deltas_and_usage_on_last_chunk(client):
+    with client.stream(
+        "POST", "/v1/chat/completions",
+        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True},
+    ) as r:
+        r.read()
+    events = sse_events(r)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert events[-1] == "[DONE]"
+    last = events[-2]
+    assert last["choices"][0]["finish_reason"] == "length" and last["usage"]["completion_tokens"] == 6
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
+    assert text == REPLY[:6]
+
+
+def test_streaming_holds_back_partial_stop_string(client):
+    with client.stream(
+        "POST", "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 100, "stop": "Kenobi", "stream": True}
+    ) as r:
+        r.read()
+    events = sse_events(r)
+    text = "".join(e["choices"][0]["text"] for e in events[:-1])
+    assert text == "Hello there, general "
+    assert "Ken" not in text
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "fragment"),
+    [
+        ({"model": "tiny", "prompt": "x", "max_tokens": -1}, "max_tokens", "greater than or equal to 1"),
+        ({"model": "tiny", "prompt": "x", "max_tokens": "5"}, "max_tokens", "valid integer"),
+        ({"model": "tiny", "prompt": "x", "max_tokens": True}, "max_tokens", "valid integer"),
+        ({"model": "tiny", "prompt": "x", "max_tokens": 10**30}, "max_tokens", "less than"),
+        ({"model": "tiny", "prompt": "x", "max_tokens": 257}, "max_tokens", "--max-tokens-limit"),
+        ({"model": "tiny", "prompt": "x", "temperature": 3}, "temperature", "less than or equal to 2"),
+        ({"model": "tiny", "prompt": "x", "top_p": 0}, "top_p", "greater than 0"),
+        ({"model": "tiny", "prompt": "x", "n": 2}, "n", "not supported"),
+        ({"model": "tiny", "prompt": "x", "logprobs": 2}, "logprobs", "not supported"),
+        ({"model": "tiny", "prompt": "x", "presence_penalty": 1.0}, "presence_penalty", "not supported"),
+        ({"model": "tiny", "prompt": "x", "frobnicate": 1}, "frobnicate", "Unrecognized request argument"),
+        ({"model": "tiny", "prompt": ["a", "b"]}, "prompt", "one prompt per request"),
+        ({"model": "tiny", "prompt": ""}, "prompt", "must not be empty"),
+        ({"model": "tiny", "prompt": [99999999]}, "prompt", "outside the vocabulary"),
+        ({"model": "tiny", "prompt": "x" * 600, "max_tokens": 1}, "prompt", "at most"),
+        ({"model": "tiny", "prompt": "x", "stop": [""]}, "stop", "1 to 256"),
+        ({"prompt": "x"}, "model", "Missing required parameter"),
+    ],
+)
+def test_bad_completion_requests_are_openai_400s(client, body, param, fragment):
+    kwargs = {"max_prompt_tokens": 500} if param == "prompt" and "x" * 600 == body.get("prompt") else {}
+    c = client
+    if kwargs:
+        c, _, _ = make_client(**kwargs)
+        c.__enter__()
+    try:
+        err = assert_openai_error(c.post("/v1/completions", json=body), 400, param)
+        assert fragment in err["message"]
+        assert err["type"] == "invalid_request_error"
+    finally:
+        if kwargs:
+            c.__exit__(None, None, None)
+
+
+def test_unknown_model_is_404_model_not_found(client):
+    err = assert_openai_error(client.post("/v1/completions", json={"model": "gpt-4", "prompt": "x"}), 404, "model")
+    assert err["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"{", b"not json", b"[]", b'"a string"', b"null", b"", b'{"model": "tiny", "prompt": "x", "max_tokens": NaN}', b"\xff\xfe"],
+)
+def test_malformed_bodies_are_400(client, raw):
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        r = client.post(path, content=raw, headers={"content-type": "application/json"})
+        assert_openai_error(r, 400)
+    assert client.get("/health").status_code == 200
+
+
+def test_bad_chat_messages(client):
+    bad = [
+        {"model": "tiny", "messages": []},
+        {"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]},
+        {"model": "tiny", "messages": [{"role": "user", "content": 5}]},
+        {"model": "tiny", "messages": "hi"},
+        {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+        {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+    ]
+    for body in bad:
+        assert_openai_error(client.post("/v1/chat/completions", json=body), 400)
+
+
+def test_body_size_limit_declared_and_chunked():
+    c, _, _ = make_client(max_body_bytes=1000)
+    with c:
+        big = json.dumps({"model": "tiny", "prompt": "x" * 5000}).encode()
+        assert_openai_error(c.post("/v1/completions", content=big, headers={"content-type": "application/json"}), 413)
+
+        def chunks():
+            for i in range(0, len(big), 100):
+                yield big[i : i + 100]
+
+        assert_openai_error(c.post("/v1/completions", content=chunks(), headers={"content-type": "application/json"}), 413)
+        assert c.get("/health").status_code == 200
+
+
+def test_api_key_on_every_route_but_health():
+    c, _, _ = make_client(api_key="s3cret")
+    with c:
+        assert c.get("/health").status_code == 200
+        for method, path in [("GET", "/v1/models"), ("GET", "/metrics"), ("POST", "/v1/completions"), ("GET", "/openapi.json")]:
+            err = assert_openai_error(c.request(method, path, json={"model": "tiny", "prompt": "x"}), 401)
+            assert err["code"] == "invalid_api_key"
+            assert "s3cret" not in err["message"]
+        assert_openai_error(c.get("/v1/models", headers={"Authorization": "Bearer wrong"}), 401)
+        ok = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+
+
+def test_unknown_route_and_method_are_openai_errors(client):
+    assert_openai_error(client.get("/v1/nothing"), 404)
+    assert_openai_error(client.get("/v1/completions"), 405)
+
+
+def test_models_route(client):
+    body = client.get("/v1/models").json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == ["tiny"]
+
+
+def test_concurrent_requests_share_batches():
+    backend = ScriptedBackend(max_batch_size=8, step_s=0.01)
+    c, _, _ = make_client(backend)
+    with c:
+        results = []
+
+        def one(i):
+            r = c.post("/v1/completions", json={"model": "tiny", "prompt": f"p{i}", "max_tokens": 20})
+            results.append(r)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert [r.status_code for r in results] == [200] * 8
+    assert all(r.json()["choices"][0]["text"] == (REPLY * 2)[:20] for r in results)
+    assert max(backend.batch_sizes) > 1, "requests were decoded one after another"
+
+
+def test_full_queue_is_503_with_retry_after():
+    backend = ScriptedBackend(max_batch_size=1, step_s=0.05)
+    c, _, scheduler = make_client(backend, max_waiting=1)
+    with c:
+        statuses = []
+
+        def one():
+            statuses.append(c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 30}))
+
+        threads = [threading.Thread(target=one) for _ in range(5)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        for t in threads:
+            t.join(30)
+        codes = sorted(r.status_code for r in statuses)
+        assert codes.count(200) >= 2 and 503 in codes
+        rejected = next(r for r in statuses if r.status_code == 503)
+        err = assert_openai_error(rejected, 503)
+        assert err["code"] == "queue_full" and "capacity" in err["message"]
+        assert rejected.headers["retry-after"] == "1"
+        assert c.get("/health").status_code == 200
+
+
+def test_metrics_have_vllm_spec_decode_names(client):
+    client.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 8})
+    text = client.get("/metrics").text
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    assert values['vllm:spec_decode_num_drafts_total{model_name="tiny"}'] == 4
+    assert values['vllm:spec_decode_num_draft_tokens_total{model_name="tiny"}'] == 8
+    assert values['vllm:spec_decode_num_accepted_tokens_total{model_name="tiny"}'] == 4
+    assert values['vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="0"}'] == 4
+    assert values['vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="1"}'] == 0
+    assert values['vllm:generation_tokens_total{model_name="tiny"}'] == 8
+    assert values['vllm:request_success_total{model_name="tiny",finished_reason="length"}'] == 1
+    assert values['vllm:e2e_request_latency_seconds_count{model_name="tiny"}'] == 1
+    assert "# TYPE vllm:spec_decode_num_drafts counter" in text
+    assert "# TYPE vllm:time_to_first_token_seconds histogram" in text
+
+
+def test_disconnect_cancels_the_request():
+    """A client that hangs up mid-stream frees its batch slot: the backend is told to drop it."""
+    import uvicorn
+
+    backend = ScriptedBackend(max_batch_size=2, step_s=0.02)
+    tok = CharTokenizer()
+    metrics = ServerMetrics("tiny")
+    scheduler = Scheduler(backend, tok, metrics)
+    app = build_app(scheduler, tok, ServerSettings(model_name="tiny", max_model_len=4096, max_tokens_limit=4000), metrics)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            time.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
+
+        async def hang_up(stream: bool) -> None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 3000, "stream": stream}).encode()
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.close()
+
+        for stream in (True, False):
+            before = len(backend.removed)
+            asyncio.run(hang_up(stream))
+            deadline = time.time() + 5
+            while len(backend.removed) == before and time.time() < deadline:
+                time.sleep(0.05)
+            assert len(backend.removed) == before + 1, f"stream={stream}: request kept decoding after disconnect"
+        assert metrics.requests_cancelled.value() == 2
+        assert not backend.live
+    finally:
+        server.should_exit = True
+        thread.join(10)

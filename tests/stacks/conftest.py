@@ -1,0 +1,88 @@
+"""The real-stack tier: pinned venvs built by scripts/stack_envs.sh, cached under $SPECPLUG_STACKENVS.
+
+Tests here skip with the reason when a venv is absent, unless SPECPLUG_REQUIRE_STACKS=1 (CI), where a
+missing venv is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+ROOT = Path(os.environ.get("SPECPLUG_STACKENVS") or Path.home() / ".cache" / "specplug" / "stackenvs")
+
+
+def need(path: Path, what: str, build: str) -> Path:
+    if path.exists():
+        return path
+    msg = f"{what} not found at {path}; build it with: scripts/stack_envs.sh {build}"
+    if os.environ.get("SPECPLUG_REQUIRE_STACKS") == "1":
+        pytest.fail(msg + " (SPECPLUG_REQUIRE_STACKS=1)")
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def vllm_env() -> Path:
+    return need(ROOT / "vllm" / ".specplug-pin", "the pinned vLLM venv", "vllm").parent
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_env) -> Path:
+    return need(vllm_env / "models" / "tiny-llama" / "config.json", "the tiny local model", "vllm").parent
+
+
+@pytest.fixture(scope="session")
+def sglang_env() -> Path:
+    return need(ROOT / "sglang" / ".specplug-pin", "the pinned SGLang venv", "sglang").parent
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    return need(ROOT / "llamacpp" / "bin" / "llama-server", "a built llama-server", "llamacpp")
+
+
+def run_helper(python: Path, script: str, cases: list[dict], timeout: float = 600) -> dict[str, dict]:
+    """Run tests/stacks/SCRIPT inside a stack venv with ``cases`` on stdin; results by case name."""
+    env = dict(os.environ, VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [str(python), str(HERE / script)],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return {r["name"]: r for r in json.loads(proc.stdout)}
+
+
+@pytest.fixture(scope="module")
+def run_cli_module(tmp_path_factory):
+    """Run the specplug CLI in-process (module scope) and capture stdout/stderr/exit code."""
+    import contextlib
+    import io
+
+    from specplug.cli import main
+
+    class Result:
+        def __init__(self, code: int, out: str, err: str) -> None:
+            self.exit_code, self.stdout, self.stderr = code, out, err
+
+    def run(*args: str) -> Result:
+        out, err = io.StringIO(), io.StringIO()
+        code = 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return Result(code, out.getvalue(), err.getvalue())
+
+    return run
