@@ -117,8 +117,8 @@ class EmbeddedAdapter(BaseAdapter):
                     argv += ["--drafter", c.drafter]
                 else:
                     c.notes.append("No drafter in the plan: the runtime uses its default draft model for this model.")
-            if s.schedule:
-                c.notes.append("The per-batch-size k schedule is not applied by the embedded runtime; k is fixed.")
+            if any(e.num_speculative_tokens != k for e in s.schedule):
+                c.notes.append(f"The per-batch-size k schedule is not applied by the embedded runtime; k is {k} at every batch size.")
             if s.tree is not None:
                 c.notes.append("The embedded runtime drafts one chain, not a tree; the tree shape is ignored.")
         else:

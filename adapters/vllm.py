@@ -196,7 +196,10 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
             cfg["prompt_lookup_max"] = hi
     if s.schedule:
         if version is None or version_at_least(version, PER_BATCH_SCHEDULE_SINCE):
-            cfg["num_speculative_tokens_per_batch_size"] = schedule_entries(plan, c)
+            entries = schedule_entries(plan, c)
+            cfg["num_speculative_tokens_per_batch_size"] = entries
+            if all(e[2] == 0 for e in entries):
+                c.notes.append("the per-batch-size schedule sets k=0 at every batch size: nothing will be drafted.")
         else:
             c.notes.append(
                 f"vLLM {version} has no per-batch-size draft length (needs {PER_BATCH_SCHEDULE_SINCE}+); "

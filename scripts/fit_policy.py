@@ -66,7 +66,7 @@ METHODS = [
     (r"^mtp", "mtp"),
     (r"dflash|self-spec|magicdec|bass|smartspec|exspec|oracle|ideal|unigram|bigram|streamingllm", None),
     (r"prompt lookup|^pld|n-gram|ngram", "ngram"),
-    (r"rest|recycling", "suffix"),
+    (r"rest|recycling", "ngram"),  # retrieval drafting: near-free copies, like prompt lookup
     (r"lookahead", "lookahead"),
     (r"sps|draft|standard sd|speculative decoding|sequoia", "draft_model"),
 ]
@@ -218,8 +218,8 @@ def _gpu(r: dict[str, str], model_params: float | None) -> str | None:
 def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
     """Rows mapped to estimate() arguments, and counts of why others were left out."""
     from specplug.catalog import get_model
-    from specplug.policy.planner import _choose_gpus
     from specplug.policy.data import load_policy
+    from specplug.policy.planner import _choose_gpus
 
     pol = load_policy()
     skipped: dict[str, int] = {}
@@ -273,8 +273,8 @@ def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
             wl = WORKLOADS.get(r["category"].strip().lower(), "chat")
             inp = 8192 if "8192" in r["bs"] or "8000" in r["config"] else (32000 if "32000" in r["config"] else 512)
             if num is None:
-                from specplug.policy.engine import weight_bytes
                 from specplug.catalog import get_gpu
+                from specplug.policy.engine import weight_bytes
 
                 num = _choose_gpus(pol, m, weight_bytes(dtype), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8)
             out.append(
@@ -286,7 +286,7 @@ def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
 
 # ----------------------------------------------------------------------------------------- the fit
 
-FIT_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix", "lookahead")
+FIT_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "lookahead")
 FIT_WORKLOADS = ("code", "code-edit", "math", "summarization", "translation", "qa", "rag", "creative")
 KINDS = ("model", "copy")
 # (stack, field, lower, upper): host overheads fitted in log space within physical bounds.
@@ -296,9 +296,11 @@ STACK_PARAMS = [
     ("hf", "spec_overhead_ms", 0.1, 20.0),
     ("vllm", "spec_overhead_ms", 0.05, 10.0),
     ("trtllm", "spec_overhead_ms", 0.05, 10.0),
+    ("hf", "flops_efficiency", 0.2, 1.0),
 ]
 RIDGE_WORKLOAD = 0.8
 RIDGE_PRIOR = 0.3
+SOURCE_POWER = 0.5
 
 
 def _rounder(digits: int | None):
@@ -361,7 +363,7 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
         for w in all_wl:
             e = 0.0 if w == "chat" else effects[kind][derived.get(w, w)]
             alpha[w] = round(min(max(_sig(levels[m] + e), 0.02), 0.97), 4)
-        methods[m] = {"alpha": alpha, "temperature_slope": round(max(min(tslope[kind], 0.5), -3.0), 4)}
+        methods[m] = {"alpha": alpha, "temperature_slope": round(max(min(tslope[kind], 0.5), -1.5), 4)}
     # MLP speculators share Medusa-like heads: no rows of their own, so they follow Medusa's fit.
     methods["mlp_speculator"] = {"alpha": dict(methods["medusa"]["alpha"]), "temperature_slope": methods["medusa"]["temperature_slope"]}
     stacks: dict[str, dict[str, float]] = {}
@@ -384,69 +386,207 @@ def make_policy(x: list[float], base: dict[str, Any] | None = None):
     return validate(deep_merge(base, policy_data(x, base, digits=None)), "fit")
 
 
-class Prepared:
-    """A row with its catalog lookups done once, so the fit can re-evaluate it cheaply."""
+# ---- fast path: per-row features computed once with specplug.policy.perf, then numpy over all rows.
 
-    def __init__(self, row: Row):
+_WL = ("chat", *FIT_WORKLOADS)
+GPU_TERMS = ("base", "verify", "draft", "draft2")
+
+
+def _gpu_parts(arch: Any, dev: Any, sf: Any, *args: Any) -> tuple[float, float, float]:
+    """perf.forward_ms split into (memory, compute, all-reduce) ms, without host time, so that the fit can
+    vary flops_efficiency without recomputing: gpu = (mem^3 + (comp * e0 / e)^3)^(1/3) + allreduce."""
+    from specplug.policy import perf
+
+    big = 1e12
+    host0 = {"forward_overhead_ms": 0.0, "layer_overhead_ms": 0.0}
+    ar = perf.forward_ms(arch, dev, sf.model_copy(update={**host0, "bw_efficiency": big, "flops_efficiency": big}), *args)
+    mem = perf.forward_ms(arch, dev, sf.model_copy(update={**host0, "flops_efficiency": big}), *args) - ar
+    comp = perf.forward_ms(arch, dev, sf.model_copy(update={**host0, "bw_efficiency": big}), *args) - ar
+    return mem, comp, ar
+
+
+class Features:
+    """Every candidate shape of every row as flat numpy arrays. GPU (roofline) times do not depend on the
+    fitted parameters, so they are computed once with perf.forward_ms; host overheads, acceptance and the
+    shape choice are redone in numpy per evaluation. `predict` mirrors perf.evaluate/step_cost (a test
+    checks it against estimate())."""
+
+    def __init__(self, rows: list[Row], base: dict[str, Any] | None = None):
+        import numpy as np
+
         from specplug.catalog import get_gpu, get_model
         from specplug.policy import engine as E
-        from specplug.policy.data import load_policy
-
-        self.row = row
-        pol = load_policy()
-        self.model = get_model(row.model)
-        self.gpu = get_gpu(row.gpu)
-        self.target = E.arch_of(self.model, E.weight_bytes(row.dtype))
-        self.draft = (
-            E.resolve_drafter(row.method, row.drafter, self.model, self.target, pol, row.stack, E.weight_bytes(row.dtype))
-            if row.drafter
-            else E.DraftChoice(row.method)
-        )
-
-    def predict(self, pol) -> tuple[float, float]:
-        from specplug.policy import engine as E
+        from specplug.policy import perf
+        from specplug.policy.data import validate
         from specplug.policy.perf import Shape
 
-        r = self.row
-        tp = min(r.num_gpus, pol.rules.tp_max)
-        c = E.Context(pol, self.model, self.target, self.gpu, E.device_of(self.gpu, pol), r.stack, pol.stacks[r.stack],
-                      tp, max(1, r.num_gpus // tp), r.batch, r.input_len + 128, r.workload, r.temperature)
-        alpha, _ = E.alpha_for(c, self.draft)
-        if r.tree:
-            shapes = [Shape(r.tree[0], r.tree[0], r.tree[1], r.tree[2])]
-        else:
-            shapes = E.shapes(c, r.method, r.k)
-        o = E.score(c, self.draft, alpha, r.batch, shapes)
-        return o.speedup, o.acceptance_length
+        self.base = base or _base_data()
+        pol = validate(self.base, "default")  # default.yaml only: the fitted values must not leak in
+        self.rows = rows
+        self.stacks = sorted(pol.stacks)
+        cols: dict[str, list[float]] = {k: [] for k in (
+            "row", "m", "wl", "temp", "lratio", "decay", "depth", "width", "lt", "stack", "passes", "ld", "ntok",
+            "step", "pertok", "isdm", "e0", "src", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
+        maxd = 1
+        self.sources = srcs = sorted({r.src for r in rows})
+        for i, r in enumerate(rows):
+            m = get_model(r.model)
+            wb = E.weight_bytes(r.dtype)
+            target = E.arch_of(m, wb)
+            d = E.resolve_drafter(r.method, r.drafter, m, target, pol, r.stack, wb) if r.drafter else E.DraftChoice(r.method)
+            sf = pol.stacks[r.stack]
+            dev = E.device_of(get_gpu(r.gpu), pol)
+            tp = min(r.num_gpus, pol.rules.tp_max)
+            prior = pol.prior(r.method)
+            ctx = r.input_len + 128
+            if r.tree:
+                cands = [Shape(r.tree[0], r.tree[0], r.tree[1], r.tree[2])]
+            elif r.k:
+                cands = [Shape(r.k)]
+            else:
+                cands = perf.shapes_for(pol, r.method, sf.trees)
+            lratio = 0.0
+            if r.method == "draft_model" and d.drafter_arch is not None:
+                ratio = d.drafter_arch.params_b / max(target.params_b, 1e-3)
+                lratio = math.log(ratio / pol.acceptance.draft_model.reference_ratio)
+            b = r.batch
+            gbase = _gpu_parts(target, dev, sf, tp, b, b, ctx)
+            da = perf.draft_arch(r.method, target, d.drafter_arch)
+            for s in cands:
+                nv = b * (1 + 2 * 7 * 4) if r.method == "lookahead" else b * s.verify_tokens
+                passes, gd, ld, gd2 = 0, (0.0, 0.0, 0.0), 0, (0.0, 0.0, 0.0)
+                if da is not None and prior.draft_forwards != "none":
+                    dtp = tp if r.method != "draft_model" else 1
+                    passes, width = (1, s.depth) if prior.draft_forwards == "one" else (s.depth, max(1, round(s.width)))
+                    gd = _gpu_parts(da, dev, sf, dtp, b * width, b, ctx)
+                    ld = da.layers
+                    if r.method == "draft_model":
+                        gd2 = _gpu_parts(da, dev, sf, dtp, b * 2, b, ctx)
+                vals = dict(
+                    row=i, m=FIT_METHODS.index(r.method), wl=_WL.index(r.workload) if r.workload in _WL else 0,
+                    temp=min(r.temperature, 1.0), lratio=lratio, decay=prior.decay, depth=s.depth, width=s.width,
+                    lt=target.layers, stack=self.stacks.index(r.stack), passes=passes, ld=ld,
+                    ntok=b * s.verify_tokens, step=sf.step_overhead_ms, pertok=sf.spec_overhead_per_token_ms,
+                    isdm=float(r.method == "draft_model"), e0=sf.flops_efficiency, src=srcs.index(r.src),
+                )
+                parts = dict(zip(GPU_TERMS, (gbase, _gpu_parts(target, dev, sf, tp, nv, b, ctx), gd, gd2), strict=True))
+                for t, (gm, gc, ga) in parts.items():
+                    vals.update({f"{t}_m": gm, f"{t}_c": gc, f"{t}_a": ga})
+                for k, v in vals.items():
+                    cols[k].append(float(v))
+                maxd = max(maxd, s.depth)
+        self.a = {k: np.asarray(v) for k, v in cols.items()}
+        for k in ("row", "m", "wl", "stack", "src"):
+            self.a[k] = self.a[k].astype(int)
+        self.pos = np.arange(maxd)[None, :]
+        self.n = len(rows)
+        self.speedup = np.array([r.speedup or np.nan for r in rows])
+        self.tau = np.array([r.tau or np.nan for r in rows])
+        self.max_alpha = pol.acceptance.max_alpha
+
+    def weights(self, power: float) -> Any:
+        import numpy as np
+
+        src = np.array([self.sources.index(r.src) for r in self.rows])
+        n = np.bincount(src)[src].astype(float)
+        w = n ** ((power - 1) / 2)  # residuals are squared: half the power
+        return w / np.sqrt(np.mean(w**2))
+
+    def subset(self, keep: list[int]) -> Features:
+        """The same features restricted to rows ``keep`` (LOSO folds reuse one build)."""
+        import copy
+
+        import numpy as np
+
+        out = copy.copy(self)
+        idx = np.asarray(keep, dtype=int)
+        remap = np.full(self.n, -1)
+        remap[idx] = np.arange(len(idx))
+        sel = remap[self.a["row"]] >= 0
+        out.a = {k: v[sel] for k, v in self.a.items()}
+        out.a["row"] = remap[self.a["row"][sel]]
+        out.rows = [self.rows[i] for i in idx]
+        out.n = len(idx)
+        out.speedup, out.tau = self.speedup[idx], self.tau[idx]
+        return out
+
+    def _stack_table(self, p: dict[str, Any]) -> Any:
+        """(forward_overhead, layer_overhead, spec_overhead) per stack, default.yaml merged with ``p``."""
+        import numpy as np
+
+        out = np.zeros((len(self.stacks), 4))
+        for j, s in enumerate(self.stacks):
+            sd = {**self.base["stacks"][s], **p["stacks"].get(s, {})}
+            out[j] = (sd.get("forward_overhead_ms", 0.0), sd.get("layer_overhead_ms", 0.0), sd.get("spec_overhead_ms", 0.5),
+                      sd.get("flops_efficiency", 0.6))
+        return out
+
+    def predict(self, x: list[float]) -> tuple[Any, Any]:
+        """(speedup, acceptance length) per row under parameter vector ``x``."""
+        import numpy as np
+
+        p = policy_data(list(x), self.base, digits=None)
+        a = self.a
+        am = p["acceptance"]["methods"]
+        tab = np.array([[_logit(am[m]["alpha"][w]) for w in _WL] for m in FIT_METHODS])
+        ts = np.array([am[m]["temperature_slope"] for m in FIT_METHODS])
+        z = tab[a["m"], a["wl"]] + ts[a["m"]] * a["temp"] + a["isdm"] * p["acceptance"]["draft_model"]["size_slope"] * a["lratio"]
+        alpha = np.minimum(1 / (1 + np.exp(-z)), self.max_alpha)
+        ai = alpha[:, None] * a["decay"][:, None] ** self.pos
+        w = a["width"][:, None]
+        ai = np.where(w > 1.0, 1 - (1 - ai) * w ** (-p["acceptance"]["tree"]["gain"]), ai)
+        ai = np.where(self.pos < a["depth"][:, None], ai, 0.0)
+        tau = 1 + np.cumprod(ai, axis=1).sum(axis=1)
+        st = self._stack_table(p)[a["stack"]]
+        scale = a["e0"] / st[:, 3]
+
+        def gpu(t: str) -> Any:
+            return (a[f"{t}_m"] ** 3 + (a[f"{t}_c"] * scale) ** 3) ** (1 / 3) + a[f"{t}_a"]
+
+        host_t = st[:, 0] + st[:, 1] * a["lt"]
+        base = np.maximum(gpu("base"), host_t) + a["step"]
+        verify = np.maximum(gpu("verify"), host_t) + a["step"]
+        host_d = st[:, 0] + st[:, 1] * a["ld"]
+        draft = a["passes"] * np.maximum(gpu("draft"), host_d) + a["isdm"] * 0.5 * np.maximum(gpu("draft2"), host_d)
+        draft = np.where(a["passes"] > 0, draft, 0.0)
+        sp = tau * base / (verify + draft + st[:, 2] + a["pertok"] * a["ntok"])
+        # The best candidate per row: estimate() optimises the shape where the row does not fix it.
+        best = np.full(self.n, -np.inf)
+        np.maximum.at(best, a["row"], sp)
+        pick = sp >= best[a["row"]] - 1e-12
+        t_out = np.zeros(self.n)
+        t_out[a["row"][pick]] = tau[pick]
+        return best, t_out
 
 
-def residuals(x: list[float], prepared: list[Prepared], base: dict[str, Any]) -> list[float]:
-    pol = make_policy(list(x), base)
-    res = []
-    for p in prepared:
-        s, t = p.predict(pol)
-        if p.row.speedup:
-            res.append(math.log(s / p.row.speedup))
-        if p.row.tau:
-            res.append(0.7 * math.log(t / p.row.tau))
-    x0 = _x0(base)
+def residuals(x: Any, F: Features, x0: list[float]) -> Any:
+    import numpy as np
+
+    s, t = F.predict(list(x))
+    # Sources, not rows, are the samples that other publications will resemble: a source's rows weigh
+    # n^(SOURCE_POWER - 1) each, so one big table cannot set every parameter.
+    w = F.weights(SOURCE_POWER)
+    rs = w * np.log(s / F.speedup)
+    rt = 0.7 * w * np.log(t / F.tau)
     nm = len(FIT_METHODS)
     nw = len(KINDS) * len(FIT_WORKLOADS)
-    res += [RIDGE_PRIOR * (a - b) for a, b in zip(x[:nm], x0[:nm], strict=True)]
-    res += [RIDGE_WORKLOAD * v for v in x[nm : nm + nw]]
-    return res
+    pri = RIDGE_PRIOR * (np.asarray(x[:nm]) - np.asarray(x0[:nm]))
+    wl = RIDGE_WORKLOAD * np.asarray(x[nm : nm + nw])
+    return np.concatenate([rs[~np.isnan(rs)], rt[~np.isnan(rt)], pri, wl])
 
 
-def fit(rows: list[Row], x0: list[float] | None = None, max_nfev: int | None = None) -> list[float]:
+def fit(rows: list[Row], x0: list[float] | None = None, max_nfev: int | None = None, features: Features | None = None) -> list[float]:
+    """Deterministic robust least squares (soft-L1) from the default priors."""
     import numpy as np
     from scipy.optimize import least_squares
 
     base = _base_data()
-    prepared = [Prepared(r) for r in rows]
-    start = np.array(x0 if x0 is not None else _x0(base), dtype=float)
+    F = features or Features(rows, base)
+    prior = _x0(base)
+    start = np.array(x0 if x0 is not None else prior, dtype=float)
     sol = least_squares(
-        lambda v: residuals(list(v), prepared, base), start, method="trf", loss="soft_l1", f_scale=0.3,
-        max_nfev=max_nfev or 30, xtol=1e-12, ftol=1e-9, gtol=1e-9, x_scale=1.0,
+        lambda v: residuals(v, F, prior), start, method="trf", loss="soft_l1", f_scale=0.3,
+        max_nfev=max_nfev or 100, xtol=1e-6, ftol=1e-6, gtol=1e-6, diff_step=1e-5,
     )
     return [float(v) for v in sol.x]
 

@@ -20,7 +20,7 @@ _LAZY = {
     "recommend": "specplug.policy",
     "estimate": "specplug.policy",
     "plan_from_config": "specplug.policy",
-    "render": "specplug.render",
+    "render": "specplug.rendering",
     "launch": "specplug.launcher",
 }
 

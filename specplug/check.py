@@ -252,7 +252,7 @@ def rendered_problems(folder: Path, lock: Any, config_path: Path) -> tuple[list[
     script = folder / f"launch-{plan.stack.name}.sh"
     if script.is_file():
         found_any = True
-        from specplug.render import render_plan
+        from specplug.rendering import render_plan
 
         try:
             r = render_plan(plan, "shell")

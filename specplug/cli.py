@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "bench": "specplug.commands.bench:bench",
     "verify": "specplug.commands.verify:verify",
     "calibrate": "specplug.commands.calibrate:calibrate",
+    "generate": "specplug.commands.generate:generate",
 }
 
 

@@ -339,11 +339,11 @@ def launch(
     this blocks until the server exits or a signal arrives, and stops the whole process group on the way out.
     ``fallback`` names an adapter to relaunch the plan with when STACK is missing or dies before it is healthy.
     """
-    from specplug.render import build_config, render_plan, resolve_plan
+    from specplug.rendering import plan_for_request, render_plan
 
     out = out or sys.stdout
     if plan is None:
-        cfg = build_config(
+        plan, cfg = plan_for_request(
             stack,
             config_path=config_path,
             model=model,
@@ -359,7 +359,6 @@ def launch(
         )
         if fallback is None and cfg.fallback != "none":
             fallback = cfg.fallback
-        plan = resolve_plan(cfg)
     try:
         return _launch_plan(plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=allow_no_gpu, run_dir=run_dir,
                             wait=wait, out=out)
@@ -386,7 +385,7 @@ def _launch_plan(
     plan: Plan, *, dry_run: bool, timeout: float, allow_no_gpu: bool, run_dir: str | None, wait: bool, out: TextIO
 ) -> LaunchResult:
     from specplug.fileio import write_atomic
-    from specplug.render import render_plan
+    from specplug.rendering import render_plan
 
     adapter = get_adapter(plan.stack.name)
     r = render_plan(plan)
@@ -418,6 +417,8 @@ def _launch_plan(
     out.flush()
     server = Server(argv, env, os.getcwd(), log_path)
     result.server = server
+    out.write(f"server pid {server.pid} (process group {server.pgid})\n")
+    out.flush()
     previous = _forward_signals(server)
     try:
         healthy = wait_healthy(server, spec.health_url, timeout, out)

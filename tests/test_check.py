@@ -66,7 +66,7 @@ def test_hand_edited_and_deleted_renders_are_listed(run_cli, tmp_path):
 
 def test_launch_script_folder_from_render_is_compared(run_cli, tmp_path):
     from specplug.lock import read_lock
-    from specplug.render import render_plan, write_rendered
+    from specplug.rendering import render_plan, write_rendered
 
     run_cli(*INIT)
     run_cli("plan")

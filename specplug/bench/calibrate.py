@@ -106,6 +106,7 @@ def calibrate(
 ) -> CalibrateReport:
     """Compare, write/merge the calibration file atomically, and re-estimate with it."""
     from specplug.catalog import get_model
+    from specplug.config import METHODS, WORKLOADS
     from specplug.fileio import write_atomic
     from specplug.output import dump_yaml
     from specplug.policy import estimate
@@ -115,6 +116,12 @@ def calibrate(
     workload = workload or record.workload
     if not workload:
         raise SpecplugError("Which workload was this? Pass --workload (the bench used a prompts file).")
+    if workload not in WORKLOADS:
+        raise SpecplugError(f"Unknown workload '{workload}'.", f"Choose one of: {', '.join(WORKLOADS)}.")
+    if method not in METHODS or method == "none":
+        raise SpecplugError(
+            f"Unknown speculative method '{method}'.", f"Choose one of: {', '.join(m for m in METHODS if m != 'none')}."
+        )
     acc = pooled_acceptance(record)
     if acc is None or (acc.mean_acceptance_length is None and acc.acceptance_rate is None):
         raise SpecplugError(

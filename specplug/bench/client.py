@@ -27,6 +27,8 @@ class Endpoint:
     root: str
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    # Set False once the server refuses logprobs, so verify stops asking (and paying a second request).
+    logprobs: bool = True
 
     @property
     def v1(self) -> str:
@@ -267,12 +269,14 @@ async def complete(
     else:
         with_lp["logprobs"] = top_logprobs
     err = ""
-    for attempt in (with_lp, body):
+    for attempt in (with_lp, body) if ep.logprobs else (body,):
         try:
             r = await client.post(_route(ep, api), json=attempt)
         except httpx.HTTPError as exc:
             return Completion(text="", error=_describe(exc))
         if r.status_code == 200:
+            if attempt is body:
+                ep.logprobs = False
             try:
                 choice = r.json()["choices"][0]
             except Exception:

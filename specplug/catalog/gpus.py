@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import cache
-
-from pydantic import BaseModel, Field
 
 from specplug.catalog._csv import aliases, norm, num, read_rows, unknown
 
 
-class GPU(BaseModel):
+# Plain dataclasses, not pydantic: catalog rows are trusted data, and class building is start-up time.
+@dataclass(frozen=True, kw_only=True)
+class GPU:
     name: str
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)
     vendor: str
     memory_gb: float | None = None
     memory_bw_gbs: float | None = None
@@ -21,7 +22,7 @@ class GPU(BaseModel):
     int8_tops: float | None = None
     interconnect: str = ""
     tdp_w: float | None = None
-    nvml_name_patterns: list[str] = Field(default_factory=list)
+    nvml_name_patterns: list[str] = field(default_factory=list)
     source: str = ""
     confirmed: str = ""
     notes: str = ""

@@ -5,19 +5,20 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-
-from pydantic import BaseModel, Field
 
 from specplug.catalog._csv import aliases, integer, norm, num, read_rows
 from specplug.catalog.drafters import Drafter, drafters_for
 from specplug.errors import CatalogError
 
 
-class Model(BaseModel):
+# A plain dataclass, not pydantic: catalog rows are trusted data, and class building is start-up time.
+@dataclass(frozen=True, kw_only=True)
+class Model:
     hf_id: str
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)
     family: str = ""
     params_b: float | None = None
     active_params_b: float | None = None
@@ -38,8 +39,8 @@ class Model(BaseModel):
     source: str = ""
     confirmed: str = ""
     notes: str = ""
-    local_path: str | None = Field(default=None, description="Set when the model was read from a local folder.")
-    special_tokens: dict[str, str] = Field(default_factory=dict)
+    local_path: str | None = None  # set when the model was read from a local folder
+    special_tokens: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

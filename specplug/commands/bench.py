@@ -168,10 +168,23 @@ def run_and_report(*, endpoint, baseline, levels, prompts, workload, prompts_fil
     def tick(role: str, conc: int, done: int) -> None:
         progress.update(task, advance=1, description=f"{role} c={conc}")
 
+    from specplug.errors import SpecplugError
+
     try:
         with progress:
             asyncio.run(run_bench(plan, record, current, tick))
         record.complete = True
+    except SpecplugError as exc:
+        # A server that dies mid-run: keep the levels that finished on disk, then report the failure.
+        record.levels = [lv for lv in record.levels if lv.speculative is not None]
+        if record.levels and out_dir:
+            from specplug.bench.report import write_outputs
+
+            record.notes.append(f"Stopped early: {exc.message}")
+            record.finish(min_speedup)
+            write_outputs(record, out_dir)
+            exc.hint = ((exc.hint or "") + f" The levels that finished are in {out_dir}/bench.json.").strip()
+        raise
     except KeyboardInterrupt:
         # Keep the level in flight: its finished requests are real measurements, marked as cut.
         for run in current:

@@ -54,7 +54,12 @@ def calibrate(from_path, endpoint, baseline, served_model, concurrency, prompts_
         from specplug.bench.prompts import builtin_workloads
         from specplug.commands.bench import run_and_report
 
-        bench_workload = None if prompts_file else (workload if workload in builtin_workloads() else "chat")
+        if not prompts_file and workload and workload not in builtin_workloads():
+            raise SpecplugError(
+                f"There are no built-in prompts for workload '{workload}'.",
+                f"Pass --prompts FILE.jsonl with such traffic, or one of: {', '.join(builtin_workloads())}.",
+            )
+        bench_workload = None if prompts_file else (workload or "chat")
         record = run_and_report(
             endpoint=endpoint, baseline=baseline, levels=parse_concurrency(concurrency),
             prompts=load_prompt_set(bench_workload, prompts_file), workload=bench_workload, prompts_file=prompts_file,

@@ -18,10 +18,11 @@ def gpus(name: str | None, output: str) -> None:
     """List the GPU catalog, or show one GPU by NAME or alias (e.g. h100, a100-80gb, l4)."""
     from specplug.catalog import get_gpu
     from specplug.catalog import gpus as all_gpus
+    from specplug.output import to_plain
 
     if name:
         g = get_gpu(name)
-        emit(g, output, lambda g: table(g.name, ["field", "value"], [(k, _fmt(v) if isinstance(v, float) else v) for k, v in g.model_dump().items()]))
+        emit(g, output, lambda g: table(g.name, ["field", "value"], [(k, _fmt(v) if isinstance(v, float) else v) for k, v in to_plain(g).items()]))
         return
     items = list(all_gpus())
     rows = [

@@ -49,10 +49,11 @@ def search(text: tuple[str, ...], output: str) -> None:
 def show(name: str, output: str) -> None:
     """Show one model (alias, HF id or local folder) with its known drafters."""
     from specplug.catalog import get_model
+    from specplug.output import to_plain
 
     m = get_model(name)
-    data = m.model_dump()
-    data["known_drafters"] = [d.model_dump() for d in m.known_drafters()]
+    data = to_plain(m)
+    data["known_drafters"] = [to_plain(d) for d in m.known_drafters()]
 
     def render(d):
         facts = [(k, v) for k, v in d.items() if k not in ("known_drafters", "source", "notes") and v not in (None, "", [], {})]

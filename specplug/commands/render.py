@@ -42,7 +42,7 @@ def render(stack, config_path, model, gpu, num_gpus, method, drafter, num_specul
            port, extra_args, output_dir, fmt) -> None:
     """Render STACK's launch command (and files, e.g. TensorRT-LLM's YAML) from specplug.yaml or flags."""
     from specplug.output import dump_json, dump_yaml
-    from specplug.render import render as do_render
+    from specplug.rendering import render as do_render
 
     r = do_render(
         stack,

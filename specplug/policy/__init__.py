@@ -6,12 +6,28 @@ Public API (same parameter names as the CLI flags)::
     recommend(model, *, gpu=None, num_gpus=None, batch_size=None, ...) -> Plan
     estimate(model, method, *, gpu, ...) -> Estimate
     load_policy(policy=None, overrides=None) -> Policy
+
+Names load lazily so that `specplug recommend` does not pay for estimate's models (start-up time).
 """
 
 from __future__ import annotations
 
-from specplug.policy.data import load_policy
-from specplug.policy.estimator import Estimate, estimate
-from specplug.policy.planner import plan_from_config, recommend
+import importlib
+from typing import Any
 
-__all__ = ["Estimate", "estimate", "load_policy", "plan_from_config", "recommend"]
+_LAZY = {
+    "plan_from_config": "specplug.policy.planner",
+    "recommend": "specplug.policy.planner",
+    "estimate": "specplug.policy.estimator",
+    "Estimate": "specplug.policy.estimator",
+    "load_policy": "specplug.policy.data",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'specplug.policy' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -8,18 +8,19 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specplug.catalog import GPU, Model, get_gpu, get_model
-from specplug.catalog.drafters import Drafter, drafters_for, find_drafter
-from specplug.config import Config, SpeculationSpec, TreeSpec
+from specplug.catalog import GPU, Model, get_model
+from specplug.catalog.drafters import Drafter, find_drafter
+from specplug.config import TreeSpec
 from specplug.errors import CatalogError, SpecplugError, StackError
 from specplug.policy import perf
-from specplug.policy.calibration import Calibration, first_alpha_from, load_calibration
-from specplug.policy.data import load_policy
 from specplug.policy.perf import Arch, Device, Outcome, Shape
 from specplug.policy.schema import Policy, StackFactors
 from specplug.policy.tokenizers import compatible
+
+if TYPE_CHECKING:
+    from specplug.policy.calibration import Calibration
 
 HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator")
 COPY_METHODS = ("ngram", "suffix", "lookahead")
@@ -160,6 +161,8 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     if c.calibration is not None:
         e = c.calibration.match(c.model_ids(), d.method, c.workload, d.drafter_id, c.stack, c.temperature)
         if e is not None:
+            from specplug.policy.calibration import first_alpha_from
+
             return min(first_alpha_from(e, prior.decay), c.policy.acceptance.max_alpha), "calibrated"
     ratio = None
     if d.method == "draft_model" and d.drafter_arch is not None:
@@ -292,7 +295,11 @@ def check_model(name: str | None) -> Model:
 
 
 def load_calibration_opt(path: str | None) -> Calibration | None:
-    return load_calibration(path) if path else None
+    if not path:
+        return None
+    from specplug.policy.calibration import load_calibration
+
+    return load_calibration(path)
 
 
 def fmt_x(x: float) -> str:

@@ -46,7 +46,9 @@ def _split(n: int, policy: Policy, per_node: int) -> tuple[int, int]:
     return tp, n // tp
 
 
-def _candidates(c: E.Context, model: Model, stack: str, supported: dict[str, str | None], wbytes: float) -> list[E.DraftChoice]:
+def _candidates(
+    c: E.Context, model: Model, stack: str, supported: dict[str, str | None], wbytes: float, version: str | None = None
+) -> list[E.DraftChoice]:
     out: list[E.DraftChoice] = []
     for method in E.METHOD_ORDER:
         if method not in c.policy.acceptance.methods:
@@ -60,19 +62,32 @@ def _candidates(c: E.Context, model: Model, stack: str, supported: dict[str, str
                 d.ruled_out = f"{model.name} has no MTP layers"
             out.append(d)
         elif method == "draft_model":
-            out.extend(_draft_models(c, model, stack, wbytes, reason))
+            out.extend(_draft_models(c, model, stack, wbytes, reason, version))
         else:
             heads = model.known_drafters(method)
             if not heads:
                 out.append(E.DraftChoice(method, ruled_out=reason or f"no known {method} head for {model.name} (pass --drafter)"))
                 continue
-            # Prefer a head shown loading in this stack, then the first published one.
-            heads = sorted(heads, key=lambda h: (stack not in h.stacks_known_to_load_it.lower(), heads.index(h)))
+            # Prefer a head without a known problem here, then one shown loading in this stack, then the first.
+            rules = c.policy.rules
+            heads = sorted(
+                heads,
+                key=lambda h: (
+                    rules.known_issue(h.drafter_hf_id, stack, version) is not None,
+                    stack not in h.stacks_known_to_load_it.lower(),
+                    heads.index(h),
+                ),
+            )
+            issue = rules.known_issue(heads[0].drafter_hf_id, stack, version)
+            if issue and not reason:
+                reason = f"known problem in {stack}: {issue.reason}"
             out.append(E.DraftChoice(method, heads[0].drafter_hf_id, catalog=heads[0], ruled_out=reason))
     return out
 
 
-def _draft_models(c: E.Context, model: Model, stack: str, wbytes: float, reason: str | None) -> list[E.DraftChoice]:
+def _draft_models(
+    c: E.Context, model: Model, stack: str, wbytes: float, reason: str | None, version: str | None = None
+) -> list[E.DraftChoice]:
     from specplug.catalog import models as all_models
 
     ids: list[str] = [d.drafter_hf_id for d in model.known_drafters("draft_model")]
@@ -91,7 +106,8 @@ def _draft_models(c: E.Context, model: Model, stack: str, wbytes: float, reason:
     out = []
     for i in ids[:4]:
         d = E.resolve_drafter("draft_model", i, model, c.target, c.policy, stack, wbytes)
-        d.ruled_out = d.ruled_out or reason
+        issue = c.policy.rules.known_issue(d.drafter_id, stack, version)
+        d.ruled_out = d.ruled_out or reason or (f"known problem in {stack}: {issue.reason}" if issue else None)
         out.append(d)
     return out
 
@@ -130,25 +146,36 @@ def _schedule(c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]) 
 
 
 def _fix_hint(c: E.Context, model: Model, hw_gb: float, per_node: int, seqs: int, tokens: int, wbytes: float, d: E.DraftChoice | None) -> str:
-    hints = []
+    """The smallest change that makes the target itself fit first (more GPUs, shorter context, FP8), then
+    what a drafter would add: the model not fitting is the problem, not the drafter."""
+    hints: list[str] = []
     n = c.tp * c.pp
-    for m in c.policy.rules.gpu_counts:
-        if m <= n:
-            continue
-        tp, pp = _split(m, c.policy, per_node)
-        if E.memory(c.policy, model, c.target, hw_gb, tp, pp, seqs, tokens, d).fits:
-            hints.append(f"use --num-gpus {m}")
-            break
-    base = E.memory(c.policy, model, c.target, hw_gb, c.tp, c.pp, seqs, 0, d)
+    heavy = d is not None and d.method not in E.COPY_METHODS and d.method != "none"
+
+    def gpus_for(drafter: E.DraftChoice | None) -> int | None:
+        for m in c.policy.rules.gpu_counts:
+            if m > n:
+                tp, pp = _split(m, c.policy, per_node)
+                if E.memory(c.policy, model, c.target, hw_gb, tp, pp, seqs, tokens, drafter).fits:
+                    return m
+        return None
+
+    plain = gpus_for(None)
+    if plain is not None:
+        with_d = gpus_for(d) if heavy else plain
+        extra = ""
+        if heavy and with_d != plain:
+            extra = f" ({with_d} to add the {d.method} drafter)" if with_d else f" (the {d.method} drafter does not fit even then)"
+        hints.append(f"use --num-gpus {plain} with n-gram or no drafter{extra}")
+    base = E.memory(c.policy, model, c.target, hw_gb, c.tp, c.pp, seqs, 0, None)
     if base.fits:
-        per_tok = (base.headroom_gb) / max(seqs, 1)
-        mem1 = E.memory(c.policy, model, c.target, hw_gb, c.tp, c.pp, 1, 1, d)
-        kv1 = mem1.kv_gb + mem1.drafter_kv_gb
-        fit_tokens = int(per_tok / kv1) if kv1 > 0 else 0
+        mem1 = E.memory(c.policy, model, c.target, hw_gb, c.tp, c.pp, 1, 1, None)
+        fit_tokens = int(base.headroom_gb / max(seqs, 1) / mem1.kv_gb) if mem1.kv_gb > 0 else 0
         if fit_tokens >= 256:
-            hints.append(f"shorten the context to about {fit_tokens} tokens per request (--input-len/--output-len) or serve fewer concurrent requests")
-    if d is not None and d.method not in E.COPY_METHODS and E.memory(c.policy, model, c.target, hw_gb, c.tp, c.pp, seqs, tokens, None).fits:
-        hints.append("use a lighter technique (ngram needs no extra memory)")
+            hints.append(
+                f"shorten the context to about {fit_tokens} tokens per request (--input-len/--output-len) "
+                "or serve fewer concurrent requests"
+            )
     if c.target.weight_bytes > 1.0:
         t8 = E.arch_of(model, 1.0)
         if E.memory(c.policy, model, t8, hw_gb, c.tp, c.pp, seqs, tokens, None).fits:
@@ -269,7 +296,7 @@ def plan_from_config(
 
     # ---- candidates
     explicit = cfg.speculation if isinstance(cfg.speculation, SpeculationSpec) else None
-    cands = _candidates(c, model, stack, supported, wbytes)
+    cands = _candidates(c, model, stack, supported, wbytes, version)
     base_mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, None)
     scored: list[tuple[E.DraftChoice, float, Outcome]] = []
     candidates: list[Candidate] = []
@@ -319,6 +346,9 @@ def plan_from_config(
             )
         if d.ruled_out:
             warnings.append(f"The configured drafter may not work: {d.ruled_out}.")
+        issue = pol.rules.known_issue(d.drafter_id, stack, version)
+        if issue:
+            warnings.append(f"The configured drafter has a known problem in {stack}: {issue.reason}.")
         if supported.get(explicit.method):
             warnings.append(f"The configured method may not work: {supported[explicit.method]}.")
         alpha, _ = E.alpha_for(c, d)

@@ -84,7 +84,7 @@ class StackFactors(_Strict):
     step_overhead_ms: float = Field(0.5, ge=0.0, description="Scheduler/sampling time per decoding step.")
     spec_overhead_ms: float = Field(0.5, ge=0.0, description="Extra time per step when speculating.")
     spec_overhead_per_token_ms: float = Field(
-        0.0, ge=0.0, description="Extra time per verified draft token (rejection sampling, tree masks)."
+        0.0, ge=0.0, description="Extra time per verified token across the batch (rejection sampling, proposer bookkeeping)."
     )
     allreduce_latency_us: float = Field(10.0, ge=0.0, description="Latency of one tensor-parallel all-reduce.")
     trees: bool = Field(False, description="Drafts token trees (steps/topk/num_draft_tokens).")
@@ -103,6 +103,26 @@ class MemoryRules(_Strict):
     activation_frac: float = Field(0.03, ge=0.0, le=0.5, description="Plus this share of GPU memory.")
 
 
+class KnownIssue(_Strict):
+    """A drafter that is known not to work in a stack (optionally until a fixed version): ruled out there."""
+
+    drafter: str = Field(description="The drafter's HF id (case-insensitive).")
+    stack: str
+    fixed_in: str | None = Field(None, description="First stack version without the problem (None: still open).")
+    reason: str
+
+    def applies(self, drafter: str | None, stack: str, version: str | None) -> bool:
+        if not drafter or drafter.lower() != self.drafter.lower() or stack != self.stack:
+            return False
+        return self.fixed_in is None or version is None or _vtuple(version) < _vtuple(self.fixed_in)
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
 class Rules(_Strict):
     min_speedup: float = Field(1.05, ge=1.0, description="Speculate only where the predicted speedup beats this.")
     k_range: tuple[int, int] = (1, 8)
@@ -118,6 +138,12 @@ class Rules(_Strict):
         0.5, gt=0.0, description="Size assumed for a draft model that is not in the catalog."
     )
     workload_aliases: dict[str, str] = Field(default_factory=dict)
+    known_issues: list[KnownIssue] = Field(
+        default_factory=list, description="Drafter x stack pairs known to fail; candidates using them are ruled out."
+    )
+
+    def known_issue(self, drafter: str | None, stack: str, version: str | None = None) -> KnownIssue | None:
+        return next((k for k in self.known_issues if k.applies(drafter, stack, version)), None)
 
     @model_validator(mode="after")
     def _check(self) -> Rules:

@@ -28,10 +28,18 @@ def test_copy_heavy_workloads_prefer_ngram_or_suffix(workload: str) -> None:
     assert p.speculation.method in ("ngram", "suffix")
 
 
-def test_llamacpp_summarization_uses_its_ngram() -> None:
-    p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="summarization", gpu="h100", num_gpus=4, stack="llamacpp")
-    assert p.speculation.method == "ngram"
-    assert p.speculation.prompt_lookup_max
+def test_stack_support_rules_out_methods() -> None:
+    p = specplug.recommend("llama-3.1-8b", batch_size=1, gpu="h100", num_gpus=1, stack="llamacpp")
+    medusa = [c for c in p.candidates if c.method == "medusa"]
+    assert medusa and medusa[0].ruled_out and medusa[0].speedup is None
+    assert p.speculation.method not in ("medusa", "suffix", "lookahead")
+
+
+def test_ngram_plan_sets_lookup_window() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="code-edit", gpu="h100", num_gpus=4, stack="llamacpp")
+    if p.speculation.method == "ngram":
+        assert p.speculation.prompt_lookup_min and p.speculation.prompt_lookup_max
+    assert p.prediction.speedup > 1.0
 
 
 def test_batch_256_turns_speculation_off() -> None:
@@ -140,3 +148,24 @@ def test_calibration_replaces_the_prior(tmp_path) -> None:
     assert cal.calibrated and not base.calibrated
     assert cal.acceptance_length == pytest.approx(3.5, abs=0.02)
     assert cal.speedup > base.speedup
+
+
+def test_known_broken_drafter_is_ruled_out_with_the_reason() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="chat", **H100x4)
+    mlp = next(c for c in p.candidates if c.method == "mlp_speculator")
+    assert mlp.ruled_out and "34106" in mlp.ruled_out
+    assert not (p.speculation.method == "mlp_speculator" and p.speculation.drafter == "ibm-ai-platform/llama3-70b-accelerator")
+
+
+def test_known_issue_respects_fixed_in_version() -> None:
+    from specplug.policy.schema import KnownIssue
+
+    k = KnownIssue(drafter="org/Head", stack="vllm", fixed_in="0.12.0", reason="x")
+    assert k.applies("org/head", "vllm", "0.11.2") and k.applies("org/head", "vllm", None)
+    assert not k.applies("org/head", "vllm", "0.12.1") and not k.applies("org/head", "sglang", "0.1")
+
+
+def test_does_not_fit_hint_gives_the_smallest_fix_for_the_model_itself() -> None:
+    p = specplug.recommend("llama-3.1-70b", gpu="l4", num_gpus=1)
+    hint = p.memory.hint or ""
+    assert "--num-gpus 8 " in hint and "--num-gpus 16" not in hint

@@ -223,7 +223,7 @@ def test_streaming_holds_back_partial_stop_string(client):
     ],
 )
 def test_bad_completion_requests_are_openai_400s(client, body, param, fragment):
-    kwargs = {"max_prompt_tokens": 500} if param == "prompt" and "x" * 600 == body.get("prompt") else {}
+    kwargs = {"max_prompt_tokens": 500} if param == "prompt" and body.get("prompt") == "x" * 600 else {}
     c = client
     if kwargs:
         c, _, _ = make_client(**kwargs)

@@ -15,11 +15,10 @@ def main() -> None:
         from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     except ImportError:  # before 0.32 the parser lived in the openai package
         from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    import huggingface_hub.constants as hub
     from vllm.config import ParallelConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.cli.serve import ServeSubcommand
-
-    import huggingface_hub.constants as hub
 
     offline = hub.HF_HUB_OFFLINE
     out = []

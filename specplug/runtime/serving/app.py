@@ -308,7 +308,7 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
     async def health() -> JSONResponse:
         ok = scheduler.healthy
         body = {"status": "ok" if ok else "engine_failed", "model": settings.model_name,
-                "running": scheduler.num_running, "waiting": scheduler.num_waiting}
+                "running": scheduler.num_running, "waiting": scheduler.num_waiting, **settings.info}
         return JSONResponse(body, 200 if ok else 503)
 
     @app.get("/version")
@@ -398,6 +398,18 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             }
         )
 
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        # Publish the served names as the only valid 'model', so clients and schema-driven fuzzers know them.
+        doc = default_openapi()
+        for schema in doc.get("components", {}).get("schemas", {}).values():
+            props = schema.get("properties", {})
+            if schema.get("title") in ("CompletionRequest", "ChatCompletionRequest") and "model" in props:
+                props["model"] = {**props["model"], "enum": sorted(names)}
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(GuardMiddleware, settings=settings, metrics=metrics)
     return app
 

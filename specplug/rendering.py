@@ -9,15 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from specplug.adapter import Adapter, LaunchSpec, get_adapter
-from specplug.config import Config, HardwareSpec, SpeculationSpec, StackSpec
+from specplug.config import Config, HardwareSpec, SpeculationSpec, StackSpec, load_config
 from specplug.errors import SpecplugError
 from specplug.plan import Plan
 
@@ -141,6 +139,22 @@ def resolve_plan(cfg: Config, adapter: Adapter | None = None) -> Plan:
                                                            "version_source": source if version else "unknown"})}
         )
     return plan
+
+
+def plan_for_request(stack: str, *, config_path: str | None = None, **flags: Any) -> tuple[Plan, Config]:
+    """The plan render and launch use: the committed lock when the config has one and no flag overrides it
+    (so renders reproduce what was reviewed), else a fresh plan from the config with the flags on top."""
+    from specplug.config import find_config
+
+    cfg = build_config(stack, config_path=config_path, **flags)
+    path = find_config(config_path)
+    overridden = any(v not in (None, [], ()) for k, v in flags.items() if k != "stack_version")
+    if path is not None and not overridden:
+        from specplug.lock import lock_path_for, plan_for
+
+        if lock_path_for(path).is_file() and load_config(path).stack.name == stack:
+            return plan_for(path, stack_version=flags.get("stack_version")), cfg
+    return resolve_plan(cfg), cfg
 
 
 # ---------------------------------------------------------------------------------------------- text
@@ -288,7 +302,7 @@ def render(
     if format not in FORMATS:
         raise SpecplugError(f"Unknown format '{format}'.", f"Use one of: {', '.join(FORMATS)}.")
     if plan is None:
-        cfg = build_config(
+        plan, _ = plan_for_request(
             stack,
             config_path=config_path,
             model=model,
@@ -302,21 +316,9 @@ def render(
             port=port,
             extra_args=extra_args,
         )
-        plan = resolve_plan(cfg)
     elif plan.stack.name != stack:
         plan = plan.model_copy(update={"stack": plan.stack.model_copy(update={"name": stack})})
     r = render_plan(plan, format)
     if output_dir:
         write_rendered(r, output_dir)
     return r
-
-
-class _CallableModule(types.ModuleType):
-    """``specplug.render`` is both this module and the API function: once the submodule is imported, Python
-    binds the attribute ``specplug.render`` to the module, so calling it must still render."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Rendered:
-        return render(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

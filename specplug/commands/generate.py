@@ -1,0 +1,99 @@
+"""``specplug generate``: one-off generation with the embedded speculative runtime, text plus statistics."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from specplug.errors import SpecplugError
+from specplug.output import emit, output_option, table
+
+
+@click.command("generate")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True,
+              help="Packaged model name (smollm2-135m), local Hugging Face folder, or cached hub id.")
+@click.option("--method", type=click.Choice(["none", "ngram", "draft_model"]), default="ngram", show_default=True,
+              help="How to draft: none (plain decoding), ngram (prompt lookup) or draft_model.")
+@click.option("--drafter", default=None, help="Draft model for --method draft_model (default: the model's own).")
+@click.option("-k", "k", type=int, default=4, show_default=True, help="Draft tokens per step.")
+@click.option("--adaptive/--no-adaptive", default=False, show_default=True, help="Adapt the draft length per step.")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy.")
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
+@click.option("--seed", type=int, default=None, help="Seed for sampling.")
+@click.option("--max-tokens", type=int, default=128, show_default=True, help="Most new tokens to generate.")
+@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--prompt", "-p", default=None, help="Prompt text (raw, no chat template unless --chat); else stdin.")
+@click.option("--chat/--no-chat", default=False, show_default=True, help="Wrap the prompt in the chat template.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+              show_default=True)
+@output_option
+def generate(
+    model: str,
+    method: str,
+    drafter: str | None,
+    k: int,
+    adaptive: bool,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    seed: int | None,
+    max_tokens: int,
+    stop: tuple[str, ...],
+    prompt: str | None,
+    chat: bool,
+    device: str,
+    dtype: str,
+    output: str,
+) -> None:
+    """Generate text with speculative decoding and print it with acceptance statistics."""
+    if k < 1:
+        raise SpecplugError(f"-k must be >= 1, got {k}.")
+    if max_tokens < 1:
+        raise SpecplugError(f"--max-tokens must be >= 1, got {max_tokens}.")
+    if prompt is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise SpecplugError("No prompt given.", "Pass --prompt TEXT or pipe the prompt on stdin.")
+        prompt = sys.stdin.read()
+    if not prompt:
+        raise SpecplugError("The prompt is empty.", "Pass --prompt TEXT or pipe the prompt on stdin.")
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise SpecplugError(
+            f"The embedded runtime needs torch and transformers ({exc.name} is missing).",
+            "Install them with: pip install 'specplug[runtime]'",
+        ) from exc
+    from specplug.runtime.engine import GenerationParams
+    from specplug.runtime.models import build_engine
+    from specplug.runtime.sampling import SamplingParams
+
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    if seed is not None:
+        torch.manual_seed(seed)
+    engine = build_engine(model, method=method, drafter=drafter, k=k, device=device, dtype=dtype, adaptive=adaptive)
+    tok = engine.tokenizer
+    if chat:
+        if not getattr(tok, "chat_template", None):
+            raise SpecplugError(f"Model {model!r} has no chat template.", "Drop --chat.")
+        ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+    else:
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise SpecplugError("The prompt encodes to no tokens.")
+    params = GenerationParams(max_new_tokens=max_tokens, sampling=sampling, stop=tuple(stop))
+    result = engine.generate([list(ids)], params)[0]
+    stats = {"model": model, "method": engine.method, "k": k, "device": str(engine.device),
+             "finish_reason": result.finish_reason, **result.stats.as_dict()}
+    data = {"text": result.text, "stats": stats}
+
+    def render(d: dict) -> list:
+        rows = [(key, value) for key, value in d["stats"].items()]
+        return [d["text"], table("statistics", ["stat", "value"], rows)]
+
+    emit(data, output, render)

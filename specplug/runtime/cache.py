@@ -1,0 +1,180 @@
+"""A model's KV cache for a batch of sequences that advance at different speeds.
+
+Rows share the cache's columns, but each row knows which columns hold its real tokens (``valid``) and its
+own next position (``next_pos``). Left padding, tokens a row rejected while another row kept its drafts, and
+rows merged in later are all just invalid columns that the attention mask hides, so nothing is ever re-fed.
+Columns that no row needs any more at the end are cropped. With one row (or rows in lock-step) there are no
+holes and the model runs its plain causal path.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+import transformers
+from transformers import DynamicCache
+
+_TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
+
+
+def _cache_kwarg(model: Any) -> str:
+    # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name warns until 5.40).
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def crop_cache(cache: DynamicCache, new_length: int) -> None:
+    """Keep the first ``new_length`` columns (transformers 4 took a length, 5 takes a negative count)."""
+    current = cache.get_seq_length()
+    if new_length >= current:
+        return
+    if _TRANSFORMERS_MAJOR >= 5:
+        cache.crop(new_length - current)
+    else:
+        cache.crop(new_length)
+
+
+def _kv_lists(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+def _build_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    # ``update`` is the one way to fill a cache that both transformers 4 and 5 keep.
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(kv):
+        cache.update(k, v, i)
+    return cache
+
+
+class KVState:
+    """One model's cache plus per-row bookkeeping; ``forward`` feeds new columns, ``rollback`` forgets some."""
+
+    def __init__(self, model: Any, batch_size: int, device: torch.device) -> None:
+        self.model = model
+        self.device = device
+        self._kw = _cache_kwarg(model)
+        # SDPA/flex take a boolean mask; eager attention adds the mask to the scores.
+        self._additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
+        self._dtype = next(model.parameters()).dtype
+        self.cache = DynamicCache()
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
+        self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.holes = False
+        self._last_n = 0
+
+    @property
+    def length(self) -> int:
+        return self.valid.shape[1]
+
+    @property
+    def batch_size(self) -> int:
+        return self.valid.shape[0]
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False) -> torch.Tensor:
+        """Feed ``tokens`` ``(B, n)``; ``mask`` ``(B, n)`` marks real tokens (None: all real). Returns logits.
+
+        With ``last_only`` only the last column's logits are computed (prefill), which skips most of the
+        vocabulary projection.
+        """
+        b, n = tokens.shape
+        start = self.length
+        if mask is None:
+            new_valid = torch.ones(b, n, dtype=torch.bool, device=self.device)
+            positions = self.next_pos.unsqueeze(1) + torch.arange(n, device=self.device)
+            added = n
+        else:
+            new_valid = mask
+            positions = (self.next_pos.unsqueeze(1) + mask.long().cumsum(1) - 1).clamp_min(0)
+            added = mask.sum(1)
+            if not bool(mask.all()):
+                self.holes = True
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        attn = self._mask(start, n) if self.holes else None
+        if attn is not None and self._additive:
+            attn = torch.zeros(attn.shape, dtype=self._dtype, device=self.device).masked_fill(
+                ~attn, torch.finfo(self._dtype).min
+            )
+        out = self.model(
+            input_ids=tokens,
+            position_ids=positions,
+            attention_mask=attn,
+            use_cache=True,
+            logits_to_keep=1 if last_only else 0,
+            **{self._kw: self.cache},
+        )
+        self.next_pos = self.next_pos + added
+        self._last_n = n
+        return out.logits
+
+    def _mask(self, start: int, n: int) -> torch.Tensor:
+        # (B, 1, n, C) boolean, True = may attend. Every query sees itself so that a padding query never has an
+        # all-masked row (SDPA would return NaN there, and NaN keys poison later queries even when masked).
+        cols = torch.arange(start + n, device=self.device)
+        rows = torch.arange(start, start + n, device=self.device).unsqueeze(1)
+        causal = cols.unsqueeze(0) <= rows
+        diag = cols.unsqueeze(0) == rows
+        return ((self.valid.unsqueeze(1) & causal.unsqueeze(0)) | diag.unsqueeze(0)).unsqueeze(1)
+
+    def rollback(self, keep: torch.Tensor) -> None:
+        """Of the columns the last ``forward`` added, keep the first ``keep[b]`` for row b; forget the rest.
+
+        Assumes those columns were all real tokens (verification feeds no padding).
+        """
+        n = self._last_n
+        start = self.length - n
+        drop = n - keep
+        self.next_pos = self.next_pos - drop
+        cols = torch.arange(n, device=self.device).unsqueeze(0)
+        self.valid[:, start:] &= cols < keep.unsqueeze(1)
+        max_keep = int(keep.max()) if keep.numel() else 0
+        if bool((keep != max_keep).any()):
+            self.holes = True
+        crop_cache(self.cache, start + max_keep)
+        self.valid = self.valid[:, : start + max_keep]
+        self._last_n = 0
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (finished or cancelled sequences leave the batch)."""
+        self.cache.batch_select_indices(rows)
+        self.valid = self.valid[rows]
+        self.next_pos = self.next_pos[rows]
+        # Columns that every remaining row ignores (left padding of a departed long prompt) can go.
+        if self.valid.numel() and self.holes:
+            first = int(self.valid.any(0).long().argmax())
+            if first > 0:
+                self.cache = _build_cache([(k[:, :, first:], v[:, :, first:]) for k, v in _kv_lists(self.cache)])
+                self.valid = self.valid[:, first:]
+            if bool(self.valid.all()):
+                self.holes = False
+
+    def merge(self, other: KVState) -> None:
+        """Append ``other``'s rows to this batch, padding the shorter cache on the left with invalid columns."""
+        la, lb = self.length, other.length
+        width = max(la, lb)
+        if width:
+            a = _kv_lists(self.cache) if la else None
+            b = _kv_lists(other.cache) if lb else None
+            template = a if a is not None else b
+            kv = []
+            for i, (kt, vt) in enumerate(template):
+                parts_k, parts_v = [], []
+                for src, rows, cols in ((a, self.batch_size, la), (b, other.batch_size, lb)):
+                    k = src[i][0] if src is not None else kt.new_zeros(rows, kt.shape[1], 0, kt.shape[3])
+                    v = src[i][1] if src is not None else vt.new_zeros(rows, vt.shape[1], 0, vt.shape[3])
+                    if cols < width:
+                        k = torch.cat([k.new_zeros(rows, k.shape[1], width - cols, k.shape[3]), k], dim=2)
+                        v = torch.cat([v.new_zeros(rows, v.shape[1], width - cols, v.shape[3]), v], dim=2)
+                    parts_k.append(k)
+                    parts_v.append(v)
+                kv.append((torch.cat(parts_k), torch.cat(parts_v)))
+            self.cache = _build_cache(kv)
+        fa = torch.zeros(self.batch_size, width - la, dtype=torch.bool, device=self.device)
+        fb = torch.zeros(other.batch_size, width - lb, dtype=torch.bool, device=self.device)
+        self.valid = torch.cat([torch.cat([fa, self.valid], 1), torch.cat([fb, other.valid], 1)])
+        self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        if la != lb or self.holes or other.holes:
+            self.holes = True

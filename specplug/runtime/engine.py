@@ -1,0 +1,412 @@
+"""The speculative decode loop: draft, verify in one target pass, accept, repeat — for a batch of requests.
+
+API (what a server drives)
+--------------------------
+``SpeculativeEngine(target, tokenizer=None, proposer_factory=None, k=4, adaptive=False, k_max=None,
+device=None, eos_token_ids=None)``
+    ``proposer_factory()`` returns a fresh :class:`~specplug.runtime.proposers.Proposer` per batch (None:
+    plain decoding). Build one from names with :func:`specplug.runtime.models.build_engine`.
+
+``engine.generate(prompts: list[list[int]], params: GenerationParams | list[GenerationParams]) -> list[Result]``
+    Decode a batch to the end; one :class:`Result` (tokens, text, finish_reason, stats) per prompt, in order.
+
+``batch = engine.start()`` -> :class:`DecodeBatch`, the step-wise interface:
+    ``rid = batch.add(prompt_ids, params)``  queue a request; it joins at the next ``step()`` (continuous
+                                              batching: add any time, also while others are decoding).
+    ``outs = batch.step()``                   one draft+verify round for every active request; returns a
+                                              :class:`StepOutput` per request that advanced or finished:
+                                              ``request_id, new_tokens, text_delta, finished, finish_reason``.
+    ``batch.cancel(rid)``                     the request leaves the batch at the next step (finish_reason
+                                              "cancelled"); safe to call from the thread that calls ``step``.
+    ``batch.result(rid) -> Result``           tokens, text and statistics so far (final once finished).
+    ``batch.active`` / ``batch.pending``       request ids decoding / waiting to join; ``for outs in batch:``
+                                              steps until nothing is active or pending.
+    A ``DecodeBatch`` is not thread-safe: drive it from one thread (e.g. a server's decode worker) and pass
+    adds/cancels to that thread.
+
+Each request has its own sampling parameters (temperature, top-k, top-p), stop strings, EOS handling and
+max_new_tokens. Seeds: a batch draws from one generator seeded by its first request that has a seed, so a
+seeded request reproduces exactly when decoded alone.
+
+How a step works: each row feeds [last token, its drafts] in one target forward (rows with fewer drafts
+carry padding that is rolled back), the verifier decides per row, the target cache keeps per row exactly the
+columns that row accepted (see :mod:`specplug.runtime.cache`), and the proposer rolls its own state back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specplug.runtime.cache import KVState
+from specplug.runtime.proposers import Draft, Proposer, _prefill
+from specplug.runtime.sampling import RowWarper, SamplingParams
+from specplug.runtime.verify import verify
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """What one request asks for."""
+
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+
+@dataclass
+class RequestStats:
+    """Per-request counters. Acceptance length = new tokens per target pass (1.0 without speculation)."""
+
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_passes: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    elapsed_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return self.new_tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        per_pos = [
+            round(a / d, 4) if d else None
+            for a, d in zip(self.accepted_per_position, self.drafted_per_position, strict=True)
+        ]
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "acceptance_per_position": per_pos,
+            "target_passes": self.target_passes,
+            "mean_acceptance_length": round(self.mean_acceptance_length, 3),
+            "prefill_s": round(self.prefill_s, 4),
+            "elapsed_s": round(self.elapsed_s, 4),
+            "tokens_per_s": round(self.tokens_per_s, 2),
+        }
+
+
+@dataclass
+class Result:
+    tokens: list[int]
+    text: str | None
+    finish_reason: str | None  # "stop" (EOS or stop string), "length", "cancelled"; None while running
+    stats: RequestStats
+
+
+@dataclass
+class StepOutput:
+    request_id: int
+    new_tokens: list[int]
+    text_delta: str
+    finished: bool
+    finish_reason: str | None
+
+
+@dataclass
+class _Row:
+    rid: int
+    params: GenerationParams
+    history: list[int]
+    prompt_len: int
+    k: int
+    started: float
+    stats: RequestStats
+    text_sent: int = 0
+    text: str = ""
+    finish_reason: str | None = None
+
+    @property
+    def generated(self) -> list[int]:
+        return self.history[self.prompt_len :]
+
+
+class _NoProposer:
+    name = "none"
+
+    def start(self, prompts: list[list[int]]) -> None:
+        return None
+
+    def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: Any) -> Draft:
+        n = len(histories)
+        return Draft(torch.zeros(n, 0, dtype=torch.long), torch.zeros(n, dtype=torch.long), None)
+
+    def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
+        return None
+
+    def select(self, rows: torch.Tensor) -> None:
+        return None
+
+
+class SpeculativeEngine:
+    """Holds the target model and how to draft; each ``start()`` makes an independent batch."""
+
+    def __init__(
+        self,
+        target: Any,
+        tokenizer: Any = None,
+        proposer_factory: Callable[[], Proposer] | None = None,
+        k: int = 4,
+        adaptive: bool = False,
+        k_max: int | None = None,
+        device: torch.device | str | None = None,
+        eos_token_ids: list[int] | None = None,
+    ) -> None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.target = target
+        self.tokenizer = tokenizer
+        self.proposer_factory = proposer_factory
+        self.method = proposer_factory().name if proposer_factory else "none"
+        self.k = k
+        self.adaptive = adaptive
+        self.k_max = k_max or 2 * k
+        self.device = torch.device(device) if device is not None else next(target.parameters()).device
+        if eos_token_ids is None:
+            eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+            if eos is None:
+                eos = getattr(target.config, "eos_token_id", None)
+            eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        self.eos_token_ids = set(eos_token_ids)
+
+    def start(self) -> DecodeBatch:
+        proposer = self.proposer_factory() if self.proposer_factory else _NoProposer()
+        return DecodeBatch(self, proposer)
+
+    def generate(self, prompts: list[list[int]], params: GenerationParams | list[GenerationParams]) -> list[Result]:
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        batch = self.start()
+        rids = [batch.add(p, q) for p, q in zip(prompts, plist, strict=True)]
+        for _ in batch:
+            pass
+        return [batch.result(r) for r in rids]
+
+
+class DecodeBatch:
+    """Requests decoded together. See the module docstring for the protocol."""
+
+    def __init__(self, engine: SpeculativeEngine, proposer: Proposer) -> None:
+        self.engine = engine
+        self.proposer = proposer
+        self.device = engine.device
+        self.kv = KVState(engine.target, 0, self.device)
+        self.rows: list[_Row] = []
+        self._queue: list[_Row] = []
+        self._cancelled: set[int] = set()
+        self._done: dict[int, _Row] = {}
+        self._next_id = 0
+        self._lock = threading.Lock()
+        self._warper: RowWarper | None = None
+        self.generator: torch.Generator | None = None
+
+    # -- requests -------------------------------------------------------------------------------------------
+    def add(self, prompt: list[int], params: GenerationParams | None = None) -> int:
+        params = params or GenerationParams()
+        if not prompt:
+            raise ValueError("a prompt needs at least one token")
+        if params.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        with self._lock:
+            rid = self._next_id
+            self._next_id += 1
+            stats = RequestStats(prompt_tokens=len(prompt))
+            row = _Row(rid, params, list(prompt), len(prompt), self.engine.k, time.perf_counter(), stats)
+            self._queue.append(row)
+        return rid
+
+    def cancel(self, rid: int) -> None:
+        with self._lock:
+            self._cancelled.add(rid)
+
+    @property
+    def active(self) -> list[int]:
+        return [r.rid for r in self.rows]
+
+    @property
+    def pending(self) -> list[int]:
+        return [r.rid for r in self._queue]
+
+    def result(self, rid: int) -> Result:
+        row = self._done.get(rid) or next((r for r in self.rows + self._queue if r.rid == rid), None)
+        if row is None:
+            raise KeyError(rid)
+        text = row.text if self.engine.tokenizer is not None else None
+        return Result(list(row.generated), text, row.finish_reason, row.stats)
+
+    def __iter__(self) -> Iterator[list[StepOutput]]:
+        while self.rows or self._queue:
+            yield self.step()
+
+    # -- decoding -------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self) -> list[StepOutput]:
+        outs = self._admit_and_cancel()
+        if not self.rows:
+            return outs
+        rows = self.rows
+        if self._warper is None:
+            self._warper = RowWarper([r.params.sampling for r in rows], self.device)
+        warper = self._warper
+        ks = [max(0, min(r.k, r.params.max_new_tokens - r.stats.new_tokens - 1)) for r in rows]
+        if self.engine.proposer_factory is None:
+            ks = [0] * len(rows)
+
+        def warp(logits: torch.Tensor) -> torch.Tensor | None:
+            return None if warper.all_greedy else warper(logits)
+
+        draft = self.proposer.propose([r.history for r in rows], ks, warp, self.generator)
+        dtokens = draft.tokens.to(self.device)
+        dn = draft.n.to(self.device)
+        last = torch.tensor([r.history[-1] for r in rows], dtype=torch.long, device=self.device)
+        logits = self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1))
+        n_acc, nxt = verify(logits, dtokens, dn, draft.probs, warper, self.generator)
+        self.kv.rollback(n_acc + 1)
+        self.proposer.commit(n_acc, nxt)
+
+        acc_l, nxt_l, dn_l = n_acc.tolist(), nxt.tolist(), draft.n.tolist()
+        dtok_l = draft.tokens.tolist() if any(dn_l) else None
+        finished: list[int] = []
+        now = time.perf_counter()
+        for i, row in enumerate(rows):
+            a, n = acc_l[i], dn_l[i]
+            st = row.stats
+            st.target_passes += 1
+            st.drafted += n
+            st.accepted += a
+            if len(st.drafted_per_position) < n:
+                grow = n - len(st.drafted_per_position)
+                st.drafted_per_position.extend([0] * grow)
+                st.accepted_per_position.extend([0] * grow)
+            for j in range(n):
+                st.drafted_per_position[j] += 1
+                if j < a:
+                    st.accepted_per_position[j] += 1
+            if self.engine.adaptive and n:
+                row.k = min(row.k + 1, self.engine.k_max) if a == n else max(1, row.k - 1)
+            emitted = (dtok_l[i][:a] if a else []) + [nxt_l[i]]
+            outs.append(self._emit(row, emitted, now))
+            if row.finish_reason is not None:
+                finished.append(i)
+        if finished:
+            self._drop(finished)
+        return outs
+
+    def _emit(self, row: _Row, emitted: list[int], now: float) -> StepOutput:
+        params, st = row.params, row.stats
+        reason = None
+        if not params.ignore_eos and self.engine.eos_token_ids:
+            for j, t in enumerate(emitted):
+                if t in self.engine.eos_token_ids:
+                    emitted, reason = emitted[:j], "stop"
+                    break
+        room = params.max_new_tokens - st.new_tokens
+        if len(emitted) >= room:
+            if len(emitted) > room or reason is None:
+                reason = "length"
+            emitted = emitted[:room]
+        row.history.extend(emitted)
+        st.new_tokens += len(emitted)
+        delta = ""
+        tok = self.engine.tokenizer
+        if tok is not None:
+            text = tok.decode(row.generated, skip_special_tokens=True)
+            cut = _find_stop(text, params.stop)
+            if cut is not None:
+                text, reason = text[:cut], "stop"
+                # Keep only the tokens needed to produce the text up to the stop string.
+                gen = row.generated
+                keep = len(gen)
+                while keep > 0 and len(tok.decode(gen[: keep - 1], skip_special_tokens=True)) >= cut:
+                    keep -= 1
+                del row.history[row.prompt_len + keep :]
+                st.new_tokens = keep
+            row.text = text
+            safe = len(text)
+            if reason is None:
+                # Hold back what might be the start of a stop string or half of a multi-byte character.
+                hold = max((len(s) - 1 for s in params.stop), default=0)
+                safe = max(row.text_sent, len(text) - hold)
+                while safe > row.text_sent and text[safe - 1] == "\ufffd":
+                    safe -= 1
+            delta = text[row.text_sent : safe]
+            row.text_sent = safe
+        st.elapsed_s = now - row.started
+        row.finish_reason = reason
+        return StepOutput(row.rid, emitted, delta, reason is not None, reason)
+
+    def _drop(self, idx: list[int]) -> None:
+        gone = set(idx)
+        for i in idx:
+            self._done[self.rows[i].rid] = self.rows[i]
+        keep = [i for i in range(len(self.rows)) if i not in gone]
+        self.rows = [self.rows[i] for i in keep]
+        if self.rows:
+            sel = torch.tensor(keep, dtype=torch.long)
+            self.kv.select(sel.to(self.device))
+            self.proposer.select(sel)
+            self._warper = self._warper.select(keep) if self._warper else None
+        else:
+            # Nothing left: start the next admissions from a clean cache and proposer.
+            self.kv = KVState(self.engine.target, 0, self.device)
+            self.proposer = self.engine.proposer_factory() if self.engine.proposer_factory else _NoProposer()
+            self._warper = None
+
+    def _admit_and_cancel(self) -> list[StepOutput]:
+        with self._lock:
+            cancelled, self._cancelled = self._cancelled, set()
+            queue, self._queue = self._queue, []
+        outs = []
+        for row in [r for r in queue if r.rid in cancelled]:
+            row.finish_reason = "cancelled"
+            self._done[row.rid] = row
+            outs.append(StepOutput(row.rid, [], "", True, "cancelled"))
+        queue = [r for r in queue if r.rid not in cancelled]
+        gone = [i for i, r in enumerate(self.rows) if r.rid in cancelled]
+        for i in gone:
+            self.rows[i].finish_reason = "cancelled"
+            outs.append(StepOutput(self.rows[i].rid, [], "", True, "cancelled"))
+        if gone:
+            self._drop(gone)
+        if queue:
+            if self.generator is None:
+                seed = next((r.params.sampling.seed for r in queue if r.params.sampling.seed is not None), None)
+                self.generator = torch.Generator(device=self.device)
+                if seed is not None:
+                    self.generator.manual_seed(seed)
+                else:
+                    self.generator.seed()
+            t0 = time.perf_counter()
+            new = KVState(self.engine.target, len(queue), self.device)
+            _prefill(new, [r.history[:-1] for r in queue], self.device)
+            self.kv.merge(new)
+            self.proposer.start([list(r.history) for r in queue])
+            dt = time.perf_counter() - t0
+            for r in queue:
+                r.stats.prefill_s = dt
+            self.rows.extend(queue)
+            self._warper = None
+        return outs
+
+
+def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None

@@ -1,0 +1,138 @@
+"""Loading targets and drafters by name, and building an engine from names.
+
+A model is ``smollm2-135m`` / ``smollm2-135m-draft`` (the packaged SmolLM2, see :mod:`specplug.runtime.smollm2`),
+a local Hugging Face folder, or a hub id already in the local Hugging Face cache (hubs are not contacted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specplug.errors import SpecplugError
+from specplug.runtime import smollm2
+
+if TYPE_CHECKING:  # this module stays importable without torch (adapters ask is_packaged)
+    import torch
+
+    from specplug.runtime.engine import SpeculativeEngine
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+METHODS = ("none", "ngram", "draft_model")
+PACKAGED = {smollm2.TARGET_NAME: smollm2.ensure_target, smollm2.DRAFT_NAME: smollm2.ensure_draft}
+DEFAULT_DRAFTERS = {smollm2.TARGET_NAME: smollm2.DRAFT_NAME}
+# Other spellings that mean the packaged target.
+ALIASES = {"smollm2": smollm2.TARGET_NAME, "huggingfacetb/smollm2-135m-instruct": smollm2.TARGET_NAME}
+
+
+def canonical(name: str) -> str:
+    low = name.lower()
+    return ALIASES.get(low, low if low in PACKAGED else name)
+
+
+def is_packaged(name: str | None) -> bool:
+    """Whether ``name`` is a model the runtime provides itself (no torch import)."""
+    return bool(name) and canonical(name) in PACKAGED
+
+
+def resolve_device(device: str) -> torch.device:
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecplugError("--device cuda was asked for, but torch sees no CUDA GPU.", "Use --device cpu or auto.")
+    if device not in ("cpu", "cuda"):
+        raise SpecplugError(f"Unknown device {device!r}.", "Use auto, cpu or cuda.")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    import torch
+
+    if dtype not in DTYPES:
+        raise SpecplugError(f"Unknown dtype {dtype!r}.", f"Use one of {', '.join(DTYPES)}.")
+    if dtype == "auto":
+        # Small models on CPU run fastest in float32; GPUs want half precision.
+        if device.type == "cpu":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return getattr(torch, dtype)
+
+
+def model_path(name: str) -> Path | str:
+    """Where ``name`` lives: a packaged model (fetched/converted on first use), a folder, or a hub id."""
+    if is_packaged(name):
+        return PACKAGED[canonical(name)]()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SpecplugError(f"{path} has no config.json, so it is not a Hugging Face model folder.")
+        return path
+    return name
+
+
+def load_model(name: str, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where = model_path(name)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(where), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(where), dtype=dtype, local_files_only=True, attn_implementation="sdpa"
+        )
+    except OSError as exc:
+        raise SpecplugError(
+            f"Model {name!r} is neither packaged, a local folder, nor in the local Hugging Face cache ({exc}).",
+            f"Use {smollm2.TARGET_NAME}, or download the model to a folder and pass its path.",
+        ) from exc
+    return model.to(device).eval(), tok
+
+
+def build_engine(
+    model: str,
+    method: str = "ngram",
+    drafter: str | None = None,
+    k: int = 4,
+    device: str = "auto",
+    dtype: str = "auto",
+    adaptive: bool = False,
+    ngram_min: int = 2,
+    ngram_max: int = 4,
+) -> SpeculativeEngine:
+    """Load the target (and drafter) and return a ready engine."""
+    from specplug.runtime.engine import SpeculativeEngine
+    from specplug.runtime.proposers import DraftModelProposer, NgramProposer
+
+    if method not in METHODS:
+        raise SpecplugError(f"Unknown method {method!r}.", f"Use one of {', '.join(METHODS)}.")
+    if k < 1:
+        raise SpecplugError(f"-k must be >= 1, got {k}.")
+    if not 1 <= ngram_min <= ngram_max:
+        raise SpecplugError(f"Need 1 <= ngram min <= ngram max, got {ngram_min} and {ngram_max}.")
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    target, tok = load_model(model, dev, dt)
+    factory = None
+    if method == "ngram":
+        def factory() -> NgramProposer:
+            return NgramProposer(ngram_min, ngram_max)
+    elif method == "draft_model":
+        drafter = drafter or DEFAULT_DRAFTERS.get(canonical(model))
+        if drafter is None:
+            raise SpecplugError(
+                f"No default drafter for {model!r}.", "Pass --drafter with a smaller model that shares its tokenizer."
+            )
+        draft, _ = load_model(drafter, dev, dt)
+        if draft.config.vocab_size != target.config.vocab_size:
+            raise SpecplugError(
+                f"Drafter {drafter!r} has a vocabulary of {draft.config.vocab_size}, the target "
+                f"{target.config.vocab_size}.",
+                "A drafter must share the target's tokenizer.",
+            )
+
+        def factory() -> DraftModelProposer:
+            return DraftModelProposer(draft, dev)
+
+    return SpeculativeEngine(target, tok, factory, k=k, adaptive=adaptive, device=dev)

@@ -1,0 +1,193 @@
+"""Where draft tokens come from. Every proposer speaks the same small protocol, so the engine does not care.
+
+A proposer sees the batch's token histories (prompt + generated, per row) and is told, after each
+verification, how many of its drafts each row kept and which token the target added. Proposers with their
+own model keep their own KV cache and roll it back on rejection. A head-based proposer (Medusa, EAGLE) fits
+the same protocol: it would read the target's hidden states handed to it in ``commit``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from specplug.runtime.cache import KVState
+from specplug.runtime.sampling import sample
+
+
+@dataclass
+class Draft:
+    """``tokens`` ``(B, k)``; ``n`` ``(B,)`` how many are real per row; ``probs`` ``(B, k, V)`` or None (point mass)."""
+
+    tokens: torch.Tensor
+    n: torch.Tensor
+    probs: torch.Tensor | None = None
+
+
+class Proposer(Protocol):
+    name: str
+
+    def start(self, prompts: list[list[int]]) -> None:
+        """New rows join the batch (appended after the current ones), with their prompts."""
+
+    def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None) -> Draft:
+        """Up to ``ks[b]`` tokens for row b. ``warp(logits, rows)`` turns draft logits into probabilities."""
+
+    def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
+        """After verification: row b kept ``n_accepted[b]`` drafts, then the target added ``next_tokens[b]``."""
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Only ``rows`` stay in the batch."""
+
+
+class NgramProposer:
+    """Prompt lookup: find the latest earlier occurrence of the sequence's last n tokens and copy what followed.
+
+    Tries n from ``max_match`` down to ``min_match``. An index per n maps each n-gram to the latest position
+    after it, updated incrementally, so a lookup is a few dict probes instead of a scan of the history.
+    """
+
+    name = "ngram"
+
+    def __init__(self, min_match: int = 2, max_match: int = 4) -> None:
+        if not 1 <= min_match <= max_match:
+            raise ValueError(f"need 1 <= min_match <= max_match, got {min_match}, {max_match}")
+        self.min_match = min_match
+        self.max_match = max_match
+        self._index: list[list[dict[tuple[int, ...], int]]] = []
+        self._indexed: list[int] = []
+
+    def start(self, prompts: list[list[int]]) -> None:
+        for _ in prompts:
+            self._index.append([{} for _ in range(self.max_match + 1)])
+            self._indexed.append(0)
+
+    def _update(self, row: int, hist: list[int]) -> None:
+        index = self._index[row]
+        # Index n-grams ending at e for every e that has a continuation (e < len(hist)).
+        for e in range(max(self._indexed[row], 1), len(hist)):
+            for n in range(self.min_match, min(self.max_match, e) + 1):
+                index[n][tuple(hist[e - n : e])] = e
+        self._indexed[row] = max(self._indexed[row], len(hist))
+
+    def lookup(self, row: int, hist: list[int], k: int) -> list[int]:
+        self._update(row, hist)
+        index = self._index[row]
+        for n in range(min(self.max_match, len(hist)), self.min_match - 1, -1):
+            e = index[n].get(tuple(hist[-n:]))
+            if e is not None:
+                return hist[e : e + k]
+        return []
+
+    def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None) -> Draft:
+        drafts = [self.lookup(b, h, k) if k > 0 else [] for b, (h, k) in enumerate(zip(histories, ks, strict=True))]
+        width = max((len(d) for d in drafts), default=0)
+        tokens = torch.zeros(len(drafts), width, dtype=torch.long)
+        for b, d in enumerate(drafts):
+            if d:
+                tokens[b, : len(d)] = torch.tensor(d)
+        n = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+        return Draft(tokens, n, None)
+
+    def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
+        return None
+
+    def select(self, rows: torch.Tensor) -> None:
+        keep = rows.tolist()
+        self._index = [self._index[r] for r in keep]
+        self._indexed = [self._indexed[r] for r in keep]
+
+
+class DraftModelProposer:
+    """A smaller causal LM with the target's tokenizer drafts k tokens autoregressively from its own KV cache.
+
+    The cache holds every committed token except the last one or two (``pending``), which are fed at the start
+    of the next proposal together with the drafting, so a round costs k draft forwards and no re-feeding.
+    """
+
+    name = "draft_model"
+
+    def __init__(self, model: Any, device: torch.device) -> None:
+        self.model = model
+        self.device = device
+        self.kv = KVState(model, 0, device)
+        self.pending: list[list[int]] = []
+        self._drafted: torch.Tensor | None = None
+        self._fed_drafts = 0
+
+    def start(self, prompts: list[list[int]]) -> None:
+        new = KVState(self.model, len(prompts), self.device)
+        _prefill(new, [p[:-1] for p in prompts], self.device)
+        self.kv.merge(new)
+        self.pending.extend([p[-1:] for p in prompts])
+
+    @torch.inference_mode()
+    def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None) -> Draft:
+        b = len(histories)
+        k = max(ks, default=0)
+        if k == 0:
+            self._drafted = None
+            return Draft(torch.zeros(b, 0, dtype=torch.long), torch.zeros(b, dtype=torch.long), None)
+        width = max(len(p) for p in self.pending)
+        tokens = torch.zeros(b, width, dtype=torch.long)
+        mask = torch.zeros(b, width, dtype=torch.bool)
+        for r, p in enumerate(self.pending):
+            tokens[r, width - len(p) :] = torch.tensor(p)
+            mask[r, width - len(p) :] = True
+        tokens, mask = tokens.to(self.device), mask.to(self.device)
+        logits = self.kv.forward(tokens, None if bool(mask.all()) else mask, last_only=True)[:, -1]
+        out_tokens, out_probs = [], []
+        for i in range(k):
+            probs = warp(logits)
+            tok = sample(probs, generator) if probs is not None else logits.argmax(-1)
+            out_tokens.append(tok)
+            if probs is not None:
+                out_probs.append(probs)
+            if i + 1 < k:
+                logits = self.kv.forward(tok.unsqueeze(1))[:, -1]
+        self._fed_drafts = k - 1
+        drafted = torch.stack(out_tokens, 1)
+        self._drafted = drafted
+        n = torch.tensor(ks, dtype=torch.long, device=self.device)
+        return Draft(drafted, n, torch.stack(out_probs, 1) if out_probs else None)
+
+    def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
+        acc = n_accepted.tolist()
+        nxt = next_tokens.tolist()
+        if self._drafted is None:
+            self.pending = [p + [t] for p, t in zip(self.pending, nxt, strict=True)]
+            return
+        fed = self._fed_drafts
+        # The cache now holds pending + the first ``fed`` drafts; a row keeps the drafts it accepted.
+        if fed:
+            self._rollback_drafts(torch.tensor([min(a, fed) for a in acc], device=self.device), fed)
+        drafted = self._drafted.tolist()
+        self.pending = [([row[fed]] if a > fed else []) + [t] for row, a, t in zip(drafted, acc, nxt, strict=True)]
+        self._drafted = None
+
+    def _rollback_drafts(self, keep: torch.Tensor, fed: int) -> None:
+        # The drafts went in one column per forward; roll them back as one block of ``fed`` columns.
+        self.kv._last_n = fed
+        self.kv.rollback(keep)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.kv.select(rows.to(self.device))
+        keep = rows.tolist()
+        self.pending = [self.pending[r] for r in keep]
+
+
+def _prefill(kv: KVState, seqs: list[list[int]], device: torch.device) -> None:
+    """Feed left-padded ``seqs`` into an empty ``kv`` (no logits needed)."""
+    width = max((len(s) for s in seqs), default=0)
+    if width == 0:
+        return
+    tokens = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.bool)
+    for r, s in enumerate(seqs):
+        if s:
+            tokens[r, width - len(s) :] = torch.tensor(s)
+            mask[r, width - len(s) :] = True
+    with torch.inference_mode():
+        kv.forward(tokens.to(device), None if bool(mask.all()) else mask.to(device), last_only=True)

@@ -1,0 +1,99 @@
+"""Turning logits into the distribution tokens are drawn from: temperature, top-k, top-p.
+
+Target and draft logits go through the same function, so the verifier compares the two distributions the
+user asked for (speculative sampling is lossless only with respect to the warped target distribution).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specplug.errors import SpecplugError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens. ``temperature == 0`` means greedy (argmax); top-k 0 and top-p 1.0 are off."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise SpecplugError(f"temperature must be >= 0, got {self.temperature}.", "Use 0 for greedy.")
+        if self.top_k < 0:
+            raise SpecplugError(f"top-k must be >= 0, got {self.top_k}.", "Use 0 to turn top-k off.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SpecplugError(f"top-p must be in (0, 1], got {self.top_p}.", "Use 1.0 to turn top-p off.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Probabilities (float32, last dim = vocabulary) after temperature, top-k and top-p, in that order.
+
+    The order matches transformers' default logits processors, so sampling here and in ``generate`` agree.
+    Greedy (temperature 0) is a point mass on the argmax.
+    """
+    if logits.dim() == 1:
+        return RowWarper([params], logits.device)(logits.unsqueeze(0)).squeeze(0)
+    return RowWarper([params] * logits.shape[0], logits.device)(logits)
+
+
+class RowWarper:
+    """``warp_probs`` with its own parameters for each row of a batch (requests in one batch may differ)."""
+
+    def __init__(self, params: list[SamplingParams], device: torch.device) -> None:
+        self.params = params
+        self.all_greedy = all(p.greedy for p in params)
+        self.any_greedy = any(p.greedy for p in params)
+        temps = [p.temperature if not p.greedy else 1.0 for p in params]
+        self.temps = torch.tensor(temps, dtype=torch.float32, device=device)
+        self.greedy_rows = torch.tensor([p.greedy for p in params], dtype=torch.bool, device=device)
+        self.top_k = [p.top_k for p in params]
+        self.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+        self.use_top_k = any(p.top_k > 0 for p in params)
+        self.use_top_p = any(p.top_p < 1.0 for p in params)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` ``(B, ..., V)`` -> probabilities of the same shape."""
+        logits = logits.float()
+        shape = (-1,) + (1,) * (logits.dim() - 1)
+        x = logits / self.temps.view(shape)
+        vocab = x.shape[-1]
+        if self.use_top_k:
+            kmax = min(max(self.top_k), vocab)
+            top = torch.topk(x, kmax, dim=-1).values
+            idx = torch.tensor([min(k, vocab) - 1 if k > 0 else kmax - 1 for k in self.top_k], device=x.device)
+            kth = top.gather(-1, idx.view(shape).expand(*top.shape[:-1], 1))
+            off = torch.tensor([k <= 0 for k in self.top_k], device=x.device).view(shape)
+            x = x.masked_fill((x < kth) & ~off, float("-inf"))
+        if self.use_top_p:
+            sorted_x, order = torch.sort(x, dim=-1, descending=False)
+            cum = sorted_x.softmax(-1).cumsum(-1)
+            # Drop the low tail whose total mass is <= 1 - top_p; the most likely token always stays.
+            drop_sorted = cum <= (1.0 - self.top_p).view(shape)
+            drop_sorted[..., -1] = False
+            drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+            x = x.masked_fill(drop, float("-inf"))
+        probs = x.softmax(-1)
+        if self.any_greedy:
+            onehot = torch.zeros_like(probs).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+            probs = torch.where(self.greedy_rows.view(shape), onehot, probs)
+        return probs
+
+    def select(self, rows: list[int]) -> RowWarper:
+        return RowWarper([self.params[r] for r in rows], self.temps.device)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of ``probs`` (shape ``(..., V)``), returned with shape ``probs.shape[:-1]``."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    out = torch.multinomial(flat, 1, generator=generator)
+    return out.reshape(probs.shape[:-1])

@@ -1,0 +1,121 @@
+"""Adapts the embedded runtime's step-wise engine (:class:`specplug.runtime.engine.DecodeBatch`) to the
+server's :class:`~specplug.runtime.serving.scheduler.Backend` protocol, and loads model + engine from the
+server's command-line arguments.
+
+The engine is built without a tokenizer: the scheduler turns tokens into text (stop strings, UTF-8 holdback)
+so there is one text path for every backend. Speculation counters come from the engine's per-request
+statistics, as the difference since the previous step (one target pass per row per step, so each difference
+is exactly one draft).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from specplug.runtime.serving.scheduler import SamplingParams, StepOutput
+
+
+@dataclass
+class _Seen:
+    engine_rid: int
+    drafted: int = 0
+    accepted: int = 0
+
+
+class EngineBackend:
+    """One long-lived decode batch; requests join between steps and leave when done or cancelled."""
+
+    def __init__(self, engine: Any, max_batch_size: int) -> None:
+        self.engine = engine
+        self.max_batch_size = max_batch_size
+        self.batch = engine.start()
+        self._ids: dict[str, _Seen] = {}
+        self._rev: dict[int, str] = {}
+
+    def add(self, rid: str, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams) -> None:
+        from specplug.runtime.engine import GenerationParams
+        from specplug.runtime.sampling import SamplingParams as RtSampling
+
+        if not self._ids:
+            # An idle server starts a fresh batch, so a seeded request that runs alone reproduces exactly
+            # (the engine seeds one generator per batch).
+            self.batch = self.engine.start()
+        params = GenerationParams(
+            max_new_tokens=max_tokens,
+            sampling=RtSampling(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed),
+        )
+        erid = self.batch.add(list(prompt_ids), params)
+        self._ids[rid] = _Seen(erid)
+        self._rev[erid] = rid
+
+    def step(self) -> list[StepOutput]:
+        outs: list[StepOutput] = []
+        for o in self.batch.step():
+            rid = self._rev.get(o.request_id)
+            if rid is None or o.finish_reason == "cancelled":
+                continue
+            seen = self._ids[rid]
+            drafts: list[tuple[int, int]] = []
+            stats = self.batch.result(o.request_id).stats
+            drafted, accepted = stats.drafted - seen.drafted, stats.accepted - seen.accepted
+            if drafted > 0:
+                drafts.append((drafted, accepted))
+            seen.drafted, seen.accepted = stats.drafted, stats.accepted
+            outs.append(StepOutput(rid, list(o.new_tokens), o.finished, o.finish_reason, drafts))
+            if o.finished:
+                self._forget(rid)
+        return outs
+
+    def remove(self, rid: str) -> None:
+        seen = self._ids.get(rid)
+        if seen is not None:
+            self.batch.cancel(seen.engine_rid)
+            self._forget(rid)
+
+    def reset(self) -> None:
+        self.batch = self.engine.start()
+        self._ids.clear()
+        self._rev.clear()
+
+    def _forget(self, rid: str) -> None:
+        seen = self._ids.pop(rid, None)
+        if seen is None:
+            return
+        self._rev.pop(seen.engine_rid, None)
+        # The batch keeps finished requests for result(); a server lives long, so drop ours once read.
+        done = getattr(self.batch, "_done", None)
+        if isinstance(done, dict):
+            done.pop(seen.engine_rid, None)
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def load_backend(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str, Any]]:
+    """Model, tokenizer and engine for the server's arguments: (backend, tokenizer, info for /v1/models).
+
+    Loading goes through :func:`specplug.runtime.models.build_engine`, the same path as ``specplug
+    generate``, so the server decodes with the same weights, dtype and proposer settings.
+    """
+    from specplug.runtime.models import build_engine
+
+    lo = args.prompt_lookup_min or min(2, args.prompt_lookup_max or 2)
+    hi = args.prompt_lookup_max or max(4, lo)
+    engine = build_engine(
+        args.model, method=args.method, drafter=args.drafter, k=args.num_speculative_tokens,
+        device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi,
+    )
+    tokenizer = engine.tokenizer
+    engine.tokenizer = None  # the scheduler does detokenization and stop strings; don't decode twice
+    config = engine.target.config
+    max_len = int(getattr(config, "max_position_embeddings", 2048) or 2048)
+    if args.method == "ngram":
+        speculation = f"ngram (k={args.num_speculative_tokens}, match {lo}-{hi})"
+    elif args.method == "draft_model":
+        speculation = f"draft_model (k={args.num_speculative_tokens}, drafter {args.drafter or 'default'})"
+    else:
+        speculation = "none"
+    info = {"max_model_len": max_len, "speculation": speculation, "device": str(engine.device)}
+    return EngineBackend(engine, args.max_batch_size), tokenizer, info

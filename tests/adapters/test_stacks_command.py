@@ -1,0 +1,46 @@
+"""specplug stacks: lists adapters, installed versions, techniques, and reports broken plugins."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from specplug import adapter as registry
+
+
+@pytest.fixture
+def broken_plugin(monkeypatch):
+    import importlib.metadata as md
+
+    orig = md.entry_points
+
+    def fake(**kw):
+        eps = list(orig(**kw))
+        if kw.get("group") == registry.ENTRY_POINT_GROUP:
+            eps.append(EntryPoint(name="mystack", value="specplug_no_such_module:adapter", group=registry.ENTRY_POINT_GROUP))
+        return eps
+
+    monkeypatch.setattr(md, "entry_points", fake)
+    registry._load.cache_clear()
+    yield
+    registry._load.cache_clear()
+
+
+def test_stacks_json_lists_adapters_and_techniques(run_cli):
+    res = run_cli("stacks", "--output", "json")
+    assert res.exit_code == 0, res.stderr
+    rows = {r["name"]: r for r in res.json()["stacks"]}
+    assert {"vllm", "sglang", "trtllm", "llamacpp", "tgi"} <= set(rows)
+    assert "eagle3" in rows["vllm"]["supported"] and "lookahead" in rows["vllm"]["unsupported"]
+    assert rows["tgi"]["supported"] == ["ngram", "medusa", "mlp_speculator"]
+
+
+def test_broken_plugin_is_reported_not_fatal(run_cli, broken_plugin):
+    res = run_cli("stacks", "--output", "json")
+    assert res.exit_code == 0, res.stderr
+    broken = {b["name"]: b for b in res.json()["broken_plugins"]}
+    assert "ModuleNotFoundError" in broken["mystack"]["error"]
+    assert "vllm" in {r["name"] for r in res.json()["stacks"]}
+    table = run_cli("stacks")
+    assert "Broken plugins" in table.stdout and "mystack" in table.stdout

@@ -1,0 +1,181 @@
+"""The decode loop on tiny random models: greedy output is token-identical to the target's own greedy decoding
+(and to transformers ``generate``) for every proposer, batch 1 and batch > 1; streaming, cancellation, joining
+mid-flight; stop conditions; and an end-to-end sampling check against exact sequence probabilities."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+stats = pytest.importorskip("scipy.stats")
+
+from specplug.runtime.engine import GenerationParams, SpeculativeEngine  # noqa: E402
+from specplug.runtime.proposers import DraftModelProposer, NgramProposer  # noqa: E402
+from specplug.runtime.sampling import SamplingParams, warp_probs  # noqa: E402
+from specplug.runtime.tiny import layer_subset, tiny_llama  # noqa: E402
+
+CPU = torch.device("cpu")
+PROMPTS = [
+    [5, 6, 7, 8, 5, 6, 7, 9, 5, 6],
+    [10, 11, 12, 13, 14, 10, 11, 12, 13, 14, 10, 11],
+    [3],
+    [20, 21, 22, 20, 21, 40, 41, 42, 43, 44, 45, 46, 47, 20, 21, 22],
+]
+N_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(layers=3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def reference(target):
+    out = []
+    for p in PROMPTS:
+        ids = target.generate(torch.tensor([p]), max_new_tokens=N_NEW, do_sample=False, eos_token_id=None, pad_token_id=1)
+        out.append(ids[0, len(p) :].tolist())
+    return out
+
+
+def _own_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """The target's plain greedy decoding without any cache: one full forward per token."""
+    seq = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    return seq[len(prompt) :]
+
+
+def _proposers(target):
+    other = tiny_llama(layers=1, seed=5)  # unrelated drafter: almost everything rejected
+    return {
+        "none": None,
+        "ngram": lambda: NgramProposer(1, 3),
+        "ngram2-4": lambda: NgramProposer(2, 4),
+        "draft-self": lambda: DraftModelProposer(target, CPU),  # everything accepted
+        "draft-subset": lambda: DraftModelProposer(layer_subset(target, (0, 2)), CPU),
+        "draft-unrelated": lambda: DraftModelProposer(other, CPU),
+    }
+
+
+def test_reference_is_own_greedy(target, reference):
+    assert _own_greedy(target, PROMPTS[0], 12) == reference[0][:12]
+
+
+@pytest.mark.parametrize("name", ["none", "ngram", "ngram2-4", "draft-self", "draft-subset", "draft-unrelated"])
+@pytest.mark.parametrize("k,adaptive", [(1, False), (4, True)])
+def test_greedy_identical_batch_1_and_4(target, reference, name, k, adaptive):
+    factory = _proposers(target)[name]
+    eng = SpeculativeEngine(target, proposer_factory=factory, k=k, adaptive=adaptive, eos_token_ids=[])
+    params = GenerationParams(max_new_tokens=N_NEW)
+    alone = [eng.generate([p], params)[0] for p in PROMPTS]
+    together = eng.generate(PROMPTS, params)
+    for got_alone, got_together, want in zip(alone, together, reference, strict=True):
+        assert got_alone.tokens == want
+        assert got_together.tokens == want
+        st = got_together.stats
+        assert st.new_tokens == N_NEW
+        assert st.target_passes * 1 <= N_NEW
+        assert st.accepted == N_NEW - st.target_passes
+    if name == "draft-self":
+        assert all(r.stats.acceptance_rate == 1.0 for r in together)
+    if name == "ngram":
+        assert sum(r.stats.accepted for r in together) > 0  # the repetitive prompts do get drafts accepted
+
+
+def test_step_stream_cancel_and_join(target, reference):
+    eng = SpeculativeEngine(target, proposer_factory=lambda: DraftModelProposer(layer_subset(target, (0,)), CPU), k=3,
+                            eos_token_ids=[])
+    batch = eng.start()
+    params = GenerationParams(max_new_tokens=N_NEW)
+    a = batch.add(PROMPTS[0], params)
+    b = batch.add(PROMPTS[1], params)
+    streamed: dict[int, list[int]] = {a: [], b: []}
+    for out in batch.step() + batch.step():
+        streamed[out.request_id].extend(out.new_tokens)
+    batch.cancel(b)
+    c = batch.add(PROMPTS[3], params)  # joins while a is mid-way, with a longer prompt
+    streamed[c] = []
+    finished = {}
+    for outs in batch:
+        for out in outs:
+            streamed[out.request_id].extend(out.new_tokens)
+            if out.finished:
+                finished[out.request_id] = out.finish_reason
+    assert finished == {b: "cancelled", a: "length", c: "length"}
+    assert streamed[a] == reference[0] == batch.result(a).tokens
+    assert streamed[c] == reference[3]
+    assert reference[1][: len(streamed[b])] == streamed[b] and len(streamed[b]) < N_NEW
+
+
+def test_eos_and_max_tokens(target, reference):
+    eos = reference[0][7]
+    eng = SpeculativeEngine(target, proposer_factory=lambda: DraftModelProposer(target, CPU), k=4, eos_token_ids=[eos])
+    res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=N_NEW))[0]
+    assert res.finish_reason == "stop"
+    assert res.tokens == reference[0][: reference[0].index(eos)]
+    res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=N_NEW, ignore_eos=True))[0]
+    assert res.tokens == reference[0]
+    res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=3, ignore_eos=True))[0]
+    assert (res.tokens, res.finish_reason) == (reference[0][:3], "length")
+
+
+def test_ngram_lookup_prefers_longest_latest_match():
+    prop = NgramProposer(1, 3)
+    prop.start([[0]])
+    hist = [1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 3]
+    # "3" last occurred followed by 4, 5, 7 (latest match wins).
+    assert prop.lookup(0, hist, 3) == [4, 5, 7]
+    hist = hist + [1, 2]
+    # The longest match "3 1 2"... is absent; "1 2" -> latest is position 4 -> continues 3, 4.
+    assert prop.lookup(0, hist, 2) == [3, 4]
+
+
+def test_sampling_end_to_end_matches_exact_sequence_probabilities():
+    """Two sampled tokens from a tiny model: the joint distribution of (t1, t2) equals the model's, for
+    speculative decoding with a draft model and with n-gram drafts. Chi-square, alpha = 1e-3, fixed seeds."""
+    vocab = 6
+    model = tiny_llama(vocab_size=vocab, hidden_size=32, layers=2, seed=1, init_std=0.5)
+    draft = tiny_llama(vocab_size=vocab, hidden_size=32, layers=1, seed=2, init_std=0.5)
+    prompt = [2, 3, 4, 2, 3]
+    sp = SamplingParams(temperature=0.9, top_k=5, seed=11)
+    with torch.inference_mode():
+        p1 = warp_probs(model(torch.tensor([prompt])).logits[0, -1], sp)
+        seqs = torch.tensor([prompt + [t] for t in range(vocab)])
+        p2 = warp_probs(model(seqs).logits[:, -1], sp)
+    exact = (p1.unsqueeze(1) * p2).flatten().double()
+    n = 6000
+    for factory in (lambda: DraftModelProposer(draft, CPU), lambda: NgramProposer(1, 2)):
+        eng = SpeculativeEngine(model, proposer_factory=factory, k=2, eos_token_ids=[])
+        res = eng.generate([prompt] * n, GenerationParams(max_new_tokens=2, sampling=sp))
+        cells = torch.tensor([r.tokens[0] * vocab + r.tokens[1] for r in res])
+        counts = torch.bincount(cells, minlength=vocab * vocab).double()
+        assert counts[exact == 0].sum() == 0
+        keep = exact * n >= 5
+        obs = torch.cat([counts[keep], counts[~keep].sum().view(1)])
+        exp = torch.cat([exact[keep], exact[~keep].sum().view(1)]) * n
+        exp = exp / exp.sum() * obs.sum()
+        assert stats.chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-3
+        assert sum(r.stats.accepted for r in res) > 0
+
+
+def test_rejects_bad_parameters(target):
+    from specplug.errors import SpecplugError
+
+    with pytest.raises(SpecplugError):
+        SamplingParams(temperature=-1)
+    with pytest.raises(SpecplugError):
+        SamplingParams(top_p=0)
+    with pytest.raises(ValueError):
+        SpeculativeEngine(target, k=0)
+    with pytest.raises(ValueError):
+        SpeculativeEngine(target).start().add([], GenerationParams())
+
+
+def test_every_combination_is_covered():
+    # Guard against the parametrisation silently shrinking.
+    assert len(list(itertools.product(range(6), range(2)))) == 12

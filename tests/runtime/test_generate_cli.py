@@ -1,0 +1,66 @@
+"""``specplug generate``: bad input is a one-paragraph error (exit 1), and a real run on the packaged SmolLM2
+prints the text and statistics (greedy output identical to transformers ``generate``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specplug.cli import main
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", *args])
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["-k", "0", "--prompt", "x"], "-k must be >= 1"),
+        (["--temperature", "-1", "--prompt", "x"], "temperature must be >= 0"),
+        (["--top-p", "0", "--prompt", "x"], "top-p"),
+        (["--max-tokens", "0", "--prompt", "x"], "--max-tokens"),
+        (["--model", "/nonexistent/model/folder", "--prompt", "x", "--device", "cpu"], "nonexistent"),
+    ],
+)
+def test_bad_input_is_a_user_error(args, needle, capsys):
+    pytest.importorskip("torch")
+    code, _, err = _run(args, capsys)
+    assert code == 1
+    assert needle in err
+    assert "Traceback" not in err
+
+
+def test_cli_import_stays_free_of_torch():
+    code = "import sys, specplug.cli, specplug.commands.generate, specplug.runtime.models; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.slow
+def test_generate_smollm2_ngram_json(smollm2_folder, capsys):
+    prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n   "
+    code, out, err = _run(
+        ["--model", "smollm2-135m", "--method", "ngram", "--prompt", prompt, "--max-tokens", "12", "--device", "cpu",
+         "-o", "json"],
+        capsys,
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    st = data["stats"]
+    assert st["new_tokens"] == 12 and st["method"] == "ngram"
+    assert st["accepted"] > 0 and st["mean_acceptance_length"] > 1.0
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_folder))
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_folder), dtype="float32")
+    ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids
+    ref = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1] :]
+    assert data["text"] == tok.decode(ref, skip_special_tokens=True)

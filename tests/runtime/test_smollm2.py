@@ -1,0 +1,70 @@
+"""The real model: SmolLM2-135M with n-gram and layer-subset draft speculation decodes exactly what
+transformers' greedy ``generate`` decodes, alone and batched with prompts of different lengths."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "def area(r):\n    return 3.14159 * r * r\n\n# Same function, with a docstring:\ndef area(r):\n",
+    "The capital of France is",
+]
+N_NEW = 16
+
+
+@pytest.fixture(scope="module")
+def loaded(smollm2_folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specplug.runtime import smollm2
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_folder))
+    target = AutoModelForCausalLM.from_pretrained(str(smollm2_folder), dtype=torch.float32).eval()
+    draft = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft()), dtype=torch.float32).eval()
+    ids = [tok(p, add_special_tokens=False).input_ids for p in PROMPTS]
+    ref = [
+        target.generate(torch.tensor([i]), max_new_tokens=N_NEW, do_sample=False)[0, len(i) :].tolist() for i in ids
+    ]
+    return tok, target, draft, ids, ref
+
+
+def test_draft_shares_vocabulary_and_is_smaller(loaded):
+    _, target, draft, _, _ = loaded
+    assert draft.config.vocab_size == target.config.vocab_size
+    assert draft.config.num_hidden_layers < target.config.num_hidden_layers
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+def test_greedy_identical_to_transformers(loaded, method):
+    from specplug.runtime.engine import GenerationParams, SpeculativeEngine
+    from specplug.runtime.proposers import DraftModelProposer, NgramProposer
+
+    tok, target, draft, ids, ref = loaded
+    cpu = torch.device("cpu")
+    factory = (lambda: NgramProposer(2, 4)) if method == "ngram" else (lambda: DraftModelProposer(draft, cpu))
+    eng = SpeculativeEngine(target, tok, factory, k=4)
+    params = GenerationParams(max_new_tokens=N_NEW, ignore_eos=True)
+    together = eng.generate(ids, params)
+    assert [r.tokens for r in together] == ref
+    alone = eng.generate([ids[0]], params)[0]
+    assert alone.tokens == ref[0]
+    assert alone.stats.accepted > 0
+    assert alone.text == tok.decode(ref[0], skip_special_tokens=True)
+
+
+def test_stop_string(loaded):
+    from specplug.runtime.engine import GenerationParams, SpeculativeEngine
+    from specplug.runtime.proposers import NgramProposer
+
+    tok, target, _, ids, ref = loaded
+    full = tok.decode(ref[0], skip_special_tokens=True)
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    eng = SpeculativeEngine(target, tok, lambda: NgramProposer(2, 4), k=4)
+    res = eng.generate([ids[0]], GenerationParams(max_new_tokens=N_NEW, stop=(stop,), ignore_eos=True))[0]
+    assert res.finish_reason == "stop"
+    assert res.text == full[: full.find(stop)]

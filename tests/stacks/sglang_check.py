@@ -1,0 +1,34 @@
+"""Runs INSIDE the pinned SGLang venv: parse rendered args into ServerArgs and, when asked, validate them
+with resolve_once() (``--device cpu`` is added for the check only: resolution needs an accelerator or CPU)."""
+
+import json
+import sys
+
+
+def main() -> None:
+    cases = json.load(sys.stdin)
+    from sglang.srt.server_args import prepare_server_args
+
+    fields = ("model_path", "host", "port", "tp_size", "max_running_requests", "speculative_algorithm",
+              "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
+              "speculative_num_draft_tokens", "attention_backend", "context_length")
+    out = []
+    for case in cases:
+        argv = case["argv"]
+        res = {"name": case["name"]}
+        try:
+            assert argv[:3] == ["python3", "-m", "sglang.launch_server"], argv[:3]
+            sa = prepare_server_args([*argv[3:], "--device", "cpu"])
+            res["parsed"] = {f: getattr(sa, f, None) for f in fields}
+            if case.get("resolve"):
+                sa.resolve_once()
+                res["resolved"] = {f: getattr(sa, f, None) for f in fields}
+            res["ok"] = True
+        except BaseException as exc:  # noqa: BLE001 - report every parser/validator failure as data
+            res.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
+        out.append(res)
+    json.dump(out, sys.stdout, default=str)
+
+
+if __name__ == "__main__":
+    main()
