@@ -361,7 +361,7 @@ def launch(
             fallback = cfg.fallback
     try:
         return _launch_plan(plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=allow_no_gpu, run_dir=run_dir,
-                            wait=wait, out=out)
+                            wait=wait, out=out, has_fallback=bool(fallback and fallback != plan.stack.name))
     except StackUnavailable as exc:
         if not fallback or fallback == plan.stack.name:
             raise
@@ -382,7 +382,8 @@ def launch(
 
 
 def _launch_plan(
-    plan: Plan, *, dry_run: bool, timeout: float, allow_no_gpu: bool, run_dir: str | None, wait: bool, out: TextIO
+    plan: Plan, *, dry_run: bool, timeout: float, allow_no_gpu: bool, run_dir: str | None, wait: bool, out: TextIO,
+    has_fallback: bool = False,
 ) -> LaunchResult:
     from specplug.fileio import write_atomic
     from specplug.rendering import render_plan
@@ -399,6 +400,9 @@ def _launch_plan(
         out.write(f"warning: {w}\n")
     result = LaunchResult(plan=plan, spec=spec, argv=argv, preflight=pf, run_dir=str(rdir))
     if dry_run:
+        unavailable = [e for e in pf.errors if isinstance(e, StackUnavailable)]
+        if unavailable and has_fallback:
+            raise unavailable[0]  # the caller dry-runs the fallback instead, and shows what it would run
         for e in pf.errors:
             out.write(f"would fail: {e}\n")
         out.write("dry run: nothing started.\n")
