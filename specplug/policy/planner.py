@@ -378,6 +378,13 @@ def plan_from_config(
         d, alpha, o = chosen
         cand_shapes = E.shapes(c, d.method, explicit.num_speculative_tokens if explicit else None, explicit.tree if explicit else None)
         sched, curve = _schedule(c, d, alpha, cand_shapes)
+        if explicit is not None and not any(e.num_speculative_tokens for e in sched):
+            # The user chose this technique: honour it rather than render a schedule that never drafts.
+            warnings.append(
+                f"{d.method} is predicted not to pay at any batch size here (best {o.speedup:.2f}x); "
+                "kept as configured, without a per-batch-size schedule."
+            )
+            sched = []
         pred = Prediction(
             speedup=round(o.speedup, 3),
             acceptance_length=round(o.acceptance_length, 3),
@@ -403,7 +410,7 @@ def plan_from_config(
             cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
         if explicit is None:
             reasons.append(_why(c, d, alpha, o, scored, n))
-        if pred.breakeven_batch_size is not None:
+        if pred.breakeven_batch_size is not None and spec.schedule:
             reasons.append(
                 f"Speculation stops paying above batch size {pred.breakeven_batch_size}; the schedule turns it off (k=0) there."
             )

@@ -53,7 +53,8 @@ def test_greedy_identical_to_transformers(loaded, method):
     assert [r.tokens for r in together] == ref
     alone = eng.generate([ids[0]], params)[0]
     assert alone.tokens == ref[0]
-    assert alone.stats.accepted > 0
+    if method == "draft_model":
+        assert alone.stats.accepted > 0
     assert alone.text == tok.decode(ref[0], skip_special_tokens=True)
 
 

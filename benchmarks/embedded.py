@@ -1,0 +1,178 @@
+"""Embedded runtime vs transformers, same model, prompts and machine, in one run.
+
+    python benchmarks/embedded.py [--max-tokens 96] [--k 4] [--batches 1,4,16] [--threads N]
+
+Target: SmolLM2-135M-Instruct (packaged, see specplug.runtime.smollm2); drafter: its layer-subset copy
+(smollm2-135m-draft). Methods: plain greedy decoding (transformers ``generate``), specplug n-gram, specplug draft
+model, transformers ``prompt_lookup_num_tokens`` and transformers ``assistant_model``. Every method's greedy
+tokens are checked against plain decoding. Workload prompts were written for this benchmark by the specplug
+authors (Apache-2.0, like the repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+CODE = '''import json
+from pathlib import Path
+
+
+def load_items(path):
+    data = json.loads(Path(path).read_text())
+    items = []
+    for raw in data["items"]:
+        if raw.get("skip"):
+            continue
+        items.append({"name": raw["name"], "price": float(raw["price"]), "qty": int(raw.get("qty", 1))})
+    return items
+
+
+def total(items):
+    result = 0.0
+    for item in items:
+        result += item["price"] * item["qty"]
+    return result
+
+
+def cheapest(items):
+    best = None
+    for item in items:
+        if best is None or item["price"] < best["price"]:
+            best = item
+    return best
+'''
+
+RAG = """Context:
+The Rhine is a river that begins in the Swiss canton of Graubunden in the southeastern Swiss Alps. It forms
+part of the Swiss-Liechtenstein, Swiss-Austrian and Swiss-German borders, then flows through the Rhineland
+and eventually empties into the North Sea in the Netherlands. It is the second-longest river in Central and
+Western Europe, after the Danube, at about 1,230 km. The Rhine and the Danube formed much of the northern
+inland frontier of the Roman Empire, and since those days the Rhine has been a vital navigable waterway
+carrying trade and goods deep inland. Its importance as a waterway in the Holy Roman Empire is shown by the
+many castles and fortifications built along it.
+
+Question: Where does the Rhine begin and where does it end? Quote the sentences from the context that say so."""
+
+WORKLOADS = {
+    "code-edit": "Rename the function `load_items` to `read_items` everywhere in this code and print the whole "
+    "updated file, nothing else:\n\n" + CODE,
+    "rag-summary": RAG,
+    "free-chat": "Write a short friendly paragraph about why people enjoy walking in the mountains.",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--batches", default="1,4,16")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specplug.runtime import smollm2
+    from specplug.runtime.engine import GenerationParams, SpeculativeEngine
+    from specplug.runtime.models import resolve_device, resolve_dtype
+    from specplug.runtime.proposers import DraftModelProposer, NgramProposer
+
+    dev = resolve_device(args.device)
+    dt = resolve_dtype("auto", dev)
+    tok = AutoTokenizer.from_pretrained(str(smollm2.ensure_target()))
+    target = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_target()), dtype=dt).to(dev).eval()
+    draft = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft()), dtype=dt).to(dev).eval()
+    k = args.k
+    engines = {
+        "plain": SpeculativeEngine(target, tok, None, k=k),
+        "ngram": SpeculativeEngine(target, tok, lambda: NgramProposer(2, 4), k=k),
+        "draft": SpeculativeEngine(target, tok, lambda: DraftModelProposer(draft, dev), k=k),
+    }
+    prompts = {
+        name: tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+        for name, text in WORKLOADS.items()
+    }
+    ids = {name: tok(p, add_special_tokens=False).input_ids for name, p in prompts.items()}
+    n = args.max_tokens
+    params = GenerationParams(max_new_tokens=n, ignore_eos=True)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def hf(name: str, n: int = n, **kw) -> tuple[list[int], float, float]:
+        x = torch.tensor([ids[name]], device=dev)
+        sync()
+        t = time.perf_counter()
+        with torch.inference_mode():
+            out = target.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id,
+                                  **kw)
+        sync()
+        return out[0, x.shape[1] :].tolist(), time.perf_counter() - t, float("nan")
+
+    def sp(engine: str, name: str, n: int = n) -> tuple[list[int], float, float]:
+        sync()
+        t = time.perf_counter()
+        r = engines[engine].generate([ids[name]], GenerationParams(max_new_tokens=n, ignore_eos=True))[0]
+        sync()
+        return r.tokens, time.perf_counter() - t, r.stats.mean_acceptance_length
+
+    methods = {
+        "hf plain": lambda w, n=n: hf(w, n),
+        "specplug plain": lambda w, n=n: sp("plain", w, n),
+        "hf prompt-lookup": lambda w, n=n: hf(w, n, prompt_lookup_num_tokens=k),
+        "specplug ngram": lambda w, n=n: sp("ngram", w, n),
+        "hf assistant": lambda w, n=n: hf(w, n, assistant_model=draft),
+        "specplug draft": lambda w, n=n: sp("draft", w, n),
+    }
+    # Warm up every path once (allocator, kernels, lazy imports).
+    for fn in methods.values():
+        fn("free-chat", 4)
+    print(f"device={dev} dtype={dt} threads={torch.get_num_threads()} k={k} max_new_tokens={n} "
+          f"prompt tokens: {', '.join(f'{w}={len(v)}' for w, v in ids.items())}")
+    results: dict[tuple[str, str], tuple[float, float, bool]] = {}
+    refs: dict[str, list[int]] = {}
+    for w in WORKLOADS:
+        ref = None
+        for m, fn in methods.items():
+            toks, secs, mal = fn(w)
+            if ref is None:
+                ref = refs[w] = toks
+            results[(w, m)] = (len(toks) / secs, mal, toks == ref)
+
+    header = f"{'workload':<12} {'method':<17} {'tok/s':>7} {'vs plain':>8} {'acc.len':>7} {'same':>5} {'sp/hf':>6}"
+    print(header)
+    print("-" * len(header))
+    pairs = {"specplug plain": "hf plain", "specplug ngram": "hf prompt-lookup", "specplug draft": "hf assistant"}
+    for w in WORKLOADS:
+        base = results[(w, "hf plain")][0]
+        for m in methods:
+            tps, mal, same = results[(w, m)]
+            ratio = f"{tps / results[(w, pairs[m])][0]:.2f}x" if m in pairs else ""
+            print(f"{w:<12} {m:<17} {tps:7.2f} {tps / base:7.2f}x {mal:7.2f} {'yes' if same else 'NO':>5} {ratio:>6}")
+
+    print("\nspecplug batches (all three workloads repeated to fill the batch; aggregate new tokens/s):")
+    order = list(WORKLOADS)
+    for bs in [int(b) for b in args.batches.split(",") if b]:
+        batch = [ids[order[i % len(order)]] for i in range(bs)]
+        line = f"batch {bs:>3}:"
+        for eng in ("plain", "ngram", "draft"):
+            sync()
+            t = time.perf_counter()
+            res = engines[eng].generate(batch, params)
+            sync()
+            secs = time.perf_counter() - t
+            toks = sum(r.stats.new_tokens for r in res)
+            mal = sum(r.stats.new_tokens for r in res) / max(1, sum(r.stats.target_passes for r in res))
+            same = all(r.tokens == refs[order[i % len(order)]] for i, r in enumerate(res))
+            line += f"  {eng} {toks / secs:7.2f} tok/s (acc.len {mal:.2f}, same {'yes' if same else 'NO'})"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
