@@ -66,7 +66,9 @@ METHODS = [
     (r"^mtp", "mtp"),
     (r"dflash|self-spec|magicdec|bass|smartspec|exspec|oracle|ideal|unigram|bigram|streamingllm", None),
     (r"prompt lookup|^pld|n-gram|ngram", "ngram"),
-    (r"rest|recycling", "ngram"),  # retrieval drafting: near-free copies, like prompt lookup
+    # Retrieval drafting (REST datastore, token recycling) copies longer continuations from an index, as suffix
+    # decoding does: its own acceptance level, shared by REST and Spec-Bench rows, not pooled with prompt lookup.
+    (r"\brest\b|recycling", "suffix"),
     (r"lookahead", "lookahead"),
     (r"sps|draft|standard sd|speculative decoding|sequoia", "draft_model"),
 ]
@@ -150,6 +152,7 @@ class Row:
     dtype: str
     input_len: int
     dataset: str
+    flag: str = ""
 
     def estimate_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = dict(
@@ -279,14 +282,14 @@ def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
                 num = _choose_gpus(pol, m, weight_bytes(dtype), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8)
             out.append(
                 Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else _k(r["config"]), tree,
-                    batch, temp, wl, speedup, tau, dtype, inp, r["dataset"])
+                    batch, temp, wl, speedup, tau, dtype, inp, r["dataset"], (r["flag"] or "").lower())
             )
     return out, skipped
 
 
 # ----------------------------------------------------------------------------------------- the fit
 
-FIT_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "lookahead")
+FIT_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix", "lookahead")
 FIT_WORKLOADS = ("code", "code-edit", "math", "summarization", "translation", "qa", "rag", "creative")
 KINDS = ("model", "copy")
 # (stack, field, lower, upper): host overheads fitted in log space within physical bounds.
@@ -297,7 +300,12 @@ STACK_PARAMS = [
     ("vllm", "spec_overhead_ms", 0.05, 10.0),
     ("trtllm", "spec_overhead_ms", 0.05, 10.0),
     ("hf", "flops_efficiency", 0.2, 1.0),
+    # Eager tree verification builds masks and runs unfused attention per verified token.
+    ("hf", "spec_overhead_per_token_ms", 0.001, 0.5),
 ]
+# Rows whose value or setup is uncertain (read off a plot, GPU/draft ambiguous, second-hand) count less in
+# the fit; they are still scored.
+FLAG_WEIGHT = {"fig-approx": 0.5, "unsure": 0.5, "secondary": 0.5}
 RIDGE_WORKLOAD = 0.8
 RIDGE_PRIOR = 0.3
 SOURCE_POWER = 0.5
@@ -357,11 +365,16 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
     methods: dict[str, Any] = {}
     derived = {"reasoning": "math", "agent": "code-edit"}
     all_wl = ("chat", *FIT_WORKLOADS, *derived)
+    dflt = base["acceptance"]["methods"]
     for m in FIT_METHODS:
-        kind = base["acceptance"]["methods"][m]["kind"]
+        kind = dflt[m]["kind"]
         alpha = {}
+        chat0 = _logit(dflt[m]["alpha"]["chat"])
         for w in all_wl:
-            e = 0.0 if w == "chat" else effects[kind][derived.get(w, w)]
+            # default.yaml's workload differences are the prior; the fitted effect (shared by a kind) moves
+            # them, ridge-penalised, so a workload no training source covers keeps its physical prior.
+            e = _logit(dflt[m]["alpha"].get(w, dflt[m]["alpha"]["chat"])) - chat0
+            e += 0.0 if w == "chat" else effects[kind][derived.get(w, w)]
             alpha[w] = round(min(max(_sig(levels[m] + e), 0.02), 0.97), 4)
         methods[m] = {"alpha": alpha, "temperature_slope": round(max(min(tslope[kind], 0.5), -1.5), 4)}
     # MLP speculators share Medusa-like heads: no rows of their own, so they follow Medusa's fit.
@@ -490,6 +503,8 @@ class Features:
         src = np.array([self.sources.index(r.src) for r in self.rows])
         n = np.bincount(src)[src].astype(float)
         w = n ** ((power - 1) / 2)  # residuals are squared: half the power
+        q = np.array([min([v for k, v in FLAG_WEIGHT.items() if k in r.flag] or [1.0]) for r in self.rows])
+        w = w * np.sqrt(q)
         return w / np.sqrt(np.mean(w**2))
 
     def subset(self, keep: list[int]) -> Features:
@@ -514,11 +529,11 @@ class Features:
         """(forward_overhead, layer_overhead, spec_overhead) per stack, default.yaml merged with ``p``."""
         import numpy as np
 
-        out = np.zeros((len(self.stacks), 4))
+        out = np.zeros((len(self.stacks), 5))
         for j, s in enumerate(self.stacks):
             sd = {**self.base["stacks"][s], **p["stacks"].get(s, {})}
             out[j] = (sd.get("forward_overhead_ms", 0.0), sd.get("layer_overhead_ms", 0.0), sd.get("spec_overhead_ms", 0.5),
-                      sd.get("flops_efficiency", 0.6))
+                      sd.get("flops_efficiency", 0.6), sd.get("spec_overhead_per_token_ms", 0.0))
         return out
 
     def predict(self, x: list[float]) -> tuple[Any, Any]:
@@ -549,7 +564,7 @@ class Features:
         host_d = st[:, 0] + st[:, 1] * a["ld"]
         draft = a["passes"] * np.maximum(gpu("draft"), host_d) + a["isdm"] * 0.5 * np.maximum(gpu("draft2"), host_d)
         draft = np.where(a["passes"] > 0, draft, 0.0)
-        sp = tau * base / (verify + draft + st[:, 2] + a["pertok"] * a["ntok"])
+        sp = tau * base / (verify + draft + st[:, 2] + st[:, 4] * a["ntok"])
         # The best candidate per row: estimate() optimises the shape where the row does not fix it.
         best = np.full(self.n, -np.inf)
         np.maximum.at(best, a["row"], sp)

@@ -11,9 +11,9 @@ import click
 
 FORMATS = ("table", "json", "yaml")
 
+# '--output' is the print format everywhere; '-o' is kept for the folder/file a command writes (render, bench).
 output_option = click.option(
     "--output",
-    "-o",
     "output",
     type=click.Choice(FORMATS),
     default="table",

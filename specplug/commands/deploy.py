@@ -17,7 +17,7 @@ from specplug.commands._common import config_option
     type=click.Choice(["compose", "k8s", "lws"]),
     help="What to render (repeatable). Default: compose and k8s, or lws when the plan needs several nodes.",
 )
-@click.option("--output", "-o", "output", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
+@click.option("-o", "--out-dir", "output", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
 @click.option("--name", default=None, help="Name of the service / Kubernetes objects (default: model and stack).")
 @click.option("--image", default=None, help="Container image to run (default: the stack's official image at its pinned version).")
 def deploy(config_path: str | None, targets: tuple[str, ...], output: str, name: str | None, image: str | None) -> None:

@@ -25,14 +25,14 @@ def test_models_show_json(run_cli):
 def test_models_show_table_and_yaml(run_cli):
     r = run_cli("models", "show", "vicuna-7b")
     assert r.exit_code == 0 and "lmsys/vicuna-7b-v1.3" in r.stdout and "known drafters" in r.stdout
-    y = run_cli("models", "show", "vicuna-7b", "-o", "yaml")
+    y = run_cli("models", "show", "vicuna-7b", "--output", "yaml")
     assert yaml.safe_load(y.stdout)["hf_id"] == "lmsys/vicuna-7b-v1.3"
 
 
 def test_models_list_and_search(run_cli):
-    r = run_cli("models", "list", "-o", "json")
+    r = run_cli("models", "list", "--output", "json")
     assert len(r.json()) >= 40
-    s = run_cli("models", "search", "deepseek", "-o", "json")
+    s = run_cli("models", "search", "deepseek", "--output", "json")
     assert {m["hf_id"] for m in s.json()} >= {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"}
 
 
@@ -43,9 +43,9 @@ def test_unknown_model_is_exit_1_with_suggestion(run_cli):
 
 
 def test_gpus_list_and_show(run_cli):
-    r = run_cli("gpus", "-o", "json")
+    r = run_cli("gpus", "--output", "json")
     assert any(g["name"] == "H200" for g in r.json())
-    one = run_cli("gpus", "h100", "-o", "json")
+    one = run_cli("gpus", "h100", "--output", "json")
     assert one.json()["memory_gb"] == 80
     bad = run_cli("gpus", "h1000")
     assert bad.exit_code == 1 and "Unknown GPU" in bad.stderr
@@ -113,5 +113,5 @@ def test_importing_the_cli_does_not_import_heavy_modules():
 
 def test_console_script_runs_from_any_folder(tmp_path):
     exe = __import__("shutil").which("specplug") or str(__import__("pathlib").Path(sys.executable).parent / "specplug")
-    out = subprocess.run([exe, "models", "show", "qwen3-8b", "-o", "json"], capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run([exe, "models", "show", "qwen3-8b", "--output", "json"], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0 and json.loads(out.stdout)["hf_id"] == "Qwen/Qwen3-8B"

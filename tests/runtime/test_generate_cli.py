@@ -48,7 +48,7 @@ def test_generate_smollm2_ngram_json(smollm2_folder, capsys):
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n   "
     code, out, err = _run(
         ["--model", "smollm2-135m", "--method", "ngram", "--prompt", prompt, "--max-tokens", "12", "--device", "cpu",
-         "-o", "json"],
+         "--output", "json"],
         capsys,
     )
     assert code == 0, err
