@@ -21,7 +21,7 @@ from specplug.adapter import BaseAdapter, LaunchSpec
 from specplug.errors import StackError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from adapters.conftest import make_plan  # noqa: E402
+from tests.adapters.conftest import make_plan  # noqa: E402
 
 HOSTILE = ["; rm -rf ~", "$(id)", "`id`", "a\nb", "x' \"y", "--flag=$(touch /tmp/pwned)"]
 

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 import yaml
-from adapters.conftest import make_plan
+from tests.adapters.conftest import make_plan
 from specplug.adapters.trtllm import check_against_fields, field_lists
 
 from specplug.rendering import render_plan
