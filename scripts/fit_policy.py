@@ -305,10 +305,10 @@ STACK_PARAMS = [
 ]
 # Rows whose value or setup is uncertain (read off a plot, GPU/draft ambiguous, second-hand) count less in
 # the fit; they are still scored.
-FLAG_WEIGHT = {"fig-approx": 0.5, "unsure": 0.5, "secondary": 0.5}
+FLAG_WEIGHT = {"fig-approx": 0.25, "unsure": 0.25, "secondary": 0.25}
 RIDGE_WORKLOAD = 0.8
 RIDGE_PRIOR = 0.3
-SOURCE_POWER = 0.5
+SOURCE_POWER = 0.25  # a source of n rows weighs n^0.25: sources, not rows, are the unit that generalises
 
 
 def _rounder(digits: int | None):

@@ -35,3 +35,32 @@ def test_perf_stays_free_of_numpy() -> None:
 
     code = "import sys, specplug.policy.perf, specplug.policy.engine; sys.exit('numpy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_uncovered_workloads_keep_the_default_prior() -> None:
+    """With no fitted workload effect, a workload's alpha keeps default.yaml's offset from chat (the prior)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import fit_policy as F
+
+    base = F._base_data()
+    p = F.policy_data(F._x0(base), base, digits=None)["acceptance"]["methods"]["eagle"]["alpha"]
+    d = base["acceptance"]["methods"]["eagle"]["alpha"]
+    assert abs(p["translation"] - d["translation"]) < 1e-9 and abs(p["chat"] - d["chat"]) < 1e-9
+
+
+def test_retrieval_drafting_maps_to_suffix_and_uncertain_rows_weigh_less() -> None:
+    pytest.importorskip("numpy")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import fit_policy as F
+
+    assert F._first(F.METHODS, "REST") == "suffix" and F._first(F.METHODS, "Token Recycling") == "suffix"
+    assert F._first(F.METHODS, "PLD") == "ngram"
+    if not DATA.exists():
+        return
+    rows, _ = F.parse_rows(DATA)
+    rows = [r for r in rows if r.src == "SDB"]
+    w = F.Features(rows).weights(F.SOURCE_POWER)
+    fig = [x for x, r in zip(w, rows, strict=True) if "fig-approx" in r.flag]
+    exact = [x for x, r in zip(w, rows, strict=True) if "fig-approx" not in r.flag]
+    if fig and exact:
+        assert max(fig) < min(exact)
