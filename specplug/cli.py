@@ -14,41 +14,31 @@ import click
 from specplug import __version__
 from specplug.errors import SpecplugError
 
-# name -> "module:attribute"; adding a command means adding its module and one line here.
-COMMANDS: dict[str, str] = {
-    "probe": "specplug.commands.probe:probe",
-    "gpus": "specplug.commands.gpus:gpus",
-    "models": "specplug.commands.models:models",
-    "init": "specplug.commands.init:init",
-    "schema": "specplug.commands.schema:schema",
-    "stacks": "specplug.commands.stacks:stacks",
-    "render": "specplug.commands.render:render",
-    "launch": "specplug.commands.launch:launch",
-    "recommend": "specplug.commands.recommend:recommend",
-    "estimate": "specplug.commands.estimate:estimate",
-    "policy": "specplug.commands.policy:policy",
-    "plan": "specplug.commands.plan:plan",
-    "check": "specplug.commands.check:check",
-    "migrate": "specplug.commands.migrate:migrate",
-    "deploy": "specplug.commands.deploy:deploy",
-    "bench": "specplug.commands.bench:bench",
-    "verify": "specplug.commands.verify:verify",
-    "calibrate": "specplug.commands.calibrate:calibrate",
-    "generate": "specplug.commands.generate:generate",
+# name -> ("module:attribute", one-line help), in the order a user meets them. Adding a command means
+# adding its module and one line here; listing commands imports none of them.
+_TABLE: dict[str, tuple[str, str]] = {
+    "recommend": ("specplug.commands.recommend:recommend", "Decide technique, drafter, k and schedule; predict the speedup."),
+    "estimate": ("specplug.commands.estimate:estimate", "Score one fixed configuration: speedup and acceptance length."),
+    "init": ("specplug.commands.init:init", "Write a commented specplug.yaml."),
+    "plan": ("specplug.commands.plan:plan", "Resolve specplug.yaml into specplug.lock.yaml (deterministic)."),
+    "render": ("specplug.commands.render:render", "Render a stack's launch script and files (or the launch spec)."),
+    "launch": ("specplug.commands.launch:launch", "Start a stack with the plan: preflight, health wait, supervision."),
+    "deploy": ("specplug.commands.deploy:deploy", "Render docker-compose, Kubernetes or LeaderWorkerSet manifests."),
+    "check": ("specplug.commands.check:check", "CI check: schema, lock drift, stale renders, compatibility."),
+    "migrate": ("specplug.commands.migrate:migrate", "Bring specplug.yaml to the current schema version."),
+    "generate": ("specplug.commands.generate:generate", "Generate text with the embedded speculative runtime."),
+    "bench": ("specplug.commands.bench:bench", "Measure an endpoint against a baseline: throughput, latency, acceptance."),
+    "verify": ("specplug.commands.verify:verify", "Check a speculative endpoint returns the baseline's greedy outputs."),
+    "calibrate": ("specplug.commands.calibrate:calibrate", "Compare measured with predicted acceptance; write a calibration."),
+    "stacks": ("specplug.commands.stacks:stacks", "List stack adapters, installed versions and supported techniques."),
+    "policy": ("specplug.commands.policy:policy", "Show the merged policy data: priors, stack factors, rules."),
+    "models": ("specplug.commands.models:models", "The model catalog: list, search, show."),
+    "gpus": ("specplug.commands.gpus:gpus", "List the GPU catalog, or show one GPU."),
+    "probe": ("specplug.commands.probe:probe", "Read this machine's GPUs (NVML) and map them to the catalog."),
+    "schema": ("specplug.commands.schema:schema", "Print the JSON Schema of specplug.yaml."),
 }
-
-
-# One-line help for 'specplug --help', so listing commands imports none of them.
-HELP: dict[str, str] = {
-    "probe": "Read this machine's GPUs (NVML) and map them to the catalog.",
-    "gpus": "List the GPU catalog, or show one GPU.",
-    "models": "The model catalog: list, search, show.",
-    "init": "Write a commented specplug.yaml.",
-    "schema": "Print the JSON Schema of specplug.yaml.",
-    "bench": "Measure a speculative endpoint against a baseline: throughput, latency, acceptance.",
-    "verify": "Check a speculative endpoint returns the baseline's greedy outputs.",
-    "calibrate": "Compare measured acceptance with the prediction; write a calibration file.",
-}
+COMMANDS: dict[str, str] = {name: target for name, (target, _) in _TABLE.items()}
+HELP: dict[str, str] = {name: text for name, (_, text) in _TABLE.items()}
 
 
 class LazyGroup(click.Group):
@@ -65,7 +55,7 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)

@@ -115,3 +115,14 @@ def test_console_script_runs_from_any_folder(tmp_path):
     exe = __import__("shutil").which("specplug") or str(__import__("pathlib").Path(sys.executable).parent / "specplug")
     out = subprocess.run([exe, "models", "show", "qwen3-8b", "--output", "json"], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0 and json.loads(out.stdout)["hf_id"] == "Qwen/Qwen3-8B"
+
+
+def test_every_listed_command_loads_and_has_help(run_cli):
+    from specplug.cli import COMMANDS, HELP
+
+    assert set(COMMANDS) == set(HELP)
+    listing = run_cli("--help")
+    for name in COMMANDS:
+        assert name in listing.stdout
+        r = run_cli(name, "--help")
+        assert r.exit_code == 0 and "Usage:" in r.stdout, name
