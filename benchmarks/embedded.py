@@ -12,6 +12,7 @@ authors (Apache-2.0, like the repository).
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 import torch
@@ -71,6 +72,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--repeats", type=int, default=2, help="runs per measurement, interleaved; the best counts")
+    ap.add_argument("--adaptive", action="store_true", help="adaptive draft length for specplug")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -90,8 +93,8 @@ def main() -> None:
     k = args.k
     engines = {
         "plain": SpeculativeEngine(target, tok, None, k=k),
-        "ngram": SpeculativeEngine(target, tok, lambda: NgramProposer(2, 4), k=k),
-        "draft": SpeculativeEngine(target, tok, lambda: DraftModelProposer(draft, dev), k=k),
+        "ngram": SpeculativeEngine(target, tok, lambda: NgramProposer(2, 4), k=k, adaptive=args.adaptive),
+        "draft": SpeculativeEngine(target, tok, lambda: DraftModelProposer(draft, dev), k=k, adaptive=args.adaptive),
     }
     prompts = {
         name: tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
@@ -99,7 +102,14 @@ def main() -> None:
     }
     ids = {name: tok(p, add_special_tokens=False).input_ids for name, p in prompts.items()}
     n = args.max_tokens
-    params = GenerationParams(max_new_tokens=n, ignore_eos=True)
+    params = GenerationParams(max_new_tokens=n)
+
+    # Both sides stop at EOS or after n tokens and count the EOS they produce as a generated token, so they
+    # decode the same sequence (forcing n tokens with min_new_tokens would ban EOS and change the text).
+    gcfg = copy.deepcopy(target.generation_config)
+    gcfg.pad_token_id = tok.eos_token_id
+    gcfg.do_sample = False
+    eos = tok.eos_token_id
 
     def sync() -> None:
         if dev.type == "cuda":
@@ -110,17 +120,19 @@ def main() -> None:
         sync()
         t = time.perf_counter()
         with torch.inference_mode():
-            out = target.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id,
-                                  **kw)
+            out = target.generate(x, generation_config=gcfg, max_new_tokens=n, **kw)
         sync()
-        return out[0, x.shape[1] :].tolist(), time.perf_counter() - t, float("nan")
+        secs = time.perf_counter() - t
+        toks = out[0, x.shape[1] :].tolist()
+        return toks, secs, float("nan")
 
     def sp(engine: str, name: str, n: int = n) -> tuple[list[int], float, float]:
         sync()
         t = time.perf_counter()
-        r = engines[engine].generate([ids[name]], GenerationParams(max_new_tokens=n, ignore_eos=True))[0]
+        r = engines[engine].generate([ids[name]], GenerationParams(max_new_tokens=n))[0]
         sync()
-        return r.tokens, time.perf_counter() - t, r.stats.mean_acceptance_length
+        toks = r.tokens + ([eos] if r.finish_reason == "stop" else [])
+        return toks, time.perf_counter() - t, r.stats.mean_acceptance_length
 
     methods = {
         "hf plain": lambda w, n=n: hf(w, n),
@@ -137,13 +149,15 @@ def main() -> None:
           f"prompt tokens: {', '.join(f'{w}={len(v)}' for w, v in ids.items())}")
     results: dict[tuple[str, str], tuple[float, float, bool]] = {}
     refs: dict[str, list[int]] = {}
-    for w in WORKLOADS:
-        ref = None
-        for m, fn in methods.items():
-            toks, secs, mal = fn(w)
-            if ref is None:
-                ref = refs[w] = toks
-            results[(w, m)] = (len(toks) / secs, mal, toks == ref)
+    # Other processes share this machine; interleaving the methods and keeping each one's best run keeps
+    # a burst of load from landing on one method only.
+    for _ in range(args.repeats):
+        for w in WORKLOADS:
+            for m, fn in methods.items():
+                toks, secs, mal = fn(w)
+                ref = refs.setdefault(w, toks)
+                best = results.get((w, m), (0.0, 0.0, True))[0]
+                results[(w, m)] = (max(best, len(toks) / secs), mal, toks == ref)
 
     header = f"{'workload':<12} {'method':<17} {'tok/s':>7} {'vs plain':>8} {'acc.len':>7} {'same':>5} {'sp/hf':>6}"
     print(header)
@@ -162,15 +176,19 @@ def main() -> None:
         batch = [ids[order[i % len(order)]] for i in range(bs)]
         line = f"batch {bs:>3}:"
         for eng in ("plain", "ngram", "draft"):
-            sync()
-            t = time.perf_counter()
-            res = engines[eng].generate(batch, params)
-            sync()
-            secs = time.perf_counter() - t
-            toks = sum(r.stats.new_tokens for r in res)
+            secs = float("inf")
+            for _ in range(args.repeats):
+                sync()
+                t = time.perf_counter()
+                res = engines[eng].generate(batch, params)
+                sync()
+                secs = min(secs, time.perf_counter() - t)
+            got = [r.tokens + ([eos] if r.finish_reason == "stop" else []) for r in res]
+            toks = sum(len(g) for g in got)
             mal = sum(r.stats.new_tokens for r in res) / max(1, sum(r.stats.target_passes for r in res))
-            same = all(r.tokens == refs[order[i % len(order)]] for i, r in enumerate(res))
-            line += f"  {eng} {toks / secs:7.2f} tok/s (acc.len {mal:.2f}, same {'yes' if same else 'NO'})"
+            diff = [i for i, g in enumerate(got) if g != refs[order[i % len(order)]]]
+            same = not diff
+            line += f"  {eng} {toks / secs:7.2f} tok/s (acc.len {mal:.2f}, same {'yes' if same else diff})"
         print(line)
 
 

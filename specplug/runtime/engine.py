@@ -260,7 +260,8 @@ class DecodeBatch:
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         outs = self._admit_and_cancel()
-        if not self.rows:
+        if not self.rows or any(o.new_tokens for o in outs):
+            # A step that admitted requests returns their first tokens (from the prefill) right away.
             return outs
         rows = self.rows
         if self._warper is None:
@@ -396,14 +397,25 @@ class DecodeBatch:
                     self.generator.seed()
             t0 = time.perf_counter()
             new = KVState(self.engine.target, len(queue), self.device)
-            _prefill(new, [r.history[:-1] for r in queue], self.device)
+            # The whole prompt goes in and its last position gives the first token, exactly as a plain
+            # ``generate`` computes it (same shapes, so the same rounding and the same greedy ties).
+            logits = _prefill(new, [r.history for r in queue], self.device)
+            warper = RowWarper([r.params.sampling for r in queue], self.device)
+            no_draft = torch.zeros(len(queue), 0, dtype=torch.long, device=self.device)
+            _, first = verify(logits, no_draft, no_draft.new_zeros(len(queue)), None, warper, self.generator)
             self.kv.merge(new)
+            now = time.perf_counter()
+            first_l = first.tolist()
+            for r, t in zip(queue, first_l, strict=True):
+                r.stats.prefill_s = now - t0
+                r.stats.target_passes += 1
+                outs.append(self._emit(r, [t], now))
             self.proposer.start([list(r.history) for r in queue])
-            dt = time.perf_counter() - t0
-            for r in queue:
-                r.stats.prefill_s = dt
             self.rows.extend(queue)
             self._warper = None
+            finished = [i for i, r in enumerate(self.rows) if r.finish_reason is not None]
+            if finished:
+                self._drop(finished)
         return outs
 
 

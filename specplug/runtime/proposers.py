@@ -109,9 +109,12 @@ class DraftModelProposer:
 
     name = "draft_model"
 
-    def __init__(self, model: Any, device: torch.device) -> None:
+    def __init__(self, model: Any, device: torch.device, min_confidence: float = 0.4) -> None:
         self.model = model
         self.device = device
+        # A row stops drafting where its drafter's distribution peaks below this probability (as transformers'
+        # assistant_confidence_threshold); the rule reads only the drafter's distribution, so it stays lossless.
+        self.min_confidence = min_confidence
         self.kv = KVState(model, 0, device)
         self.pending: list[list[int]] = []
         self._drafted: torch.Tensor | None = None
@@ -138,20 +141,36 @@ class DraftModelProposer:
             mask[r, width - len(p) :] = True
         tokens, mask = tokens.to(self.device), mask.to(self.device)
         logits = self.kv.forward(tokens, None if bool(mask.all()) else mask, last_only=True)[:, -1]
+        limit = torch.tensor(ks, dtype=torch.long, device=self.device)
+        n = torch.zeros(b, dtype=torch.long, device=self.device)
+        alive = torch.ones(b, dtype=torch.bool, device=self.device)
         out_tokens, out_probs = [], []
+        fed = 0
         for i in range(k):
             probs = warp(logits)
-            tok = sample(probs, generator) if probs is not None else logits.argmax(-1)
-            out_tokens.append(tok)
-            if probs is not None:
+            if probs is None:
+                tok = logits.argmax(-1)
+                conf = logits.float().softmax(-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1) if self.min_confidence else None
+            else:
+                tok = sample(probs, generator)
                 out_probs.append(probs)
-            if i + 1 < k:
-                logits = self.kv.forward(tok.unsqueeze(1))[:, -1]
-        self._fed_drafts = k - 1
-        drafted = torch.stack(out_tokens, 1)
-        self._drafted = drafted
-        n = torch.tensor(ks, dtype=torch.long, device=self.device)
-        return Draft(drafted, n, torch.stack(out_probs, 1) if out_probs else None)
+                # The distribution's peak, not the drawn token's probability: whether a token is submitted
+                # must not depend on which token was drawn, or the proposal is no longer q (not lossless).
+                conf = probs.max(-1).values
+            out_tokens.append(tok)
+            if conf is not None:
+                alive &= conf >= self.min_confidence
+            alive &= limit > i
+            n += alive.long()
+            if i + 1 == k or not bool(alive.any()):
+                break
+            logits = self.kv.forward(tok.unsqueeze(1))[:, -1]
+            fed += 1
+        self._fed_drafts = fed
+        self._drafted = torch.stack(out_tokens, 1)
+        width = int(n.max())
+        probs_out = torch.stack(out_probs, 1)[:, :width] if out_probs else None
+        return Draft(self._drafted[:, :width], n, probs_out)
 
     def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
         acc = n_accepted.tolist()
@@ -178,11 +197,11 @@ class DraftModelProposer:
         self.pending = [self.pending[r] for r in keep]
 
 
-def _prefill(kv: KVState, seqs: list[list[int]], device: torch.device) -> None:
-    """Feed left-padded ``seqs`` into an empty ``kv`` (no logits needed)."""
+def _prefill(kv: KVState, seqs: list[list[int]], device: torch.device) -> torch.Tensor | None:
+    """Feed left-padded ``seqs`` into an empty ``kv``; returns the last column's logits ``(B, 1, V)``."""
     width = max((len(s) for s in seqs), default=0)
     if width == 0:
-        return
+        return None
     tokens = torch.zeros(len(seqs), width, dtype=torch.long)
     mask = torch.zeros(len(seqs), width, dtype=torch.bool)
     for r, s in enumerate(seqs):
@@ -190,4 +209,4 @@ def _prefill(kv: KVState, seqs: list[list[int]], device: torch.device) -> None:
             tokens[r, width - len(s) :] = torch.tensor(s)
             mask[r, width - len(s) :] = True
     with torch.inference_mode():
-        kv.forward(tokens.to(device), None if bool(mask.all()) else mask.to(device), last_only=True)
+        return kv.forward(tokens.to(device), None if bool(mask.all()) else mask.to(device), last_only=True)

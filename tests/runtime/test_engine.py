@@ -24,7 +24,7 @@ PROMPTS = [
     [3],
     [20, 21, 22, 20, 21, 40, 41, 42, 43, 44, 45, 46, 47, 20, 21, 22],
 ]
-N_NEW = 24
+N_NEW = 40
 
 
 @pytest.fixture(scope="module")
@@ -136,24 +136,26 @@ def test_ngram_lookup_prefers_longest_latest_match():
 
 
 def test_sampling_end_to_end_matches_exact_sequence_probabilities():
-    """Two sampled tokens from a tiny model: the joint distribution of (t1, t2) equals the model's, for
-    speculative decoding with a draft model and with n-gram drafts. Chi-square, alpha = 1e-3, fixed seeds."""
-    vocab = 6
+    """Three sampled tokens from a tiny model (the first from the prefill, the next two speculated): the joint
+    distribution equals the model's exact one, with a draft model and with n-gram drafts. Chi-square over the
+    vocab^3 cells (sparse cells pooled), alpha = 1e-3, fixed seeds."""
+    vocab = 5
     model = tiny_llama(vocab_size=vocab, hidden_size=32, layers=2, seed=1, init_std=0.5)
     draft = tiny_llama(vocab_size=vocab, hidden_size=32, layers=1, seed=2, init_std=0.5)
     prompt = [2, 3, 4, 2, 3]
-    sp = SamplingParams(temperature=0.9, top_k=5, seed=11)
+    sp = SamplingParams(temperature=0.9, top_k=4, seed=11)
     with torch.inference_mode():
         p1 = warp_probs(model(torch.tensor([prompt])).logits[0, -1], sp)
-        seqs = torch.tensor([prompt + [t] for t in range(vocab)])
-        p2 = warp_probs(model(seqs).logits[:, -1], sp)
-    exact = (p1.unsqueeze(1) * p2).flatten().double()
-    n = 6000
+        p2 = warp_probs(model(torch.tensor([prompt + [a] for a in range(vocab)])).logits[:, -1], sp)
+        pairs = [(a, b) for a in range(vocab) for b in range(vocab)]
+        p3 = warp_probs(model(torch.tensor([prompt + [a, b] for a, b in pairs])).logits[:, -1], sp)
+    exact = (p1.view(-1, 1, 1) * p2.view(vocab, vocab, 1) * p3.view(vocab, vocab, vocab)).flatten().double()
+    n = 8000
     for factory in (lambda: DraftModelProposer(draft, CPU), lambda: NgramProposer(1, 2)):
         eng = SpeculativeEngine(model, proposer_factory=factory, k=2, eos_token_ids=[])
-        res = eng.generate([prompt] * n, GenerationParams(max_new_tokens=2, sampling=sp))
-        cells = torch.tensor([r.tokens[0] * vocab + r.tokens[1] for r in res])
-        counts = torch.bincount(cells, minlength=vocab * vocab).double()
+        res = eng.generate([prompt] * n, GenerationParams(max_new_tokens=3, sampling=sp))
+        cells = torch.tensor([(r.tokens[0] * vocab + r.tokens[1]) * vocab + r.tokens[2] for r in res])
+        counts = torch.bincount(cells, minlength=vocab**3).double()
         assert counts[exact == 0].sum() == 0
         keep = exact * n >= 5
         obs = torch.cat([counts[keep], counts[~keep].sum().view(1)])
