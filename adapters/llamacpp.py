@@ -62,6 +62,27 @@ def _is_gguf_path(s: str) -> bool:
     return s.lower().endswith(".gguf")
 
 
+# llama.cpp loads GGUF files; '-hf' takes a GGUF repository, optionally with ':QUANT'. Publishers name their
+# GGUF repositories '<model>-GGUF' by convention, so a plain Hugging Face id is pointed there, with a note.
+GGUF_REPO_SUFFIX = "-GGUF"
+QUANT_TAGS = {"q4": "Q4_K_M", "q5": "Q5_K_M", "q8": "Q8_0", "int4": "Q4_K_M", "int8": "Q8_0"}
+
+
+def _model_args(ref: str, local_flag: str, hf_flag: str, dtype: str, notes: list[str]) -> list[str]:
+    """-m for a .gguf path (or bare name), else -hf with the GGUF repository for that model id."""
+    if _is_gguf_path(ref) or "/" not in ref:
+        return [local_flag, ref]
+    repo = ref.split(":", 1)[0]
+    if not repo.upper().endswith(GGUF_REPO_SUFFIX):
+        repo += GGUF_REPO_SUFFIX
+        notes.append(
+            f"llama.cpp needs GGUF weights: {ref} is fetched from {repo} (the publisher's GGUF repository by "
+            "convention); pass --model/--drafter with a .gguf path or a GGUF repository id to choose another."
+        )
+    quant = ref.split(":", 1)[1] if ":" in ref else QUANT_TAGS.get(dtype.lower())
+    return [hf_flag, f"{repo}:{quant}" if quant else repo]
+
+
 class LlamaCppAdapter(BaseAdapter):
     name = "llamacpp"
     display_name = "llama.cpp (llama-server)"
@@ -91,7 +112,7 @@ class LlamaCppAdapter(BaseAdapter):
         c = canon(plan, self.display_name)
         new = version is None or version_at_least(version, NEW_FLAGS_SINCE)
         argv = ["llama-server"]
-        argv += ["-m", c.model] if _is_gguf_path(c.model) or "/" not in c.model else ["-hf", c.model]
+        argv += _model_args(c.model, "-m", "-hf", plan.serve.dtype, c.notes)
         # -ngl is harmless on a CPU-only build (no GPU backend to offload to)
         gpu = plan.hardware.num_gpus > 0
         values = {
@@ -131,7 +152,7 @@ class LlamaCppAdapter(BaseAdapter):
 
     def _drafter_args(self, c: Canon, flags: dict[str, str], method: str) -> list[str]:
         d = require_drafter(c, "llama.cpp", method)
-        return [flags["drafter"] if _is_gguf_path(d) or "/" not in d else flags["drafter_hf"], d]
+        return _model_args(d, flags["drafter"], flags["drafter_hf"], c.dtype or "", c.notes)
 
     def _old(self, plan: Plan, c: Canon, gpu: bool) -> list[str]:
         out = self._drafter_args(c, OLD, c.method) + [OLD["k"], str(c.k), OLD["k_min"], "0"]
