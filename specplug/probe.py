@@ -6,6 +6,7 @@ Without a driver or a GPU the probe says so and returns an empty result; plannin
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from types import ModuleType
 
@@ -83,10 +84,8 @@ def probe(nvml: ModuleType | None = None) -> ProbeResult:
     except Exception as exc:
         return ProbeResult(available=False, message=f"The NVIDIA driver answered with an error ({_nvml_reason(exc)}).")
     finally:
-        try:
+        with contextlib.suppress(Exception):
             nv.nvmlShutdown()
-        except Exception:
-            pass
     if not devices:
         return ProbeResult(available=False, driver_version=driver, message="The NVIDIA driver is loaded but sees no GPU.")
     links = [d.nvlink_active_links for d in devices if d.nvlink_active_links is not None]

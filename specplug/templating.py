@@ -9,10 +9,9 @@ from typing import Any
 @cache
 def environment():
     import json
+    from importlib import resources
 
     import jinja2
-
-    from importlib import resources
 
     # A plain folder loader: PackageLoader cannot see mapped packages in editable installs.
     folder = resources.files("specplug.templates")

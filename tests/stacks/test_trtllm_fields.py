@@ -7,10 +7,10 @@ import shlex
 
 import pytest
 import yaml
-from tests.adapters.conftest import make_plan
 from specplug.adapters.trtllm import check_against_fields, field_lists
 
 from specplug.rendering import render_plan
+from tests.adapters.conftest import make_plan
 
 DRAFTERS = {"draft_model": "x/small", "eagle3": "x/eagle3", "eagle": "x/eagle", "medusa": "x/medusa"}
 
