@@ -102,7 +102,25 @@ def broken_plugins() -> list[BrokenPlugin]:
     return list(_load()[1])
 
 
+# The stacks that ship with specplug load directly: scanning every installed distribution's entry points
+# costs start-up time and is only needed to find third-party stacks (and for 'specplug stacks').
+BUILTIN = {name: f"specplug.adapters.{name}" for name in STACK_PREFERENCE}
+
+
+@cache
+def _builtin(name: str) -> Adapter | None:
+    import importlib
+
+    try:
+        obj = importlib.import_module(BUILTIN[name]).adapter
+    except Exception:
+        return None  # the entry-point scan below reports why
+    return obj if isinstance(obj, Adapter) else None
+
+
 def get_adapter(name: str) -> Adapter:
+    if name in BUILTIN and (builtin := _builtin(name)) is not None:
+        return builtin
     found = adapters()
     if name not in found:
         broken = {b.name: b for b in broken_plugins()}
@@ -114,10 +132,9 @@ def get_adapter(name: str) -> Adapter:
 
 def default_stack() -> str:
     """The best installed stack, else vLLM."""
-    found = adapters()
     for name in STACK_PREFERENCE:
-        a = found.get(name)
-        if a is not None and name != "embedded" and a.installed_version():
+        a = _builtin(name) if name != "embedded" else None
+        if a is not None and a.installed_version():
             return name
     return DEFAULT_STACK
 
