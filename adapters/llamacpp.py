@@ -83,6 +83,9 @@ def _model_args(ref: str, local_flag: str, hf_flag: str, dtype: str, notes: list
     return [hf_flag, f"{repo}:{quant}" if quant else repo]
 
 
+OLD_FLAGS_SINCE_NUM = int(OLD_FLAGS_SINCE.lstrip("b"))
+
+
 class LlamaCppAdapter(BaseAdapter):
     name = "llamacpp"
     display_name = "llama.cpp (llama-server)"
@@ -97,7 +100,8 @@ class LlamaCppAdapter(BaseAdapter):
         if out is None:
             return None
         m = re.search(r"build[: ]+(\d+)", out)
-        if m and int(m.group(1)) > 0:
+        # Builds from a source tarball (no git history) report build 0 or 1: ask --help which flags it has.
+        if m and int(m.group(1)) > OLD_FLAGS_SINCE_NUM:
             return f"b{m.group(1)}"
         helptext = program_output(["llama-server", "--help"]) or ""
         # No usable build number: name the oldest build of the flag generation the binary speaks.

