@@ -60,14 +60,27 @@ class _Metric:
         return [f"# HELP {base} {self.help}", f"# TYPE {base} {self.kind}"]
 
 
-class Counter(_Metric):
-    kind = "counter"
+class _Scalar(_Metric):
+    """One number per label set: what counters and gauges share."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._values: dict[tuple[str, ...], float] = {}
         if not self.labelnames:
             self._values[()] = 0
+
+    def value(self, **labels: str) -> float:
+        with self._lock:
+            return self._values.get(self._key(labels), 0)
+
+    def render(self) -> list[str]:
+        with self._lock:
+            items = sorted(self._values.items())
+        return self.header() + [f"{self.name}{_labels(self._pairs(k))} {_num(v)}" for k, v in items]
+
+
+class Counter(_Scalar):
+    kind = "counter"
 
     def inc(self, amount: float = 1, **labels: str) -> None:
         if amount < 0:
@@ -76,37 +89,13 @@ class Counter(_Metric):
         with self._lock:
             self._values[key] = self._values.get(key, 0) + amount
 
-    def value(self, **labels: str) -> float:
-        with self._lock:
-            return self._values.get(self._key(labels), 0)
 
-    def render(self) -> list[str]:
-        with self._lock:
-            items = sorted(self._values.items())
-        return self.header() + [f"{self.name}{_labels(self._pairs(k))} {_num(v)}" for k, v in items]
-
-
-class Gauge(_Metric):
+class Gauge(_Scalar):
     kind = "gauge"
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._values: dict[tuple[str, ...], float] = {}
-        if not self.labelnames:
-            self._values[()] = 0
 
     def set(self, value: float, **labels: str) -> None:
         with self._lock:
             self._values[self._key(labels)] = value
-
-    def value(self, **labels: str) -> float:
-        with self._lock:
-            return self._values.get(self._key(labels), 0)
-
-    def render(self) -> list[str]:
-        with self._lock:
-            items = sorted(self._values.items())
-        return self.header() + [f"{self.name}{_labels(self._pairs(k))} {_num(v)}" for k, v in items]
 
 
 class Histogram(_Metric):
