@@ -118,7 +118,10 @@ class EmbeddedAdapter(BaseAdapter):
                 else:
                     c.notes.append("No drafter in the plan: the runtime uses its default draft model for this model.")
             if any(e.num_speculative_tokens != k for e in s.schedule):
-                c.notes.append(f"The per-batch-size k schedule is not applied by the embedded runtime; k is {k} at every batch size.")
+                c.notes.append(
+                    f"The embedded runtime does not take the per-batch-size k schedule: it drafts up to k={k} and "
+                    "picks each step's length from the pass costs it measures."
+                )
             if s.tree is not None:
                 c.notes.append("The embedded runtime drafts one chain, not a tree; the tree shape is ignored.")
         else:

@@ -1,12 +1,15 @@
 """Embedded runtime vs transformers, same model, prompts and machine, in one run.
 
-    python benchmarks/embedded.py [--max-tokens 96] [--k 4] [--batches 1,4,16] [--threads N]
+    python benchmarks/embedded.py [--max-tokens 96] [--k 4] [--batches 1,4,16] [--threads N] [--repeats 3]
 
 Target: SmolLM2-135M-Instruct (packaged, see specplug.runtime.smollm2); drafter: its layer-subset copy
-(smollm2-135m-draft). Methods: plain greedy decoding (transformers ``generate``), specplug n-gram, specplug draft
-model, transformers ``prompt_lookup_num_tokens`` and transformers ``assistant_model``. Every method's greedy
-tokens are checked against plain decoding. Workload prompts were written for this benchmark by the specplug
-authors (Apache-2.0, like the repository).
+(smollm2-135m-draft). Methods: plain greedy decoding (transformers ``generate`` and specplug), specplug n-gram,
+specplug draft model, transformers ``prompt_lookup_num_tokens`` and transformers ``assistant_model``, all with
+the same k; and specplug's paced variants, which choose each step's draft length (up to k) from measured pass
+costs (specplug.runtime.pacing). Every method's greedy tokens are checked against plain decoding. Columns:
+tokens/s (best of the interleaved repeats), speedup over transformers' plain decoding and over specplug's own
+plain decoding, mean acceptance length, same tokens, and specplug / transformers on the same technique.
+Workload prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--repeats", type=int, default=2, help="runs per measurement, interleaved; the best counts")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per measurement, interleaved; the best counts")
     ap.add_argument("--adaptive", action="store_true", help="adaptive draft length for specplug")
     args = ap.parse_args()
     if args.threads:
@@ -91,10 +94,18 @@ def main() -> None:
     target = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_target()), dtype=dt).to(dev).eval()
     draft = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft()), dtype=dt).to(dev).eval()
     k = args.k
+    def ngram() -> NgramProposer:
+        return NgramProposer(2, 4)
+
+    def drafter() -> DraftModelProposer:
+        return DraftModelProposer(draft, dev)
+
     engines = {
         "plain": SpeculativeEngine(target, tok, None, k=k),
-        "ngram": SpeculativeEngine(target, tok, lambda: NgramProposer(2, 4), k=k, adaptive=args.adaptive),
-        "draft": SpeculativeEngine(target, tok, lambda: DraftModelProposer(draft, dev), k=k, adaptive=args.adaptive),
+        "ngram": SpeculativeEngine(target, tok, ngram, k=k, adaptive=args.adaptive),
+        "ngram paced": SpeculativeEngine(target, tok, ngram, k=k, paced=True),
+        "draft": SpeculativeEngine(target, tok, drafter, k=k, adaptive=args.adaptive),
+        "draft paced": SpeculativeEngine(target, tok, drafter, k=k, paced=True),
     }
     prompts = {
         name: tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
@@ -141,6 +152,8 @@ def main() -> None:
         "specplug ngram": lambda w, n=n: sp("ngram", w, n),
         "hf assistant": lambda w, n=n: hf(w, n, assistant_model=draft),
         "specplug draft": lambda w, n=n: sp("draft", w, n),
+        "sp ngram paced": lambda w, n=n: sp("ngram paced", w, n),
+        "sp draft paced": lambda w, n=n: sp("draft paced", w, n),
     }
     # Warm up every path once (allocator, kernels, lazy imports).
     for fn in methods.values():
@@ -159,23 +172,26 @@ def main() -> None:
                 best = results.get((w, m), (0.0, 0.0, True))[0]
                 results[(w, m)] = (max(best, len(toks) / secs), mal, toks == ref)
 
-    header = f"{'workload':<12} {'method':<17} {'tok/s':>7} {'vs plain':>8} {'acc.len':>7} {'same':>5} {'sp/hf':>6}"
+    header = (f"{'workload':<12} {'method':<17} {'tok/s':>7} {'vs hf plain':>11} {'vs sp plain':>11} {'acc.len':>7} "
+              f"{'same':>5} {'sp/hf':>6}")
     print(header)
     print("-" * len(header))
-    pairs = {"specplug plain": "hf plain", "specplug ngram": "hf prompt-lookup", "specplug draft": "hf assistant"}
+    pairs = {"specplug plain": "hf plain", "specplug ngram": "hf prompt-lookup", "specplug draft": "hf assistant",
+             "sp ngram paced": "hf prompt-lookup", "sp draft paced": "hf assistant"}
     for w in WORKLOADS:
-        base = results[(w, "hf plain")][0]
+        base, own = results[(w, "hf plain")][0], results[(w, "specplug plain")][0]
         for m in methods:
             tps, mal, same = results[(w, m)]
             ratio = f"{tps / results[(w, pairs[m])][0]:.2f}x" if m in pairs else ""
-            print(f"{w:<12} {m:<17} {tps:7.2f} {tps / base:7.2f}x {mal:7.2f} {'yes' if same else 'NO':>5} {ratio:>6}")
+            print(f"{w:<12} {m:<17} {tps:7.2f} {tps / base:10.2f}x {tps / own:10.2f}x {mal:7.2f} "
+                  f"{'yes' if same else 'NO':>5} {ratio:>6}")
 
     print("\nspecplug batches (all three workloads repeated to fill the batch; aggregate new tokens/s):")
     order = list(WORKLOADS)
     for bs in [int(b) for b in args.batches.split(",") if b]:
         batch = [ids[order[i % len(order)]] for i in range(bs)]
         line = f"batch {bs:>3}:"
-        for eng in ("plain", "ngram", "draft"):
+        for eng in ("plain", "ngram", "ngram paced", "draft paced"):
             secs = float("inf")
             for _ in range(args.repeats):
                 sync()

@@ -16,8 +16,11 @@ from specplug.output import emit, output_option, table
 @click.option("--method", type=click.Choice(["none", "ngram", "draft_model"]), default="ngram", show_default=True,
               help="How to draft: none (plain decoding), ngram (prompt lookup) or draft_model.")
 @click.option("--drafter", default=None, help="Draft model for --method draft_model (default: the model's own).")
-@click.option("-k", "k", type=int, default=4, show_default=True, help="Draft tokens per step.")
-@click.option("--adaptive/--no-adaptive", default=False, show_default=True, help="Adapt the draft length per step.")
+@click.option("-k", "k", type=int, default=4, show_default=True, help="Most draft tokens per step.")
+@click.option("--pace/--no-pace", default=True, show_default=True,
+              help="Choose each step's draft length (up to k) from measured pass costs; --no-pace drafts k every step.")
+@click.option("--adaptive/--no-adaptive", default=False, show_default=True,
+              help="Grow a sequence's k on full acceptance, shrink it on early rejection.")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy.")
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
@@ -35,6 +38,7 @@ def generate(
     method: str,
     drafter: str | None,
     k: int,
+    pace: bool,
     adaptive: bool,
     temperature: float,
     top_p: float,
@@ -74,7 +78,9 @@ def generate(
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     if seed is not None:
         torch.manual_seed(seed)
-    engine = build_engine(model, method=method, drafter=drafter, k=k, device=device, dtype=dtype, adaptive=adaptive)
+    engine = build_engine(
+        model, method=method, drafter=drafter, k=k, device=device, dtype=dtype, adaptive=adaptive, paced=pace
+    )
     tok = engine.tokenizer
     if chat:
         if not getattr(tok, "chat_template", None):

@@ -10,6 +10,7 @@ holes and the model runs its plain causal path.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,6 +28,9 @@ def _cache_kwarg(model: Any) -> str:
 
 def crop_cache(cache: DynamicCache, new_length: int) -> None:
     """Keep the first ``new_length`` columns (transformers 4 took a length, 5 takes a negative count)."""
+    if hasattr(cache, "crop_to"):  # GrowCache
+        cache.crop_to(new_length)
+        return
     current = cache.get_seq_length()
     if new_length >= current:
         return
@@ -42,9 +46,9 @@ def _kv_lists(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
-def _build_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+def _build_cache(kv: list[tuple[torch.Tensor, torch.Tensor]], kind: Callable[[], Any] = DynamicCache) -> Any:
     # ``update`` is the one way to fill a cache that both transformers 4 and 5 keep.
-    cache = DynamicCache()
+    cache = kind()
     for i, (k, v) in enumerate(kv):
         cache.update(k, v, i)
     return cache
@@ -60,7 +64,9 @@ class KVState:
         # SDPA/flex take a boolean mask; eager attention adds the mask to the scores.
         self._additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
         self._dtype = next(model.parameters()).dtype
-        self.cache = DynamicCache()
+        # A lean decoder brings its own cache type (see specplug.runtime.decoder).
+        self._cache_kind = model.new_cache if hasattr(model, "new_cache") else DynamicCache
+        self.cache = self._cache_kind()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
         self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.holes = False
@@ -146,7 +152,9 @@ class KVState:
         if self.valid.numel() and self.holes:
             first = int(self.valid.any(0).long().argmax())
             if first > 0:
-                self.cache = _build_cache([(k[:, :, first:], v[:, :, first:]) for k, v in _kv_lists(self.cache)])
+                self.cache = _build_cache(
+                    [(k[:, :, first:], v[:, :, first:]) for k, v in _kv_lists(self.cache)], self._cache_kind
+                )
                 self.valid = self.valid[:, first:]
             if bool(self.valid.all()):
                 self.holes = False
@@ -171,7 +179,7 @@ class KVState:
                     parts_k.append(k)
                     parts_v.append(v)
                 kv.append((torch.cat(parts_k), torch.cat(parts_v)))
-            self.cache = _build_cache(kv)
+            self.cache = _build_cache(kv, self._cache_kind)
         fa = torch.zeros(self.batch_size, width - la, dtype=torch.bool, device=self.device)
         fb = torch.zeros(other.batch_size, width - lb, dtype=torch.bool, device=self.device)
         self.valid = torch.cat([torch.cat([fa, self.valid], 1), torch.cat([fb, other.valid], 1)])

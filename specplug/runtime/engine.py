@@ -3,9 +3,13 @@
 API (what a server drives)
 --------------------------
 ``SpeculativeEngine(target, tokenizer=None, proposer_factory=None, k=4, adaptive=False, k_max=None,
-device=None, eos_token_ids=None)``
+device=None, eos_token_ids=None, lean=True, paced=False)``
     ``proposer_factory()`` returns a fresh :class:`~specplug.runtime.proposers.Proposer` per batch (None:
-    plain decoding). Build one from names with :func:`specplug.runtime.models.build_engine`.
+    plain decoding). Build one from names with :func:`specplug.runtime.models.build_engine`. ``lean`` runs
+    Llama-family targets through :mod:`specplug.runtime.decoder` (same logits, less overhead). ``paced``
+    chooses each step's draft length (at most each row's k) against measured pass costs and acceptance
+    (:mod:`specplug.runtime.pacing`); ``adaptive`` grows a row's k on full acceptance and shrinks it on
+    early rejection.
 
 ``engine.generate(prompts: list[list[int]], params: GenerationParams | list[GenerationParams]) -> list[Result]``
     Decode a batch to the end; one :class:`Result` (tokens, text, finish_reason, stats) per prompt, in order.
@@ -44,6 +48,8 @@ from typing import Any
 import torch
 
 from specplug.runtime.cache import KVState
+from specplug.runtime.decoder import lean as lean_decoder
+from specplug.runtime.pacing import DraftPacer
 from specplug.runtime.proposers import Draft, Proposer, _prefill
 from specplug.runtime.sampling import RowWarper, SamplingParams
 from specplug.runtime.verify import verify
@@ -170,16 +176,21 @@ class SpeculativeEngine:
         k_max: int | None = None,
         device: torch.device | str | None = None,
         eos_token_ids: list[int] | None = None,
+        lean: bool = True,
+        paced: bool = False,
     ) -> None:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        self.target = target
+        # The lean forward gives the same logits for less per-step overhead, where the architecture allows.
+        self.target = lean_decoder(target) if lean else target
         self.tokenizer = tokenizer
         self.proposer_factory = proposer_factory
         self.method = proposer_factory().name if proposer_factory else "none"
         self.k = k
         self.adaptive = adaptive
         self.k_max = k_max or 2 * k
+        # Measured pass costs and acceptance, shared by this engine's batches (see specplug.runtime.pacing).
+        self.pacer = DraftPacer() if paced and proposer_factory else None
         self.device = torch.device(device) if device is not None else next(target.parameters()).device
         if eos_token_ids is None:
             eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
@@ -271,19 +282,34 @@ class DecodeBatch:
         if self.engine.proposer_factory is None:
             ks = [0] * len(rows)
 
+        pacer = self.engine.pacer
+        last = torch.tensor([r.history[-1] for r in rows], dtype=torch.long, device=self.device)
+        if pacer is not None and any(ks):
+            rates = [pacer.rates(r.stats.drafted_per_position, r.stats.accepted_per_position, k)
+                     for r, k in zip(rows, ks, strict=True)]
+            width = pacer.choose(ks, rates, lambda cols: self._probe(last, cols))
+            ks = [min(k, width) for k in ks]
+
         def warp(logits: torch.Tensor) -> torch.Tensor | None:
             return None if warper.all_greedy else warper(logits)
 
+        t0 = time.perf_counter()
         draft = self.proposer.propose([r.history for r in rows], ks, warp, self.generator)
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
-        last = torch.tensor([r.history[-1] for r in rows], dtype=torch.long, device=self.device)
+        t1 = time.perf_counter()
         logits = self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1))
         n_acc, nxt = verify(logits, dtokens, dn, draft.probs, warper, self.generator)
         self.kv.rollback(n_acc + 1)
         self.proposer.commit(n_acc, nxt)
 
-        acc_l, nxt_l, dn_l = n_acc.tolist(), nxt.tolist(), draft.n.tolist()
+        acc_l, nxt_l, dn_l = n_acc.tolist(), nxt.tolist(), draft.n.tolist()  # (a device sync)
+        if pacer is not None:
+            t2 = time.perf_counter()
+            pacer.observe_pass(len(rows) * (1 + dtokens.shape[1]), t2 - t1)
+            pacer.observe_draft(max(ks, default=0), t1 - t0)
+            for a, n in zip(acc_l, dn_l, strict=True):
+                pacer.observe_acceptance(n, a)
         dtok_l = draft.tokens.tolist() if any(dn_l) else None
         finished: list[int] = []
         now = time.perf_counter()
@@ -310,6 +336,16 @@ class DecodeBatch:
         if finished:
             self._drop(finished)
         return outs
+
+    def _probe(self, last: torch.Tensor, columns: int) -> float:
+        """Seconds of a target pass feeding ``columns`` tokens per row; the columns are rolled back."""
+        tokens = last.unsqueeze(1).expand(-1, columns)
+        t = time.perf_counter()
+        logits = self.kv.forward(tokens)
+        logits[:, -1, 0].tolist()  # wait for the device
+        secs = time.perf_counter() - t
+        self.kv.rollback(torch.zeros(len(last), dtype=torch.long, device=self.device))
+        return secs
 
     def _emit(self, row: _Row, emitted: list[int], now: float) -> StepOutput:
         params, st = row.params, row.stats

@@ -100,8 +100,13 @@ def build_engine(
     adaptive: bool = False,
     ngram_min: int = 2,
     ngram_max: int = 4,
+    paced: bool = True,
 ) -> SpeculativeEngine:
-    """Load the target (and drafter) and return a ready engine."""
+    """Load the target (and drafter) and return a ready engine.
+
+    ``paced`` (the default here) makes ``k`` the longest draft: each step drafts the length that measured pass
+    costs and acceptance say pays best (see :mod:`specplug.runtime.pacing`).
+    """
     from specplug.runtime.engine import SpeculativeEngine
     from specplug.runtime.proposers import DraftModelProposer, NgramProposer
 
@@ -135,4 +140,4 @@ def build_engine(
         def factory() -> DraftModelProposer:
             return DraftModelProposer(draft, dev)
 
-    return SpeculativeEngine(target, tok, factory, k=k, adaptive=adaptive, device=dev)
+    return SpeculativeEngine(target, tok, factory, k=k, adaptive=adaptive, device=dev, paced=paced)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import torch
 
 from specplug.runtime.cache import KVState
+from specplug.runtime.decoder import lean as lean_decoder
 from specplug.runtime.sampling import sample
 
 
@@ -109,13 +110,13 @@ class DraftModelProposer:
 
     name = "draft_model"
 
-    def __init__(self, model: Any, device: torch.device, min_confidence: float = 0.4) -> None:
-        self.model = model
+    def __init__(self, model: Any, device: torch.device, min_confidence: float = 0.4, lean: bool = True) -> None:
+        self.model = lean_decoder(model) if lean else model
         self.device = device
         # A row stops drafting where its drafter's distribution peaks below this probability (as transformers'
         # assistant_confidence_threshold); the rule reads only the drafter's distribution, so it stays lossless.
         self.min_confidence = min_confidence
-        self.kv = KVState(model, 0, device)
+        self.kv = KVState(self.model, 0, device)
         self.pending: list[list[int]] = []
         self._drafted: torch.Tensor | None = None
         self._fed_drafts = 0

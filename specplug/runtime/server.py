@@ -46,7 +46,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--served-model-name", default=None, help="Name clients send as 'model' (default: --model).")
     m.add_argument("--method", choices=METHODS, default="ngram", help="Speculation technique (default ngram).")
     m.add_argument("--drafter", default=None, help="Draft model for --method draft_model (default: the model's own).")
-    m.add_argument("-k", "--num-speculative-tokens", type=_positive, default=4, help="Draft length k (default 4).")
+    m.add_argument("-k", "--num-speculative-tokens", type=_positive, default=4, help="Longest draft k (default 4).")
+    m.add_argument("--no-pace", dest="pace", action="store_false",
+                   help="Draft k tokens every step instead of the length measured pass costs say pays best.")
     m.add_argument("--prompt-lookup-min", type=_positive, default=None, help="Shortest n-gram to match.")
     m.add_argument("--prompt-lookup-max", type=_positive, default=None, help="Longest n-gram to match.")
     m.add_argument("--device", default="auto", help="auto, cpu or cuda[:N].")

@@ -24,6 +24,8 @@ def _start(method: str, log: Path) -> tuple[subprocess.Popen, str]:
     argv = [
         sys.executable, "-m", "specplug.runtime.server", "--model", "smollm2-135m", "--method", method,
         "--num-speculative-tokens", "4", "--port", str(port), "--threads", "2", "--log-level", "warning",
+        # A fixed k, as the stacks run it: calibrate compares with the policy's fixed-k estimate.
+        "--no-pace",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     fh = log.open("w")

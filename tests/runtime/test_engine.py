@@ -67,10 +67,10 @@ def test_reference_is_own_greedy(target, reference):
 
 
 @pytest.mark.parametrize("name", ["none", "ngram", "ngram2-4", "draft-self", "draft-subset", "draft-unrelated"])
-@pytest.mark.parametrize("k,adaptive", [(1, False), (4, True)])
-def test_greedy_identical_batch_1_and_4(target, reference, name, k, adaptive):
+@pytest.mark.parametrize("k,adaptive,paced", [(1, False, False), (4, True, False), (5, False, True)])
+def test_greedy_identical_batch_1_and_4(target, reference, name, k, adaptive, paced):
     factory = _proposers(target)[name]
-    eng = SpeculativeEngine(target, proposer_factory=factory, k=k, adaptive=adaptive, eos_token_ids=[])
+    eng = SpeculativeEngine(target, proposer_factory=factory, k=k, adaptive=adaptive, eos_token_ids=[], paced=paced)
     params = GenerationParams(max_new_tokens=N_NEW)
     alone = [eng.generate([p], params)[0] for p in PROMPTS]
     together = eng.generate(PROMPTS, params)
@@ -82,8 +82,9 @@ def test_greedy_identical_batch_1_and_4(target, reference, name, k, adaptive):
         assert st.target_passes * 1 <= N_NEW
         assert st.accepted == N_NEW - st.target_passes
     if name == "draft-self":
-        assert all(r.stats.acceptance_rate == 1.0 for r in together)
-    if name == "ngram":
+        assert all(r.stats.accepted == r.stats.drafted for r in together)
+        assert paced or all(r.stats.drafted > 0 for r in together)  # pacing may find a self-draft too dear
+    if name == "ngram" and not paced:  # (pacing may judge this random model's matches not worth a wider pass)
         assert sum(r.stats.accepted for r in together) > 0  # the repetitive prompts do get drafts accepted
 
 

@@ -105,16 +105,17 @@ def load_backend(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str
     hi = args.prompt_lookup_max or max(4, lo)
     engine = build_engine(
         args.model, method=args.method, drafter=args.drafter, k=args.num_speculative_tokens,
-        device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi,
+        device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi, paced=getattr(args, "pace", True),
     )
     tokenizer = engine.tokenizer
     engine.tokenizer = None  # the scheduler does detokenization and stop strings; don't decode twice
     config = engine.target.config
+    pacing = ", paced" if engine.pacer is not None else ""
     max_len = int(getattr(config, "max_position_embeddings", 2048) or 2048)
     if args.method == "ngram":
-        speculation = f"ngram (k={args.num_speculative_tokens}, match {lo}-{hi})"
+        speculation = f"ngram (k={args.num_speculative_tokens}{pacing}, match {lo}-{hi})"
     elif args.method == "draft_model":
-        speculation = f"draft_model (k={args.num_speculative_tokens}, drafter {args.drafter or 'default'})"
+        speculation = f"draft_model (k={args.num_speculative_tokens}{pacing}, drafter {args.drafter or 'default'})"
     else:
         speculation = "none"
     info = {"max_model_len": max_len, "speculation": speculation, "device": str(engine.device)}

@@ -1,0 +1,114 @@
+"""The lean Llama forward: bit-identical logits to transformers in every shape the engine feeds it (prefill,
+one-token decode, multi-token verification, left-padded batches with holes), a cache that grows and rolls back
+correctly, and models it cannot run are left to transformers."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from specplug.runtime import decoder  # noqa: E402
+from specplug.runtime.cache import KVState  # noqa: E402
+from specplug.runtime.decoder import GrowCache, LeanDecoder, lean, unsupported_reason  # noqa: E402
+from specplug.runtime.engine import GenerationParams, SpeculativeEngine  # noqa: E402
+from specplug.runtime.proposers import DraftModelProposer, NgramProposer  # noqa: E402
+from specplug.runtime.tiny import layer_subset, tiny_llama  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def model32():
+    # float32 and the normal init: the dtype and value range where kernel differences would show.
+    return tiny_llama(vocab_size=128, hidden_size=96, layers=3, heads=6, kv_heads=2, dtype=torch.float32,
+                      init_std=0.05, seed=3)
+
+
+def _feed(model, steps, batch_masks=None):
+    """Feed the same token blocks through KVState over ``model``; returns the logits of every step."""
+    kv = KVState(model, steps[0].shape[0], CPU)
+    out = []
+    with torch.inference_mode():
+        for i, tokens in enumerate(steps):
+            mask = batch_masks[i] if batch_masks else None
+            out.append(kv.forward(tokens, mask))
+    return out, kv
+
+
+def test_logits_bit_identical_prefill_decode_verify(model32):
+    g = torch.Generator().manual_seed(0)
+    steps = [torch.randint(0, 128, (2, 17), generator=g), torch.randint(0, 128, (2, 1), generator=g),
+             torch.randint(0, 128, (2, 5), generator=g), torch.randint(0, 128, (2, 1), generator=g)]
+    want, _ = _feed(model32, steps)
+    got, _ = _feed(LeanDecoder(model32), steps)
+    for w, o in zip(want, got, strict=True):
+        assert torch.equal(w, o)
+
+
+def test_logits_bit_identical_with_holes(model32):
+    # A left-padded batch (rows of different lengths), then a verification step with padding in one row.
+    g = torch.Generator().manual_seed(1)
+    steps = [torch.randint(0, 128, (3, 9), generator=g), torch.randint(0, 128, (3, 4), generator=g)]
+    masks = [torch.tensor([[True] * 9, [False] * 4 + [True] * 5, [False] * 8 + [True]]),
+             torch.tensor([[True] * 4, [True, True, False, False], [True] * 4])]
+    want, kv_hf = _feed(model32, steps, masks)
+    got, kv_lean = _feed(LeanDecoder(model32), steps, masks)
+    for w, o, m in zip(want, got, masks, strict=True):
+        assert torch.equal(w[m], o[m])  # padding positions' logits are never read
+    assert isinstance(kv_lean.cache, GrowCache) and kv_lean.length == kv_hf.length
+
+
+def test_cache_grows_and_rolls_back_across_reallocations(monkeypatch):
+    # A tiny growth step makes every few tokens a reallocation, with rollbacks, joins and departures between.
+    monkeypatch.setattr(decoder, "_GROW", 3)
+    target = tiny_llama(layers=2, seed=1)
+    prompts = [[5, 6, 7, 5, 6, 7, 5], [9, 10, 11], [3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3]]
+    params = [GenerationParams(max_new_tokens=n) for n in (60, 25, 45)]
+    ref = [
+        target.generate(torch.tensor([p]), max_new_tokens=q.max_new_tokens, do_sample=False, eos_token_id=None,
+                        pad_token_id=1)[0, len(p):].tolist()
+        for p, q in zip(prompts, params, strict=True)
+    ]
+    for factory in (lambda: NgramProposer(1, 3), lambda: DraftModelProposer(layer_subset(target, (1,)), CPU)):
+        eng = SpeculativeEngine(target, proposer_factory=factory, k=4, adaptive=True, eos_token_ids=[])
+        assert isinstance(eng.target, LeanDecoder)
+        got = eng.generate(prompts, params)
+        assert [r.tokens for r in got] == ref
+
+
+def test_lean_and_transformers_paths_decode_the_same(model32):
+    prompts = [[5, 6, 7, 8, 5, 6, 7], [20, 21, 22, 23, 20, 21, 22, 23, 20], [2]]
+    params = GenerationParams(max_new_tokens=30)
+    runs = {}
+    for use_lean in (True, False):
+        eng = SpeculativeEngine(model32, proposer_factory=lambda: NgramProposer(1, 3), k=3, eos_token_ids=[],
+                                lean=use_lean)
+        assert isinstance(eng.target, LeanDecoder) is use_lean
+        runs[use_lean] = [r.tokens for r in eng.generate(prompts, params)]
+    assert runs[True] == runs[False]
+
+
+def test_other_architectures_keep_transformers_forward():
+    cfg = transformers.Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   attn_implementation="sdpa")
+    torch.manual_seed(0)
+    qwen3 = transformers.Qwen3ForCausalLM(cfg).eval()
+    assert "'qwen3' is not one of" in unsupported_reason(qwen3)
+    assert lean(qwen3) is qwen3
+    with pytest.raises(ValueError, match="no lean path"):
+        LeanDecoder(qwen3)
+    eager = tiny_llama(layers=1)
+    eager.config._attn_implementation = "eager"
+    assert "not sdpa" in unsupported_reason(eager)
+    normed = tiny_llama(layers=1)
+    normed.model.layers[0].self_attn.q_norm = torch.nn.Identity()  # a layer shaped unlike Llama's
+    assert "q/k norms" in unsupported_reason(normed)
+    # The engine still decodes such a model, through transformers.
+    eng = SpeculativeEngine(qwen3, proposer_factory=lambda: NgramProposer(1, 2), k=2, eos_token_ids=[])
+    assert eng.target is qwen3
+    want = qwen3.generate(torch.tensor([[3, 4, 3, 4, 3]]), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)[0, 5:].tolist()
+    assert eng.generate([[3, 4, 3, 4, 3]], GenerationParams(max_new_tokens=12))[0].tokens == want
