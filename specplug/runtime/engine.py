@@ -23,6 +23,7 @@ device=None, eos_token_ids=None, lean=True, paced=False)``
     ``batch.cancel(rid)``                     the request leaves the batch at the next step (finish_reason
                                               "cancelled"); safe to call from the thread that calls ``step``.
     ``batch.result(rid) -> Result``           tokens, text and statistics so far (final once finished).
+    ``batch.release(rid)``                    forget the request's result once finished (long-lived batches).
     ``batch.active`` / ``batch.pending``       request ids decoding / waiting to join; ``for outs in batch:``
                                               steps until nothing is active or pending.
     A ``DecodeBatch`` is not thread-safe: drive it from one thread (e.g. a server's decode worker) and pass
@@ -224,6 +225,7 @@ class DecodeBatch:
         self._queue: list[_Row] = []
         self._cancelled: set[int] = set()
         self._done: dict[int, _Row] = {}
+        self._released: set[int] = set()  # requests whose results nobody will ask for once they finish
         self._next_id = 0
         self._lock = threading.Lock()
         self._warper: RowWarper | None = None
@@ -255,6 +257,18 @@ class DecodeBatch:
     @property
     def pending(self) -> list[int]:
         return [r.rid for r in self._queue]
+
+    def release(self, rid: int) -> None:
+        """Forget request ``rid``'s result once it has finished (a long-lived batch would keep every one)."""
+        with self._lock:
+            if self._done.pop(rid, None) is None:
+                self._released.add(rid)
+
+    def _finish(self, row: _Row) -> None:
+        if row.rid in self._released:
+            self._released.discard(row.rid)
+        else:
+            self._done[row.rid] = row
 
     def result(self, rid: int) -> Result:
         row = self._done.get(rid) or next((r for r in self.rows + self._queue if r.rid == rid), None)
@@ -393,7 +407,7 @@ class DecodeBatch:
     def _drop(self, idx: list[int]) -> None:
         gone = set(idx)
         for i in idx:
-            self._done[self.rows[i].rid] = self.rows[i]
+            self._finish(self.rows[i])
         keep = [i for i in range(len(self.rows)) if i not in gone]
         self.rows = [self.rows[i] for i in keep]
         if self.rows:
@@ -414,7 +428,7 @@ class DecodeBatch:
         outs = []
         for row in [r for r in queue if r.rid in cancelled]:
             row.finish_reason = "cancelled"
-            self._done[row.rid] = row
+            self._finish(row)
             outs.append(StepOutput(row.rid, [], "", True, "cancelled"))
         queue = [r for r in queue if r.rid not in cancelled]
         gone = [i for i, r in enumerate(self.rows) if r.rid in cancelled]

@@ -113,6 +113,22 @@ def test_step_stream_cancel_and_join(target, reference):
     assert reference[1][: len(streamed[b])] == streamed[b] and len(streamed[b]) < N_NEW
 
 
+def test_released_results_are_not_kept(target, reference):
+    eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=2, eos_token_ids=[])
+    batch = eng.start()
+    params = GenerationParams(max_new_tokens=8)
+    a, b = batch.add(PROMPTS[0], params), batch.add(PROMPTS[1], params)
+    batch.release(a)  # before it finishes: dropped when it does
+    for _ in batch:
+        pass
+    with pytest.raises(KeyError):
+        batch.result(a)
+    assert batch.result(b).tokens == reference[1][:8]
+    batch.release(b)  # after: dropped at once
+    with pytest.raises(KeyError):
+        batch.result(b)
+
+
 def test_eos_and_max_tokens(target, reference):
     eos = reference[0][7]
     eng = SpeculativeEngine(target, proposer_factory=lambda: DraftModelProposer(target, CPU), k=4, eos_token_ids=[eos])

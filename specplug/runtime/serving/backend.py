@@ -85,9 +85,7 @@ class EngineBackend:
             return
         self._rev.pop(seen.engine_rid, None)
         # The batch keeps finished requests for result(); a server lives long, so drop ours once read.
-        done = getattr(self.batch, "_done", None)
-        if isinstance(done, dict):
-            done.pop(seen.engine_rid, None)
+        self.batch.release(seen.engine_rid)
 
 
 # ------------------------------------------------------------------------------------------------ loading
