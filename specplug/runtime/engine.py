@@ -50,7 +50,7 @@ import torch
 
 from specplug.runtime.cache import KVState
 from specplug.runtime.decoder import lean as lean_decoder
-from specplug.runtime.pacing import DraftPacer
+from specplug.runtime.pacing import DraftPacer, record
 from specplug.runtime.proposers import Draft, Proposer, _prefill
 from specplug.runtime.sampling import RowWarper, SamplingParams
 from specplug.runtime.verify import verify
@@ -141,6 +141,9 @@ class _Row:
     text_sent: int = 0
     text: str = ""
     finish_reason: str | None = None
+    # Per draft position: steps this row was allowed to draft that far, and got it accepted (for pacing).
+    offered: list[int] = field(default_factory=list)
+    offered_accepted: list[int] = field(default_factory=list)
 
     @property
     def generated(self) -> list[int]:
@@ -149,6 +152,7 @@ class _Row:
 
 class _NoProposer:
     name = "none"
+    free = True
 
     def start(self, prompts: list[list[int]]) -> None:
         return None
@@ -298,9 +302,11 @@ class DecodeBatch:
 
         pacer = self.engine.pacer
         last = torch.tensor([r.history[-1] for r in rows], dtype=torch.long, device=self.device)
-        if pacer is not None and any(ks):
-            rates = [pacer.rates(r.stats.drafted_per_position, r.stats.accepted_per_position, k)
-                     for r, k in zip(rows, ks, strict=True)]
+        # A free proposer (n-gram) drafts first and the pacer sees what it found; a costly one (a draft model)
+        # is told its width before drafting.
+        free = bool(getattr(self.proposer, "free", False))
+        if pacer is not None and any(ks) and not free:
+            rates = [pacer.rates(r.offered, r.offered_accepted, k) for r, k in zip(rows, ks, strict=True)]
             width = pacer.choose(ks, rates, lambda cols: self._probe(last, cols))
             ks = [min(k, width) for k in ks]
 
@@ -309,6 +315,12 @@ class DecodeBatch:
 
         t0 = time.perf_counter()
         draft = self.proposer.propose([r.history for r in rows], ks, warp, self.generator)
+        if pacer is not None and free and draft.tokens.shape[1]:
+            found = draft.n.tolist()
+            rates = [pacer.rates(r.stats.drafted_per_position, r.stats.accepted_per_position, n)
+                     for r, n in zip(rows, found, strict=True)]
+            width = pacer.choose(found, rates, lambda cols: self._probe(last, cols))
+            draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
         t1 = time.perf_counter()
@@ -322,8 +334,10 @@ class DecodeBatch:
             t2 = time.perf_counter()
             pacer.observe_pass(len(rows) * (1 + dtokens.shape[1]), t2 - t1)
             pacer.observe_draft(max(ks, default=0), t1 - t0)
-            for a, n in zip(acc_l, dn_l, strict=True):
-                pacer.observe_acceptance(n, a)
+            for row, k, n, a in zip(rows, ks, dn_l, acc_l, strict=True):
+                # The pool holds what the choice reads: per draft for a free proposer, per offer otherwise.
+                pacer.observe_acceptance(n if free else k, a)
+                record(row.offered, row.offered_accepted, k, a)
         dtok_l = draft.tokens.tolist() if any(dn_l) else None
         finished: list[int] = []
         now = time.perf_counter()
@@ -333,14 +347,7 @@ class DecodeBatch:
             st.target_passes += 1
             st.drafted += n
             st.accepted += a
-            if len(st.drafted_per_position) < n:
-                grow = n - len(st.drafted_per_position)
-                st.drafted_per_position.extend([0] * grow)
-                st.accepted_per_position.extend([0] * grow)
-            for j in range(n):
-                st.drafted_per_position[j] += 1
-                if j < a:
-                    st.accepted_per_position[j] += 1
+            record(st.drafted_per_position, st.accepted_per_position, n, a)
             if self.engine.adaptive and n:
                 row.k = min(row.k + 1, self.engine.k_max) if a == n else max(1, row.k - 1)
             emitted = (dtok_l[i][:a] if a else []) + [nxt_l[i]]

@@ -7,14 +7,18 @@ kernels), so a fixed k either wastes passes or leaves tokens on the table. The p
 
     value(w) = sum over rows of (1 + sum_{j < min(k_row, w)} a_row[j])  /  (cost(B * (w + 1)) + w * draft_cost)
 
-``a_row[j]`` is the row's observed rate of accepting draft position j (acceptance of j implies all before it),
-shrunk towards the engine-wide rate while a row has few observations. ``cost(m)`` is the measured seconds of
+``a_row[j]`` is the row's rate of getting draft position j accepted (which implies all before it). A free
+proposer (n-gram: no model to run) drafts first, so the pacer sees each row's draft length and reads rates
+per drafted position; a costly one (a draft model) is told the width before drafting, so its rates are per
+position offered, and a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a
+free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations. ``cost(m)`` is the measured seconds of
 a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's own passes and
 interpolated between them. Widths outside what was measured get a probe pass that is rolled back (at most
 ``PROBES_PER_STEP`` per step), and a width not timed for ``REPROBE_AFTER`` steps is probed again.
 ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
 
-The width depends only on past outcomes, never on the drafts of this step, so verification stays exact.
+Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
+n-gram draft is a deterministic function of the history, so cutting it by its length is one as well.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ class DraftPacer:
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
         self.steps = 0
         self.draft_cost = 0.0  # seconds per drafted column
-        self.pool_drafted: list[int] = []
+        self.pool_offered: list[int] = []  # per draft position: row-steps allowed to draft that far
         self.pool_accepted: list[int] = []
 
     # -- learning -------------------------------------------------------------------------------------------
@@ -52,14 +56,9 @@ class DraftPacer:
         if columns > 0:
             self.draft_cost = _average(self.draft_cost or None, seconds / columns)
 
-    def observe_acceptance(self, drafted: int, accepted: int) -> None:
-        if drafted > len(self.pool_drafted):
-            grow = drafted - len(self.pool_drafted)
-            self.pool_drafted.extend([0] * grow)
-            self.pool_accepted.extend([0] * grow)
-        for j in range(drafted):
-            self.pool_drafted[j] += 1
-            self.pool_accepted[j] += j < accepted
+    def observe_acceptance(self, offered: int, accepted: int) -> None:
+        """A row was allowed ``offered`` drafts this step and got ``accepted`` of them through."""
+        record(self.pool_offered, self.pool_accepted, offered, accepted)
 
     # -- deciding -------------------------------------------------------------------------------------------
     def estimate(self, tokens: int) -> float | None:
@@ -79,15 +78,15 @@ class DraftPacer:
 
     def _pool_rate(self, j: int) -> float:
         prior = PRIOR_RATE ** (j + 1)
-        d = self.pool_drafted[j] if j < len(self.pool_drafted) else 0
+        d = self.pool_offered[j] if j < len(self.pool_offered) else 0
         a = self.pool_accepted[j] if j < len(self.pool_accepted) else 0
         return (a + PRIOR_WEIGHT * prior) / (d + PRIOR_WEIGHT)
 
-    def rates(self, drafted: Sequence[int], accepted: Sequence[int], k: int) -> list[float]:
+    def rates(self, offered: Sequence[int], accepted: Sequence[int], k: int) -> list[float]:
         """A row's acceptance rate per draft position 0..k-1, from its counters and the engine-wide pool."""
         out = []
         for j in range(k):
-            d = drafted[j] if j < len(drafted) else 0
+            d = offered[j] if j < len(offered) else 0
             a = accepted[j] if j < len(accepted) else 0
             out.append((a + PRIOR_WEIGHT * self._pool_rate(j)) / (d + PRIOR_WEIGHT))
         return out
@@ -122,6 +121,17 @@ class DraftPacer:
             if value > best_value:
                 best_w, best_value = w, value
         return best_w
+
+
+def record(offered: list[int], accepted: list[int], n_offered: int, n_accepted: int) -> None:
+    """Add one step to per-position counters: positions < n_offered were offered, < n_accepted accepted."""
+    if n_offered > len(offered):
+        grow = n_offered - len(offered)
+        offered.extend([0] * grow)
+        accepted.extend([0] * grow)
+    for j in range(n_offered):
+        offered[j] += 1
+        accepted[j] += j < n_accepted
 
 
 def _average(old: float | None, new: float) -> float:

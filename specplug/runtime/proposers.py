@@ -29,6 +29,9 @@ class Draft:
 
 class Proposer(Protocol):
     name: str
+    # True when proposing costs next to nothing (no model): the engine then drafts up to k and picks how much
+    # of it to verify after seeing the drafts (see specplug.runtime.pacing).
+    free: bool
 
     def start(self, prompts: list[list[int]]) -> None:
         """New rows join the batch (appended after the current ones), with their prompts."""
@@ -51,6 +54,7 @@ class NgramProposer:
     """
 
     name = "ngram"
+    free = True
 
     def __init__(self, min_match: int = 2, max_match: int = 4) -> None:
         if not 1 <= min_match <= max_match:
@@ -109,6 +113,7 @@ class DraftModelProposer:
     """
 
     name = "draft_model"
+    free = False
 
     def __init__(self, model: Any, device: torch.device, min_confidence: float = 0.4, lean: bool = True) -> None:
         self.model = lean_decoder(model) if lean else model
