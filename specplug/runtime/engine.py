@@ -315,6 +315,7 @@ class DecodeBatch:
 
         t0 = time.perf_counter()
         draft = self.proposer.propose([r.history for r in rows], ks, warp, self.generator)
+        drafting = time.perf_counter() - t0
         if pacer is not None and free and draft.tokens.shape[1]:
             found = draft.n.tolist()
             rates = [pacer.rates(r.stats.drafted_per_position, r.stats.accepted_per_position, n)
@@ -333,7 +334,7 @@ class DecodeBatch:
         if pacer is not None:
             t2 = time.perf_counter()
             pacer.observe_pass(len(rows) * (1 + dtokens.shape[1]), t2 - t1)
-            pacer.observe_draft(max(ks, default=0), t1 - t0)
+            pacer.observe_draft(max(ks, default=0), drafting)
             for row, k, n, a in zip(rows, ks, dn_l, acc_l, strict=True):
                 # The pool holds what the choice reads: per draft for a free proposer, per offer otherwise.
                 pacer.observe_acceptance(n if free else k, a)
