@@ -12,10 +12,14 @@ import torch
 
 from specplug.errors import SpecplugError
 
+# Below this temperature sampling is greedy: logits / T would overflow to inf (NaN probabilities), and the
+# distribution is a point mass on the argmax anyway (vLLM uses the same cut-off).
+GREEDY_BELOW = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick tokens. ``temperature == 0`` means greedy (argmax); top-k 0 and top-p 1.0 are off."""
+    """How to pick tokens. ``temperature`` 0 (below ``GREEDY_BELOW``) is greedy; top-k 0 and top-p 1.0 are off."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -32,7 +36,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 def warp_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

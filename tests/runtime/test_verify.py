@@ -119,3 +119,16 @@ def test_top_k_top_p_match_transformers() -> None:
     ref = procs(torch.zeros(4, 1, dtype=torch.long), logits.clone()).softmax(-1)
     assert tf is not None
     torch.testing.assert_close(warp_probs(logits, params), ref)
+
+
+@pytest.mark.parametrize("temperature", [3.6e-156, 1e-9])
+def test_vanishing_temperature_is_greedy_not_nan(temperature: float) -> None:
+    # A client may send any positive float; logits / 1e-156 overflow, so such requests decode greedily.
+    logits = torch.tensor([[2.0, 5.0, -1.0, 4.9]])
+    params = SamplingParams(temperature=temperature)
+    assert params.greedy
+    probs = warp_probs(logits, params)
+    assert torch.isfinite(probs).all() and probs[0].argmax() == 1 and probs[0, 1] == 1.0
+    drafted = torch.zeros(1, 0, dtype=torch.long)
+    _, nxt = verify(logits.unsqueeze(1), drafted, torch.zeros(1, dtype=torch.long), None, params, None)
+    assert nxt.tolist() == [1]
