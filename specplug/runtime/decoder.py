@@ -152,8 +152,6 @@ def _eps(norm: Any) -> float:
 class LeanDecoder(torch.nn.Module):
     """Wraps a Llama-family ``*ForCausalLM`` (see :func:`unsupported_reason`); called like it by ``KVState``."""
 
-    lean = True
-
     def __init__(self, model: Any) -> None:
         super().__init__()
         reason = unsupported_reason(model)
