@@ -305,9 +305,10 @@ class DecodeBatch:
         # A free proposer (n-gram) drafts first and the pacer sees what it found; a costly one (a draft model)
         # is told its width before drafting.
         free = bool(getattr(self.proposer, "free", False))
+        width = 0
         if pacer is not None and any(ks) and not free:
             rates = [pacer.rates(r.offered, r.offered_accepted, k) for r, k in zip(rows, ks, strict=True)]
-            width = pacer.choose(ks, rates, lambda cols: self._probe(last, cols))
+            width = pacer.choose(ks, rates)
             ks = [min(k, width) for k in ks]
 
         def warp(logits: torch.Tensor) -> torch.Tensor | None:
@@ -320,8 +321,10 @@ class DecodeBatch:
             found = draft.n.tolist()
             rates = [pacer.rates(r.stats.drafted_per_position, r.stats.accepted_per_position, n)
                      for r, n in zip(rows, found, strict=True)]
-            width = pacer.choose(found, rates, lambda cols: self._probe(last, cols))
+            width = pacer.choose(found, rates)
             draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
+        if pacer is not None and pacer.measuring and draft.tokens.shape[1] < width:
+            draft = _widen(draft, width)  # the pass must have the width being measured
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
         t1 = time.perf_counter()
@@ -358,16 +361,6 @@ class DecodeBatch:
         if finished:
             self._drop(finished)
         return outs
-
-    def _probe(self, last: torch.Tensor, columns: int) -> float:
-        """Seconds of a target pass feeding ``columns`` tokens per row; the columns are rolled back."""
-        tokens = last.unsqueeze(1).expand(-1, columns)
-        t = time.perf_counter()
-        logits = self.kv.forward(tokens)
-        logits[:, -1, 0].tolist()  # wait for the device
-        secs = time.perf_counter() - t
-        self.kv.rollback(torch.zeros(len(last), dtype=torch.long, device=self.device))
-        return secs
 
     def _emit(self, row: _Row, emitted: list[int], now: float) -> StepOutput:
         params, st = row.params, row.stats
@@ -480,3 +473,11 @@ class DecodeBatch:
 def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
     hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
     return min(hits) if hits else None
+
+
+def _widen(draft: Draft, width: int) -> Draft:
+    """``draft`` padded to ``width`` columns; the padding is past every row's ``n``, so it is never accepted."""
+    pad = width - draft.tokens.shape[1]
+    tokens = torch.nn.functional.pad(draft.tokens, (0, pad))
+    probs = None if draft.probs is None else torch.nn.functional.pad(draft.probs, (0, 0, 0, pad))
+    return Draft(tokens, draft.n, probs)

@@ -11,10 +11,11 @@ kernels), so a fixed k either wastes passes or leaves tokens on the table. The p
 proposer (n-gram: no model to run) drafts first, so the pacer sees each row's draft length and reads rates
 per drafted position; a costly one (a draft model) is told the width before drafting, so its rates are per
 position offered, and a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a
-free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations. ``cost(m)`` is the measured seconds of
-a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's own passes and
-interpolated between them. Widths outside what was measured get a probe pass that is rolled back (at most
-``PROBES_PER_STEP`` per step), and a width not timed for ``REPROBE_AFTER`` steps is probed again.
+free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
+position seldom offered takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the
+measured seconds of a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's
+own passes and interpolated between them. A width outside what was measured is chosen for the step's real
+pass (so it gets timed), and so, now and then, are widths only interpolated and the width timed longest ago.
 ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
@@ -23,17 +24,17 @@ n-gram draft is a deterministic function of the history, so cutting it by its le
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-PROBES_PER_STEP = 2
-# A width measured only once (or long ago) by an unlucky probe could stay excluded for good; the stalest
-# candidate is measured again when its last timing is this many steps old.
-REPROBE_AFTER = 48
+# A width timed once during a burst of load (or only interpolated) could stay excluded for good; every this
+# many steps the width timed longest ago gets this step's pass.
+REMEASURE_EVERY = 16
+MEASURE_UNTIMED_EVERY = 4
 # Weights of a new timing in the moving average: other processes only ever add time, so a faster pass is
 # believed at once and a slower one slowly (the cost still rises as contexts grow).
 FASTER, SLOWER = 1.0, 0.1
-PRIOR_WEIGHT = 4.0  # pseudo-observations of the engine-wide rate behind each row's own rate
-PRIOR_RATE = 0.5  # before anything is observed: each position accepted half as often as the one before
+PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior behind each observed rate
+PRIOR_RATE = 0.5  # before anything is observed: the first draft position is accepted half the time
 
 
 class DraftPacer:
@@ -43,6 +44,8 @@ class DraftPacer:
         self.cost: dict[int, float] = {}  # tokens fed per pass -> seconds (moving average)
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
         self.steps = 0
+        self.explored_at = 0  # step of the latest width chosen to be measured
+        self.measuring = False  # the latest choice was made to measure its cost
         self.draft_cost = 0.0  # seconds per drafted column
         self.pool_offered: list[int] = []  # per draft position: row-steps allowed to draft that far
         self.pool_accepted: list[int] = []
@@ -64,8 +67,8 @@ class DraftPacer:
     def estimate(self, tokens: int) -> float | None:
         """Seconds for a pass feeding ``tokens``: measured, or interpolated between measured neighbours.
 
-        Batches shrink one request at a time; interpolating keeps that from costing a probe per width at
-        every new batch size. Outside the measured range there is no estimate (it gets probed).
+        Batches shrink one request at a time; interpolating keeps that from costing a measurement per width
+        at every new batch size. Outside the measured range there is no estimate (it gets measured).
         """
         if tokens in self.cost:
             return self.cost[tokens]
@@ -76,51 +79,67 @@ class DraftPacer:
         lo, hi = self.cost[below], self.cost[above]
         return lo + (hi - lo) * (tokens - below) / (above - below)
 
-    def _pool_rate(self, j: int) -> float:
-        prior = PRIOR_RATE ** (j + 1)
-        d = self.pool_offered[j] if j < len(self.pool_offered) else 0
-        a = self.pool_accepted[j] if j < len(self.pool_accepted) else 0
-        return (a + PRIOR_WEIGHT * prior) / (d + PRIOR_WEIGHT)
+    def pool_rates(self, k: int) -> list[float]:
+        """The engine-wide acceptance rate per draft position 0..k-1."""
+        return _shrunk(self.pool_offered, self.pool_accepted, k, None)
 
     def rates(self, offered: Sequence[int], accepted: Sequence[int], k: int) -> list[float]:
         """A row's acceptance rate per draft position 0..k-1, from its counters and the engine-wide pool."""
-        out = []
-        for j in range(k):
-            d = offered[j] if j < len(offered) else 0
-            a = accepted[j] if j < len(accepted) else 0
-            out.append((a + PRIOR_WEIGHT * self._pool_rate(j)) / (d + PRIOR_WEIGHT))
-        return out
+        return _shrunk(offered, accepted, k, self.pool_rates(k))
 
-    def choose(
-        self,
-        ks: Sequence[int],
-        row_rates: Sequence[Sequence[float]],
-        probe: Callable[[int], float],
-    ) -> int:
-        """The width for this step. ``probe(columns)`` runs a throwaway pass and returns its seconds."""
+    def choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]]) -> int:
+        """The width for this step: the best by the model, or now and then one whose cost needs measuring.
+
+        Measuring is done by running the step's real pass at that width (its tokens count like any other), not
+        by a throwaway pass, and only for a width that could beat the best even at the cheapest cost it may
+        have: so it costs at most the difference to the best width, and nothing where wide passes cannot pay.
+        """
         self.steps += 1
+        self.measuring = False
         batch = len(ks)
         widest = max(ks, default=0)
         if widest == 0:
             return 0
-        unknown = [w for w in range(widest + 1) if self.estimate(batch * (w + 1)) is None]
-        if not unknown:
-            timed = [w for w in range(widest + 1) if batch * (w + 1) in self.timed_at]
-            stalest = min(timed, key=lambda w: self.timed_at[batch * (w + 1)], default=None)
-            if stalest is not None and self.steps - self.timed_at[batch * (stalest + 1)] >= REPROBE_AFTER:
-                unknown = [stalest]
-        for w in unknown[:PROBES_PER_STEP]:
-            self.observe_pass(batch * (w + 1), probe(w + 1))
+
+        def value(w: int, secs: float) -> float:
+            gain = sum(1.0 + sum(rates[: min(k, w)]) for k, rates in zip(ks, row_rates, strict=True))
+            return gain / (secs + w * self.draft_cost) if secs + w * self.draft_cost > 0 else float("inf")
+
         best_w, best_value = 0, -1.0
         for w in range(widest + 1):
             secs = self.estimate(batch * (w + 1))
-            if secs is None:
-                continue
-            gain = sum(1.0 + sum(rates[: min(k, w)]) for k, rates in zip(ks, row_rates, strict=True))
-            value = gain / (secs + w * self.draft_cost)
-            if value > best_value:
-                best_w, best_value = w, value
+            if secs is not None and value(w, secs) > best_value:
+                best_w, best_value = w, value(w, secs)
+        promising = [w for w in range(widest + 1) if value(w, self._floor(batch * (w + 1))) > best_value]
+        explore = self._to_measure(batch, promising)
+        if explore is not None:
+            self.explored_at, self.measuring = self.steps, True
+            return explore
         return best_w
+
+    def _floor(self, tokens: int) -> float:
+        """The least a pass feeding ``tokens`` can cost: a pass never gets cheaper by feeding more tokens, so the
+        cost of the largest size below bounds it (its own timing for the smallest size, 0 when none)."""
+        below = max((m for m in self.cost if m < tokens), default=None)
+        if below is not None:
+            return self.cost[below]
+        return self.cost.get(tokens, 0.0)
+
+    def _to_measure(self, batch: int, promising: Sequence[int]) -> int | None:
+        """Of ``promising`` widths: one whose cost cannot be estimated (the widest first, so one pass brackets
+        the rest); else, every ``MEASURE_UNTIMED_EVERY`` steps, one only interpolated so far (a step-shaped cost
+        curve can hide a cheap width), and every ``REMEASURE_EVERY`` steps the one timed longest ago (a burst of
+        load may have inflated it)."""
+        outside = [w for w in promising if self.estimate(batch * (w + 1)) is None]
+        if outside:
+            return outside[-1]
+        since = self.steps - self.explored_at
+        untimed = [w for w in promising if batch * (w + 1) not in self.timed_at]
+        if untimed:
+            return untimed[0] if since >= MEASURE_UNTIMED_EVERY else None
+        if promising and since >= REMEASURE_EVERY:
+            return min(promising, key=lambda w: self.timed_at[batch * (w + 1)])
+        return None
 
 
 def record(offered: list[int], accepted: list[int], n_offered: int, n_accepted: int) -> None:
@@ -132,6 +151,35 @@ def record(offered: list[int], accepted: list[int], n_offered: int, n_accepted: 
     for j in range(n_offered):
         offered[j] += 1
         accepted[j] += j < n_accepted
+
+
+def _shrunk(offered: Sequence[int], accepted: Sequence[int], k: int, pool: Sequence[float] | None) -> list[float]:
+    """Observed rates per position, each pulled towards a prior by ``PRIOR_WEIGHT`` pseudo-observations.
+
+    The prior continues what is already known instead of assuming later positions hopeless: a position
+    that is never offered (the pacer chose narrower widths) would otherwise keep its prior for good, and a
+    pessimistic one locks the width low on text that copies long runs. Without a pool (the pool itself) the
+    prior at j continues the geometric trend of positions before it; a row's prior at j is its own rate at
+    j-1 times the pool's conditional rate of j given j-1. Rates never rise with the position (accepting j
+    implies accepting everything before it).
+    """
+    out: list[float] = []
+    for j in range(k):
+        if pool is not None:
+            prior = pool[0] if j == 0 else out[-1] * _ratio(pool[j], pool[j - 1])
+        elif j == 0:
+            prior = PRIOR_RATE
+        else:
+            prior = out[-1] * (out[0] if j == 1 else _ratio(out[-1], out[-2]))
+        d = offered[j] if j < len(offered) else 0
+        a = accepted[j] if j < len(accepted) else 0
+        rate = (a + PRIOR_WEIGHT * prior) / (d + PRIOR_WEIGHT)
+        out.append(min(rate, out[-1]) if out else rate)
+    return out
+
+
+def _ratio(num: float, den: float) -> float:
+    return min(1.0, num / den) if den > 0 else 0.0
 
 
 def _average(old: float | None, new: float) -> float:
