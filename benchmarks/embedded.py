@@ -8,7 +8,8 @@ specplug draft model, transformers ``prompt_lookup_num_tokens`` and transformers
 the same k; and specplug's paced variants, which choose each step's draft length (up to k) from measured pass
 costs (specplug.runtime.pacing). Every method's greedy tokens are checked against plain decoding. Columns:
 tokens/s (best of the interleaved repeats), speedup over transformers' plain decoding and over specplug's own
-plain decoding, mean acceptance length, same tokens, and specplug / transformers on the same technique.
+plain decoding, mean acceptance length, same tokens, and specplug / transformers on the same technique; each
+ratio is the median over repeats of the ratio within one repeat.
 Workload prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import time
 
 import torch
@@ -160,51 +162,64 @@ def main() -> None:
         fn("free-chat", 4)
     print(f"device={dev} dtype={dt} threads={torch.get_num_threads()} k={k} max_new_tokens={n} "
           f"prompt tokens: {', '.join(f'{w}={len(v)}' for w, v in ids.items())}")
-    results: dict[tuple[str, str], tuple[float, float, bool]] = {}
+    runs: dict[tuple[str, str], list[float]] = {}  # tok/s per repeat
+    accept: dict[tuple[str, str], float] = {}
+    same: dict[tuple[str, str], bool] = {}
     refs: dict[str, list[int]] = {}
-    # Other processes share this machine; interleaving the methods and keeping each one's best run keeps
-    # a burst of load from landing on one method only.
+    # Other processes share this machine; interleaving the methods keeps a burst of load from landing on one
+    # method only, and each ratio is the median over repeats of the ratio within one repeat (runs seconds
+    # apart), which drifting load moves far less than it moves either speed.
     for _ in range(args.repeats):
         for w in WORKLOADS:
             for m, fn in methods.items():
                 toks, secs, mal = fn(w)
                 ref = refs.setdefault(w, toks)
-                best = results.get((w, m), (0.0, 0.0, True))[0]
-                results[(w, m)] = (max(best, len(toks) / secs), mal, toks == ref)
+                runs.setdefault((w, m), []).append(len(toks) / secs)
+                accept[(w, m)] = mal
+                same[(w, m)] = same.get((w, m), True) and toks == ref
+
+    def ratio(w: str, m: str, base: str) -> float:
+        return statistics.median(a / b for a, b in zip(runs[(w, m)], runs[(w, base)], strict=True))
 
     header = (f"{'workload':<12} {'method':<17} {'tok/s':>7} {'vs hf plain':>11} {'vs sp plain':>11} {'acc.len':>7} "
               f"{'same':>5} {'sp/hf':>6}")
+    print("tok/s: best of the repeats; ratios: median over repeats of the ratio within a repeat")
     print(header)
     print("-" * len(header))
     pairs = {"specplug plain": "hf plain", "specplug ngram": "hf prompt-lookup", "specplug draft": "hf assistant",
              "sp ngram paced": "hf prompt-lookup", "sp draft paced": "hf assistant"}
     for w in WORKLOADS:
-        base, own = results[(w, "hf plain")][0], results[(w, "specplug plain")][0]
         for m in methods:
-            tps, mal, same = results[(w, m)]
-            ratio = f"{tps / results[(w, pairs[m])][0]:.2f}x" if m in pairs else ""
-            print(f"{w:<12} {m:<17} {tps:7.2f} {tps / base:10.2f}x {tps / own:10.2f}x {mal:7.2f} "
-                  f"{'yes' if same else 'NO':>5} {ratio:>6}")
+            tps, mal, ok = max(runs[(w, m)]), accept[(w, m)], same[(w, m)]
+            pair = f"{ratio(w, m, pairs[m]):.2f}x" if m in pairs else ""
+            print(f"{w:<12} {m:<17} {tps:7.2f} {ratio(w, m, 'hf plain'):10.2f}x {ratio(w, m, 'specplug plain'):10.2f}x "
+                  f"{mal:7.2f} {'yes' if ok else 'NO':>5} {pair:>6}")
 
-    print("\nspecplug batches (all three workloads repeated to fill the batch; aggregate new tokens/s):")
+    print("\nspecplug batches (all three workloads repeated to fill the batch; aggregate new tokens/s, best of the "
+          "repeats; x: median ratio to plain within a repeat):")
     order = list(WORKLOADS)
     for bs in [int(b) for b in args.batches.split(",") if b]:
         batch = [ids[order[i % len(order)]] for i in range(bs)]
+        engs = ("plain", "ngram", "ngram paced", "draft paced")
+        speed: dict[str, list[float]] = {e: [] for e in engs}
+        mal: dict[str, float] = {}
+        diff: dict[str, list[int]] = {}
         line = f"batch {bs:>3}:"
-        for eng in ("plain", "ngram", "ngram paced", "draft paced"):
-            secs = float("inf")
-            for _ in range(args.repeats):
+        for _ in range(args.repeats):
+            for eng in engs:
                 sync()
                 t = time.perf_counter()
                 res = engines[eng].generate(batch, params)
                 sync()
-                secs = min(secs, time.perf_counter() - t)
-            got = [r.tokens + ([eos] if r.finish_reason == "stop" else []) for r in res]
-            toks = sum(len(g) for g in got)
-            mal = sum(r.stats.new_tokens for r in res) / max(1, sum(r.stats.target_passes for r in res))
-            diff = [i for i, g in enumerate(got) if g != refs[order[i % len(order)]]]
-            same = not diff
-            line += f"  {eng} {toks / secs:7.2f} tok/s (acc.len {mal:.2f}, same {'yes' if same else diff})"
+                got = [r.tokens + ([eos] if r.finish_reason == "stop" else []) for r in res]
+                speed[eng].append(sum(len(g) for g in got) / (time.perf_counter() - t))
+                mal[eng] = sum(r.stats.new_tokens for r in res) / max(1, sum(r.stats.target_passes for r in res))
+                wrong = [i for i, g in enumerate(got) if g != refs[order[i % len(order)]]]
+                diff[eng] = sorted(set(diff.get(eng, [])) | set(wrong))
+        for eng in engs:
+            x = statistics.median(a / b for a, b in zip(speed[eng], speed["plain"], strict=True))
+            same = diff[eng] or "yes"
+            line += f"  {eng} {max(speed[eng]):7.2f} tok/s {x:.2f}x (acc.len {mal[eng]:.2f}, same {same})"
         print(line)
 
 
