@@ -109,7 +109,8 @@ class DraftModelProposer:
     """A smaller causal LM with the target's tokenizer drafts k tokens autoregressively from its own KV cache.
 
     The cache holds every committed token except the last one or two (``pending``), which are fed at the start
-    of the next proposal together with the drafting, so a round costs k draft forwards and no re-feeding.
+    of the next proposal together with the drafting, so a round costs k draft forwards and no re-feeding. A
+    fresh batch's prompts wait in ``pending`` too, and steps that draft nothing only add to it.
     """
 
     name = "draft_model"
@@ -128,6 +129,13 @@ class DraftModelProposer:
 
     def start(self, prompts: list[list[int]]) -> None:
         new = KVState(self.model, len(prompts), self.device)
+        if self.kv.length == 0:
+            # Nothing fed yet: the prompts wait in ``pending`` for the first proposal, which feeds them as one
+            # left-padded block (what a prefill would do). A drafter the pacer never asks to draft never runs.
+            self.kv.merge(new)
+            self.pending.extend([list(p) for p in prompts])
+            return
+        # Joining a batch that is already drafting: prefill now, so the others' caches gain no padding columns.
         _prefill(new, [p[:-1] for p in prompts], self.device)
         self.kv.merge(new)
         self.pending.extend([p[-1:] for p in prompts])

@@ -152,6 +152,23 @@ def test_ngram_lookup_prefers_longest_latest_match():
     assert prop.lookup(0, hist, 2) == [3, 4]
 
 
+def test_drafter_runs_only_when_asked_to_draft(target, reference):
+    """A fresh batch's prompts reach the drafter with its first proposal, so a drafter the pacer keeps at width 0
+    costs nothing; when drafting starts, the catch-up gives the same drafts an eager prefill would."""
+    prop = DraftModelProposer(target, CPU, min_confidence=0.0)  # the target itself drafts its greedy tokens
+    prompts = [PROMPTS[0], PROMPTS[1]]
+    prop.start(prompts)
+    hist = [list(p) for p in prompts]
+    for step in range(3):  # width 0: nothing drafted, nothing fed
+        draft = prop.propose(hist, [0, 0], lambda logits: None, None)
+        assert draft.tokens.shape[1] == 0 and prop.kv.length == 0
+        nxt = torch.tensor([reference[0][step], reference[1][step]])
+        prop.commit(torch.zeros(2, dtype=torch.long), nxt)
+        hist = [h + [int(t)] for h, t in zip(hist, nxt, strict=True)]
+    draft = prop.propose(hist, [3, 3], lambda logits: None, None)
+    assert draft.tokens.tolist() == [reference[0][3:6], reference[1][3:6]]
+
+
 def test_sampling_end_to_end_matches_exact_sequence_probabilities():
     """Three sampled tokens from a tiny model (the first from the prefill, the next two speculated): the joint
     distribution equals the model's exact one, with a draft model and with n-gram drafts. Chi-square over the
