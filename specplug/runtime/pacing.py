@@ -108,8 +108,8 @@ class DraftPacer:
         best_w, best_value = 0, -1.0
         for w in range(widest + 1):
             secs = self.estimate(batch * (w + 1))
-            if secs is not None and value(w, secs) > best_value:
-                best_w, best_value = w, value(w, secs)
+            if secs is not None and (v := value(w, secs)) > best_value:
+                best_w, best_value = w, v
         promising = [w for w in range(widest + 1) if value(w, self._floor(batch * (w + 1))) > best_value]
         explore = self._to_measure(batch, promising)
         if explore is not None:

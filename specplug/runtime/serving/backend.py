@@ -103,7 +103,7 @@ def load_backend(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str
     hi = args.prompt_lookup_max or max(4, lo)
     engine = build_engine(
         args.model, method=args.method, drafter=args.drafter, k=args.num_speculative_tokens,
-        device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi, paced=getattr(args, "pace", True),
+        device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi, paced=args.pace,
     )
     tokenizer = engine.tokenizer
     engine.tokenizer = None  # the scheduler does detokenization and stop strings; don't decode twice
