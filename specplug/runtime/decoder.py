@@ -42,6 +42,8 @@ def unsupported_reason(model: Any) -> str | None:
             return f"{attr} is set"
     if (getattr(cfg, "pretraining_tp", 1) or 1) > 1:
         return "pretraining_tp > 1"
+    if (getattr(cfg, "partial_rotary_factor", None) or 1.0) != 1.0:
+        return "partial rotary embedding"
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"activation {cfg.hidden_act!r} is not silu"
     inner = getattr(model, "model", None)
@@ -90,24 +92,28 @@ class GrowCache:
         return self.layers[layer_idx].length if len(self.layers) > layer_idx else 0
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
-        if layer_idx == len(self.layers):
-            room = keys.shape[2] + _GROW
-            kb = keys.new_empty(keys.shape[0], keys.shape[1], room, keys.shape[3])
-            vb = values.new_empty(values.shape[0], values.shape[1], room, values.shape[3])
-            self.layers.append(_Layer(kb, vb, 0))
-        layer = self.layers[layer_idx]
-        start, n = layer.length, keys.shape[2]
-        if start + n > layer.kbuf.shape[2]:
-            room = max(2 * layer.kbuf.shape[2], start + n + _GROW)
-            for name in ("kbuf", "vbuf"):
-                old = getattr(layer, name)
-                new = old.new_empty(old.shape[0], old.shape[1], room, old.shape[3])
-                new[:, :, :start] = old[:, :, :start]
-                setattr(layer, name, new)
+        b, heads, n, dim = keys.shape
+        layer = self.reserve(layer_idx + 1, self.get_seq_length(layer_idx) + n, b, heads, dim, keys)[layer_idx]
+        start = layer.length
         layer.kbuf[:, :, start : start + n] = keys
         layer.vbuf[:, :, start : start + n] = values
         layer.length = start + n
         return layer.keys, layer.values
+
+    def reserve(self, layers: int, end: int, b: int, heads: int, dim: int, like: torch.Tensor) -> list[_Layer]:
+        """Make the first ``layers`` layers hold at least ``end`` columns (filled ones kept); returns the layers."""
+        while len(self.layers) < layers:
+            room = end + _GROW
+            self.layers.append(_Layer(like.new_empty(b, heads, room, dim), like.new_empty(b, heads, room, dim), 0))
+        for layer in self.layers[:layers]:
+            if end > layer.kbuf.shape[2]:
+                room = max(2 * layer.kbuf.shape[2], end + _GROW)
+                for name in ("kbuf", "vbuf"):
+                    old = getattr(layer, name)
+                    new = old.new_empty(old.shape[0], old.shape[1], room, old.shape[3])
+                    new[:, :, : layer.length] = old[:, :, : layer.length]
+                    setattr(layer, name, new)
+        return self.layers
 
     def crop_to(self, length: int) -> None:
         for layer in self.layers:
@@ -129,20 +135,43 @@ class GrowCache:
 @dataclass
 class _Weights:
     in_norm: torch.Tensor
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
+    qkv: torch.Tensor  # q, k and v projections stacked (see _fuse)
+    qkv_bias: torch.Tensor | None
     o: torch.Tensor
-    qb: torch.Tensor | None
-    kb: torch.Tensor | None
-    vb: torch.Tensor | None
     ob: torch.Tensor | None
     post_norm: torch.Tensor
-    gate: torch.Tensor
-    up: torch.Tensor
+    gate_up: torch.Tensor  # gate and up projections stacked
     down: torch.Tensor
     in_eps: float
     post_eps: float
+
+
+def _fuse(owner: Any, linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for projections of the same input: one matrix product instead of several.
+
+    Why: on a CPU every operator call costs microseconds, and a decode step makes hundreds of them. Each output
+    row is the same dot product either way, so the logits stay bit-identical. The modules' own parameters become
+    views into the stacked tensor, so no memory is duplicated; ``owner`` remembers it, so that several decoders
+    over one model (several engines) share it too.
+    """
+    cached = getattr(owner, "_specplug_fused", None)
+    if cached is not None and linears[0].weight.data_ptr() == cached[0].data_ptr():
+        return cached
+    weight = torch.cat([m.weight.detach() for m in linears])
+    bias = None
+    if any(m.bias is not None for m in linears):
+        # A zero bias adds exact zeros to the rows that had none.
+        bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.weight.shape[0])
+                          for m in linears])
+    start = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight.data = weight[start : start + rows]
+        if m.bias is not None:
+            m.bias.data = bias[start : start + rows]
+        start += rows
+    owner._specplug_fused = (weight, bias)
+    return weight, bias
 
 
 def _eps(norm: Any) -> float:
@@ -174,14 +203,20 @@ class LeanDecoder(torch.nn.Module):
         self.weights = []
         for layer in inner.layers[: cfg.num_hidden_layers]:
             a, m = layer.self_attn, layer.mlp
+            qkv, qkv_bias = _fuse(a, [a.q_proj, a.k_proj, a.v_proj])
+            gate_up, _ = _fuse(m, [m.gate_proj, m.up_proj])
             self.weights.append(
                 _Weights(
-                    layer.input_layernorm.weight, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight,
-                    a.q_proj.bias, a.k_proj.bias, a.v_proj.bias, a.o_proj.bias, layer.post_attention_layernorm.weight,
-                    m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight,
+                    layer.input_layernorm.weight, qkv, qkv_bias, a.o_proj.weight, a.o_proj.bias,
+                    layer.post_attention_layernorm.weight, gate_up, m.down_proj.weight,
                     _eps(layer.input_layernorm), _eps(layer.post_attention_layernorm),
                 )
             )
+        self.inter = self.weights[0].gate_up.shape[0] // 2 if self.weights else 0
+        half = self.head_dim // 2
+        # rotate_half(x) = cat(-x2, x1) is x[perm] with the first half negated: RoPE becomes two products and a
+        # sum, with the sign carried by sin (see forward).
+        self.perm = torch.cat([torch.arange(half, self.head_dim), torch.arange(half)]).to(self.embed.device)
 
     @staticmethod
     def new_cache() -> GrowCache:
@@ -189,17 +224,8 @@ class LeanDecoder(torch.nn.Module):
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        # Exactly LlamaRMSNorm: statistics in float32, scale in the input dtype.
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * h.to(dtype)
-
-    @staticmethod
-    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+        # One call with LlamaRMSNorm's arithmetic (statistics in float32, scale in the input dtype).
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
     def forward(
         self,
@@ -213,41 +239,55 @@ class LeanDecoder(torch.nn.Module):
     ) -> SimpleNamespace:
         """``input_ids`` ``(B, n)``; ``attention_mask`` ``(B, 1, n, C)`` (bool or additive) or None for causal."""
         b, n = input_ids.shape
-        past = cache.get_seq_length() if cache is not None else 0
+        if cache is None:
+            cache = GrowCache()
+        past = cache.get_seq_length()
+        end = past + n
+        dev = input_ids.device
         if position_ids is None:
-            position_ids = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0).expand(b, n)
-        h = self.embed.index_select(0, input_ids.reshape(-1)).view(b, n, -1)
-        cos, sin = self.rotary(h, position_ids)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            position_ids = torch.arange(past, end, device=dev).unsqueeze(0).expand(b, n)
+        # The hidden state stays (B*n, d) between layers: a matrix product takes it without reshaping.
+        h = self.embed.index_select(0, input_ids.reshape(-1))
+        cos, sin = self.rotary(h.view(b, n, -1), position_ids)
+        half = self.head_dim // 2
+        # (B, n, 1, D), broadcast over the heads of q and k at once; the sign of rotate_half moves into sin
+        # (-x * s and x * -s are the same float).
+        cos = cos.unsqueeze(2)
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(2)
         mask, causal = attention_mask, False
         if mask is None and n > 1:
             if past == 0:
                 causal = True
             else:
-                cols = torch.arange(past + n, device=input_ids.device)
-                rows = torch.arange(past, past + n, device=input_ids.device)
+                cols = torch.arange(end, device=dev)
+                rows = torch.arange(past, end, device=dev)
                 mask = cols.unsqueeze(0) <= rows.unsqueeze(1)
-        gqa, groups = self.n_kv != self.n_heads, self.n_heads // self.n_kv
+        heads, kv, dim, inter = self.n_heads, self.n_kv, self.head_dim, self.inter
+        gqa, groups = kv != heads, heads // kv
         # CUDA's fused kernels take grouped heads only without a mask (as transformers decides); the CPU kernel
         # takes both, and repeating would copy the whole cache every layer.
         repeat = mask is not None and input_ids.is_cuda
-        for i, w in enumerate(self.weights):
+        layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
+        perm = self.perm
+        for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
-            q = F.linear(x, w.q, w.qb).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
-            k = F.linear(x, w.k, w.kb).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
-            v = F.linear(x, w.v, w.vb).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
-            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
-            if cache is not None:
-                k, v = cache.update(k, v, i)
+            qkv = F.linear(x, w.qkv, w.qkv_bias).view(b, n, heads + 2 * kv, dim)
+            qk = qkv[:, :, : heads + kv]
+            qk = qk * cos + qk[..., perm] * sin  # RoPE on q and k together
+            layer.kbuf[:, :, past:end] = qk[:, :, heads:].transpose(1, 2)
+            layer.vbuf[:, :, past:end] = qkv[:, :, heads + kv :].transpose(1, 2)
+            layer.length = end
+            q, k, v = qk[:, :, :heads].transpose(1, 2), layer.kbuf[:, :, :end], layer.vbuf[:, :, :end]
             if gqa and repeat:
                 k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
             a = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling, enable_gqa=gqa and not repeat
             )
-            h = h + F.linear(a.transpose(1, 2).reshape(b, n, -1), w.o, w.ob)
+            h = h + F.linear(a.transpose(1, 2).reshape(b * n, -1), w.o, w.ob)
             x = self._rms(h, w.post_norm, w.post_eps)
-            h = h + F.linear(F.silu(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
-        h = self._rms(h, self.final_norm, self.final_eps)
+            gu = F.linear(x, w.gate_up)
+            h = h + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], w.down)
+        h = self._rms(h, self.final_norm, self.final_eps).view(b, n, -1)
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         return SimpleNamespace(logits=F.linear(h, self.lm_head, self.lm_bias), cache=cache)

@@ -37,14 +37,48 @@ def _feed(model, steps, batch_masks=None):
     return out, kv
 
 
-def test_logits_bit_identical_prefill_decode_verify(model32):
+@pytest.fixture(scope="module")
+def qwen2_biased():
+    # Biases on q/k/v (Qwen2's shape): the stacked projection must add each row's own bias.
+    cfg = transformers.Qwen2Config(vocab_size=128, hidden_size=96, intermediate_size=160, num_hidden_layers=2,
+                                   num_attention_heads=6, num_key_value_heads=2, attn_implementation="sdpa")
+    torch.manual_seed(4)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.1)
+    return model
+
+
+@pytest.mark.parametrize("name", ["model32", "qwen2_biased"])
+def test_logits_bit_identical_prefill_decode_verify(name, request):
+    model = request.getfixturevalue(name)
     g = torch.Generator().manual_seed(0)
     steps = [torch.randint(0, 128, (2, 17), generator=g), torch.randint(0, 128, (2, 1), generator=g),
              torch.randint(0, 128, (2, 5), generator=g), torch.randint(0, 128, (2, 1), generator=g)]
-    want, _ = _feed(model32, steps)
-    got, _ = _feed(LeanDecoder(model32), steps)
+    want, _ = _feed(model, steps)
+    got, _ = _feed(LeanDecoder(model), steps)
     for w, o in zip(want, got, strict=True):
         assert torch.equal(w, o)
+    # The transformers model still computes the same logits over the stacked weights it now views.
+    again, _ = _feed(model, steps)
+    for w, o in zip(want, again, strict=True):
+        assert torch.equal(w, o)
+
+
+def test_decoders_over_one_model_share_its_weights():
+    # Stacking q/k/v and gate/up must not copy the model: its own parameters become views of the stacks, and
+    # a second decoder (a second engine over the same target) reuses them.
+    model = tiny_llama(layers=2, seed=5)
+    first, second = LeanDecoder(model), LeanDecoder(model)
+    for layer, a, b in zip(model.model.layers, first.weights, second.weights, strict=True):
+        attn, mlp = layer.self_attn, layer.mlp
+        assert a.qkv.data_ptr() == b.qkv.data_ptr() and a.gate_up.data_ptr() == b.gate_up.data_ptr()
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+            assert proj.weight.untyped_storage().data_ptr() == a.qkv.untyped_storage().data_ptr()
+        for proj in (mlp.gate_proj, mlp.up_proj):
+            assert proj.weight.untyped_storage().data_ptr() == a.gate_up.untyped_storage().data_ptr()
 
 
 def test_logits_bit_identical_with_holes(model32):
