@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from specplug.adapters._common import HUB_SECRETS, canon, has_flag, url
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Window
+from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -56,6 +56,13 @@ class EmbeddedAdapter(BaseAdapter):
     method_table = METHODS
     unsupported: ClassVar[dict[str, str]] = {m: f"not native: {why}; rendered as {t}" for m, (t, why) in MAPPED.items()}
     oldest = "0.1.0"
+    # No public image: compose builds one from this Dockerfile, at the specplug version that rendered it
+    # ({workdir} is where deploy mounts the rendered files).
+    image = StackImage(
+        "specplug-embedded", "{version}", "/root/.cache/huggingface", needs_gpu=False,
+        dockerfile="FROM python:3.11-slim\nRUN pip install --no-cache-dir 'specplug[runtime]=={version}'\n"
+        "WORKDIR {workdir}\n",
+    )
 
     def installed_version(self) -> str | None:
         from specplug import __version__

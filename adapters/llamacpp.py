@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from specplug.adapters._common import Canon, canon, has_flag, require_drafter, url
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Window, program_output, version_at_least
+from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, program_output, version_at_least
 from specplug.plan import Plan
 
 NEW_FLAGS_SINCE = "b10576"
@@ -94,6 +94,9 @@ class LlamaCppAdapter(BaseAdapter):
     method_table = METHODS
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = OLD_FLAGS_SINCE
+    # CUDA server images are published per build number as server-cuda-bNNNN.
+    image = StackImage("ghcr.io/ggml-org/llama.cpp", "server-cuda-b{version}", "/root/.cache/llama.cpp",
+                       ("LLAMA_CACHE", "HF_HOME"), (("llama-server", "/app/llama-server"),), version_prefix="b")
 
     def installed_version(self) -> str | None:
         out = program_output(["llama-server", "--version"])

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Window
+from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -68,6 +68,7 @@ class SGLangAdapter(BaseAdapter):
     method_table = METHODS
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.4.1"
+    image = StackImage("lmsysorg/sglang", "v{version}", "/root/.cache/huggingface")
 
     def installed_version(self) -> str | None:
         from specplug.adapter import distribution_version

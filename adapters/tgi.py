@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from specplug.adapters._common import HUB_SECRETS, canon, has_flag, require_drafter, url
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Window, program_output
+from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, program_output
 from specplug.plan import Plan
 
 METHODS: dict[str, tuple[Window, ...]] = {
@@ -41,6 +41,7 @@ class TGIAdapter(BaseAdapter):
     method_table = METHODS
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "2.0.0"
+    image = StackImage("ghcr.io/huggingface/text-generation-inference", "{version}", "/data")
 
     def installed_version(self) -> str | None:
         out = program_output(["text-generation-launcher", "--version"])

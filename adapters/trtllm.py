@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Window, pick_floor
+from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, pick_floor
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -104,6 +104,7 @@ class TRTLLMAdapter(BaseAdapter):
     method_table = METHODS
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.17.0"
+    image = StackImage("nvcr.io/nvidia/tensorrt-llm/release", "{version}", "/root/.cache/huggingface")
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:
         c = canon(plan, self.display_name)

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Window, spelling, version_at_least
+from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, spelling, version_at_least
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -87,6 +87,8 @@ class VLLMAdapter(BaseAdapter):
     method_table = METHODS
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.5.0"
+    # Official image; tags follow the release naming (a 'v' prefix).
+    image = StackImage("vllm/vllm-openai", "v{version}", "/root/.cache/huggingface")
 
     def supports_schedule(self, version: str | None) -> bool:
         return has_schedule(version)

@@ -55,6 +55,24 @@ class LaunchSpec(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StackImage:
+    """The container image a stack is deployed from (``specplug deploy``); each adapter declares its own."""
+
+    repository: str
+    tag: str  # format string over {version}; stack versions are pinned in specplug.yaml for reproducibility
+    cache_path: str  # where the stack keeps downloaded weights; a volume is mounted here
+    cache_env: tuple[str, ...] = ("HF_HOME",)  # variables that point the stack at cache_path
+    executable: tuple[tuple[str, str], ...] = ()  # argv[0] as the adapter writes it -> its path in the image
+    needs_gpu: bool = True
+    version_prefix: str = ""  # dropped from the plan's version before it fills the tag ('b4600' -> '4600')
+    # No published image: compose builds this Dockerfile (a format string over {version}) instead.
+    dockerfile: str | None = None
+
+    def reference(self, version: str) -> str:
+        return f"{self.repository}:{self.tag.format(version=version.removeprefix(self.version_prefix))}"
+
+
 @runtime_checkable
 class Adapter(Protocol):
     name: str  # canonical stack name: vllm, sglang, ...
@@ -228,6 +246,7 @@ class BaseAdapter:
     unsupported: ClassVar[dict[str, str]] = {}  # method -> why this stack can never do it
     oldest: ClassVar[str]  # oldest version this adapter renders for
     template_ext: ClassVar[str] = "sh"
+    image: ClassVar[StackImage | None] = None  # what ``specplug deploy`` runs; None: the user names one
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:

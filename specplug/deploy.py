@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specplug.adapter import StackImage, get_adapter
 from specplug.errors import SpecplugError
 from specplug.fileio import write_atomic
 from specplug.plan import Plan
@@ -30,35 +31,6 @@ WORKDIR = "/specplug"  # where LaunchSpec.files land inside the container (argv 
 MULTI_NODE_STACKS = ("vllm", "sglang")
 RAY_PORT = 6379
 SGLANG_DIST_PORT = 20000
-
-
-@dataclass(frozen=True)
-class StackImage:
-    repository: str
-    tag: str  # format string over {version}; stack versions are pinned in specplug.yaml for reproducibility
-    cache_path: str  # where the stack keeps downloaded weights; a volume is mounted here
-    cache_env: tuple[str, ...]  # variables that point the stack at cache_path
-    executable: dict[str, str]  # argv[0] as the adapter writes it -> the path inside this image
-    needs_gpu: bool = True
-
-
-# Official images per stack. Tags follow each project's release naming (vLLM and SGLang prefix 'v'; llama.cpp
-# publishes build numbers as server-cuda-bNNNN). Override with --image for a mirror or a custom build.
-IMAGES: dict[str, StackImage] = {
-    "vllm": StackImage("vllm/vllm-openai", "v{version}", "/root/.cache/huggingface", ("HF_HOME",), {}),
-    "sglang": StackImage("lmsysorg/sglang", "v{version}", "/root/.cache/huggingface", ("HF_HOME",), {}),
-    "trtllm": StackImage("nvcr.io/nvidia/tensorrt-llm/release", "{version}", "/root/.cache/huggingface", ("HF_HOME",), {}),
-    "llamacpp": StackImage(
-        "ghcr.io/ggml-org/llama.cpp",
-        "server-cuda-b{version}",
-        "/root/.cache/llama.cpp",
-        ("LLAMA_CACHE", "HF_HOME"),
-        {"llama-server": "/app/llama-server"},
-    ),
-    "tgi": StackImage("ghcr.io/huggingface/text-generation-inference", "{version}", "/data", ("HF_HOME",), {}),
-    # specplug's own PyTorch server: no public image, so compose builds one inline (see _embedded_build).
-    "embedded": StackImage("specplug-embedded", "{version}", "/root/.cache/huggingface", ("HF_HOME",), {}, needs_gpu=False),
-}
 
 
 @dataclass
@@ -88,25 +60,27 @@ def dns_label(text: str, limit: int = 40) -> str:
     return s
 
 
+def stack_image(plan: Plan) -> StackImage | None:
+    """The image the plan's stack adapter declares (None for a stack that names none)."""
+    return getattr(get_adapter(plan.stack.name), "image", None)
+
+
 def image_for(plan: Plan, override: str | None = None) -> str:
     if override:
         return override
-    from specplug import __version__
-
-    info = IMAGES.get(plan.stack.name)
+    info = stack_image(plan)
     if info is None:
         raise SpecplugError(f"No container image is known for stack '{plan.stack.name}'.", "Pass --image REPOSITORY:TAG.")
-    if plan.stack.name == "embedded":
-        return f"{info.repository}:{__version__}"
-    version = plan.stack.version
-    if not version:
+    if info.dockerfile is not None:  # built locally, at this specplug's version
+        from specplug import __version__
+
+        return info.reference(__version__)
+    if not plan.stack.version:
         raise SpecplugError(
             f"The plan does not pin a {plan.stack.name} version, so no image tag can be chosen.",
             "Set stack.version in specplug.yaml and re-plan (reproducible deploys need it), or pass --image.",
         )
-    if plan.stack.name == "llamacpp":
-        version = version.lstrip("b")
-    return f"{info.repository}:{info.tag.format(version=version)}"
+    return info.reference(plan.stack.version)
 
 
 def container_plan(plan: Plan) -> Plan:
@@ -117,13 +91,12 @@ def container_plan(plan: Plan) -> Plan:
 
 
 def launch_spec(plan: Plan):
-    from specplug.adapter import get_adapter
-
     return get_adapter(plan.stack.name).render(container_plan(plan))
 
 
 def gpu_count(plan: Plan) -> int:
-    if not IMAGES.get(plan.stack.name, IMAGES["vllm"]).needs_gpu:
+    info = stack_image(plan)
+    if info is not None and not info.needs_gpu:
         return 0
     par = plan.parallelism
     # The GPUs the engine shards over (tensor x pipeline), which can be fewer than the machine has.
@@ -131,11 +104,12 @@ def gpu_count(plan: Plan) -> int:
 
 
 def _argv(plan: Plan, argv: list[str]) -> list[str]:
-    info = IMAGES.get(plan.stack.name)
+    info = stack_image(plan)
+    executables = dict(info.executable) if info else {}
     first = argv[0]
     base = os.path.basename(first)
-    if info and base in info.executable:
-        first = info.executable[base]
+    if base in executables:
+        first = executables[base]
     elif os.path.isabs(first):
         # A path from the planning machine means nothing in the image; python's is the one we know to map.
         first = "python3" if base.startswith("python") else base
@@ -233,7 +207,12 @@ class Pieces:
 
 def pieces(plan: Plan) -> Pieces:
     spec = launch_spec(plan)
-    info = IMAGES[plan.stack.name]
+    info = stack_image(plan)
+    if info is None:
+        raise SpecplugError(
+            f"The '{plan.stack.name}' adapter declares no container image, so its cache volume is unknown.",
+            "Give the adapter an image (specplug.adapter.StackImage), or deploy one of the built-in stacks.",
+        )
     env = dict(spec.env)
     for var in info.cache_env:
         env.setdefault(var, info.cache_path)
@@ -262,17 +241,11 @@ def _compose_escape(value: str) -> str:
     return value.replace("$", "$$")
 
 
-def _embedded_build() -> dict[str, Any]:
+def _local_build(info: StackImage) -> dict[str, Any]:
     from specplug import __version__
 
-    return {
-        "context": ".",
-        "dockerfile_inline": (
-            "FROM python:3.11-slim\n"
-            f"RUN pip install --no-cache-dir 'specplug[runtime]=={__version__}'\n"
-            f"WORKDIR {WORKDIR}\n"
-        ),
-    }
+    assert info.dockerfile is not None
+    return {"context": ".", "dockerfile_inline": info.dockerfile.format(version=__version__, workdir=WORKDIR)}
 
 
 def render_compose(plan: Plan, ctx: RenderContext) -> dict[str, str]:
@@ -294,8 +267,9 @@ def render_compose(plan: Plan, ctx: RenderContext) -> dict[str, str]:
     # Publish on the configured host address: loopback unless specplug.yaml says otherwise.
     host = plan.serve.host
     service: dict[str, Any] = {"image": ctx.image}
-    if plan.stack.name == "embedded" and ctx.image == image_for(plan):
-        service["build"] = _embedded_build()
+    info = stack_image(plan)
+    if info is not None and info.dockerfile is not None and ctx.image == image_for(plan):
+        service["build"] = _local_build(info)
     service["entrypoint"] = [_compose_escape(a) for a in p.argv]
     if p.files:
         service["working_dir"] = WORKDIR

@@ -216,3 +216,41 @@ def test_image_and_name_overrides_are_recorded_for_check():
     assert pod_spec(files)["containers"][0]["image"] == "registry.local/vllm:pinned"
     meta = yaml.safe_load(files[deploy.MANIFEST])
     assert meta["image"] == "registry.local/vllm:pinned" and meta["name"] == "chat-api"
+
+
+@pytest.mark.parametrize(("stack", "want"), [
+    ("vllm", "vllm/vllm-openai:v0.10.2"),
+    ("sglang", "lmsysorg/sglang:v0.5.2"),
+    ("trtllm", "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"),
+    ("llamacpp", "ghcr.io/ggml-org/llama.cpp:server-cuda-b6000"),  # build numbers keep one 'b'
+    ("tgi", "ghcr.io/huggingface/text-generation-inference:3.3.4"),
+])
+def test_each_stack_deploys_its_adapters_image_with_its_cache(stack, want):
+    version, method, model, drafter, tp = CASES[stack]
+    compose = yaml.safe_load(render(make_plan(stack, version, method, model, drafter, tp), ["compose"])["docker-compose.yaml"])
+    (service,) = compose["services"].values()
+    assert service["image"] == want and "build" not in service
+    cache = {"llamacpp": "/root/.cache/llama.cpp", "tgi": "/data"}.get(stack, "/root/.cache/huggingface")
+    assert f"model-cache:{cache}" in service["volumes"] and service["environment"]["HF_HOME"] == cache
+    if stack == "llamacpp":
+        assert service["entrypoint"][0] == "/app/llama-server" and service["environment"]["LLAMA_CACHE"] == cache
+
+
+def test_embedded_stack_builds_its_image_at_this_specplug_version_without_gpus():
+    from specplug import __version__
+
+    plan = make_plan("embedded", "0.1.0", "ngram", "smollm2-135m", None, 1)
+    compose = yaml.safe_load(render(plan, ["compose"])["docker-compose.yaml"])
+    (service,) = compose["services"].values()
+    assert service["image"] == f"specplug-embedded:{__version__}"
+    assert f"'specplug[runtime]=={__version__}'" in service["build"]["dockerfile_inline"]
+    assert "deploy" not in service  # no GPU reservation
+
+
+def test_a_stack_without_an_image_asks_for_one(monkeypatch):
+    from specplug.adapters.vllm import VLLMAdapter
+
+    monkeypatch.setattr(VLLMAdapter, "image", None)
+    with pytest.raises(SpecplugError, match="No container image is known for stack 'vllm'") as err:
+        render(make_plan(), ["compose"])
+    assert "--image" in err.value.hint
