@@ -9,7 +9,8 @@ the same k; and specplug's paced variants, which choose each step's draft length
 costs (specplug.runtime.pacing). Every method's greedy tokens are checked against plain decoding. Columns:
 tokens/s (best of the interleaved repeats), speedup over transformers' plain decoding and over specplug's own
 plain decoding, mean acceptance length, same tokens, and specplug / transformers on the same technique; each
-ratio is the median over repeats of the ratio within one repeat.
+ratio is the median over repeats of the ratio within one repeat, whose runs are neighbours in an order that
+reverses every other repeat.
 Workload prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
@@ -147,15 +148,17 @@ def main() -> None:
         toks = r.tokens + ([eos] if r.finish_reason == "stop" else [])
         return toks, time.perf_counter() - t, r.stats.mean_acceptance_length
 
+    # Each pair that is compared sits side by side (paced n-gram between its two baselines), so the runs a ratio
+    # divides are seconds apart; odd repeats run the list backwards, so a drift in load favours neither side.
     methods = {
         "hf plain": lambda w, n=n: hf(w, n),
         "specplug plain": lambda w, n=n: sp("plain", w, n),
+        "sp ngram paced": lambda w, n=n: sp("ngram paced", w, n),
         "hf prompt-lookup": lambda w, n=n: hf(w, n, prompt_lookup_num_tokens=k),
         "specplug ngram": lambda w, n=n: sp("ngram", w, n),
         "hf assistant": lambda w, n=n: hf(w, n, assistant_model=draft),
-        "specplug draft": lambda w, n=n: sp("draft", w, n),
-        "sp ngram paced": lambda w, n=n: sp("ngram paced", w, n),
         "sp draft paced": lambda w, n=n: sp("draft paced", w, n),
+        "specplug draft": lambda w, n=n: sp("draft", w, n),
     }
     # Warm up every path once (allocator, kernels, lazy imports).
     for fn in methods.values():
@@ -165,13 +168,13 @@ def main() -> None:
     runs: dict[tuple[str, str], list[float]] = {}  # tok/s per repeat
     accept: dict[tuple[str, str], float] = {}
     same: dict[tuple[str, str], bool] = {}
-    refs: dict[str, list[int]] = {}
+    refs: dict[str, list[int]] = {}  # each workload's reference: the first run's tokens (all must agree)
     # Other processes share this machine; interleaving the methods keeps a burst of load from landing on one
     # method only, and each ratio is the median over repeats of the ratio within one repeat (runs seconds
     # apart), which drifting load moves far less than it moves either speed.
-    for _ in range(args.repeats):
+    for rep in range(args.repeats):
         for w in WORKLOADS:
-            for m, fn in methods.items():
+            for m, fn in list(methods.items())[:: -1 if rep % 2 else 1]:
                 toks, secs, mal = fn(w)
                 ref = refs.setdefault(w, toks)
                 runs.setdefault((w, m), []).append(len(toks) / secs)
@@ -205,8 +208,8 @@ def main() -> None:
         mal: dict[str, float] = {}
         diff: dict[str, list[int]] = {}
         line = f"batch {bs:>3}:"
-        for _ in range(args.repeats):
-            for eng in engs:
+        for rep in range(args.repeats):
+            for eng in engs[:: -1 if rep % 2 else 1]:
                 sync()
                 t = time.perf_counter()
                 res = engines[eng].generate(batch, params)
