@@ -3,7 +3,8 @@
 An adapter turns a :class:`~specplug.plan.Plan` into a :class:`LaunchSpec` (argv, environment, files) for
 one stack at one version. Adapters register under the entry-point group ``specplug.adapters``; a
 third-party package adds a stack by shipping a module and an entry point. A plugin that fails to load is
-reported by ``specplug stacks``, never fatal.
+reported by ``specplug stacks``, never fatal. An adapter may also declare ``image`` (a :class:`StackImage`): the
+container ``specplug deploy`` runs it in; without one, deploy asks the user to name an image.
 """
 
 from __future__ import annotations

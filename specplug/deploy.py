@@ -207,15 +207,13 @@ class Pieces:
 
 def pieces(plan: Plan) -> Pieces:
     spec = launch_spec(plan)
+    # A stack whose adapter names no image runs in the one the user gives (--image); Hugging Face's cache is
+    # the best guess for where it keeps weights.
     info = stack_image(plan)
-    if info is None:
-        raise SpecplugError(
-            f"The '{plan.stack.name}' adapter declares no container image, so its cache volume is unknown.",
-            "Give the adapter an image (specplug.adapter.StackImage), or deploy one of the built-in stacks.",
-        )
+    cache_path, cache_env = (info.cache_path, info.cache_env) if info else ("/root/.cache/huggingface", ("HF_HOME",))
     env = dict(spec.env)
-    for var in info.cache_env:
-        env.setdefault(var, info.cache_path)
+    for var in cache_env:
+        env.setdefault(var, cache_path)
     notes = list(spec.notes)
     if plan.model.local_path:
         notes.append(f"the model is a local folder ({plan.model.local_path}); mount it at that path in the container")
@@ -228,7 +226,7 @@ def pieces(plan: Plan) -> Pieces:
         port=plan.serve.port,
         health_path=_health_path(spec.health_url),
         gpus=gpu_count(plan),
-        cache_path=info.cache_path,
+        cache_path=cache_path,
         notes=notes,
     )
 

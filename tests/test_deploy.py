@@ -254,3 +254,8 @@ def test_a_stack_without_an_image_asks_for_one(monkeypatch):
     with pytest.raises(SpecplugError, match="No container image is known for stack 'vllm'") as err:
         render(make_plan(), ["compose"])
     assert "--image" in err.value.hint
+    # Given one, it deploys with the Hugging Face cache mounted.
+    files = render(make_plan(), ["compose"], image="registry.local/custom:1")
+    (service,) = yaml.safe_load(files["docker-compose.yaml"])["services"].values()
+    assert service["image"] == "registry.local/custom:1"
+    assert "model-cache:/root/.cache/huggingface" in service["volumes"]

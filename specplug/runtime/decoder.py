@@ -1,9 +1,11 @@
 """A lean forward pass for Llama-family decoders: transformers' arithmetic without its per-call machinery.
 
 Why: on a CPU, a forward of SmolLM2-135M through transformers spends about as long in module dispatch, mask
-building and cache concatenation as in the matrix products. This module runs the same operations, in the same
-order and dtype, on the same weight tensors (shared, not copied), so its logits are bit-identical to the
-transformers model's (``tests/runtime/test_decoder.py`` checks it) while a step costs far less. Its KV cache
+building and cache concatenation as in the matrix products. This module runs the same arithmetic, in the same
+order and dtype, on the same weights, so its logits are bit-identical to the transformers model's
+(``tests/runtime/test_decoder.py`` checks it) while a step makes far fewer operator calls: projections of one
+input (q/k/v, gate/up) are one matrix product over a stacked weight, which the model's own parameters then view
+(no copy), and RoPE turns q and k in one go. Its KV cache
 (:class:`GrowCache`) writes new columns into preallocated room instead of concatenating the whole cache each
 step, and rolls back by moving a length.
 
@@ -224,8 +226,14 @@ class LeanDecoder(torch.nn.Module):
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        # One call with LlamaRMSNorm's arithmetic (statistics in float32, scale in the input dtype).
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        if x.dtype == torch.float32 and x.device.type == "cpu":
+            # One call: on CPU, float32, torch's rms_norm is LlamaRMSNorm's arithmetic step for step (the tests
+            # check the logits bit for bit). Elsewhere a fused kernel may round differently, so spell it out.
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        # Exactly LlamaRMSNorm: statistics in float32, scale in the input dtype.
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(x.dtype)
 
     def forward(
         self,
