@@ -130,6 +130,28 @@ class StepOutput:
 
 
 @dataclass
+class _Found:
+    """A free proposer's whole draft (before pacing cut it), matched against the tokens emitted after it.
+
+    Why: a draft that is one fixed token per position (n-gram) would have been accepted at position j with
+    the probability that the target emits exactly that token there, so comparing it with what was emitted
+    scores every position it found, also those the pacer did not send to the target. Without this, a width
+    once judged too wide would never be tried again and positions past it would keep their prior for good.
+    """
+
+    tokens: list[int]
+    matched: int = 0
+
+    def feed(self, emitted: list[int]) -> bool:
+        """Match the next emitted tokens; True once settled (a mismatch, or every drafted token matched)."""
+        for tok in emitted:
+            if self.matched == len(self.tokens) or self.tokens[self.matched] != tok:
+                return True
+            self.matched += 1
+        return self.matched == len(self.tokens)
+
+
+@dataclass
 class _Row:
     rid: int
     params: GenerationParams
@@ -141,9 +163,11 @@ class _Row:
     text_sent: int = 0
     text: str = ""
     finish_reason: str | None = None
-    # Per draft position: steps this row was allowed to draft that far, and got it accepted (for pacing).
+    # Per draft position: steps this row was allowed to draft that far, and got it accepted (for pacing). For a
+    # free proposer: drafts it found that far, and whether the tokens that followed matched them (see _Found).
     offered: list[int] = field(default_factory=list)
     offered_accepted: list[int] = field(default_factory=list)
+    found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
 
     @property
     def generated(self) -> list[int]:
@@ -317,11 +341,12 @@ class DecodeBatch:
         t0 = time.perf_counter()
         draft = self.proposer.propose([r.history for r in rows], ks, warp, self.generator)
         drafting = time.perf_counter() - t0
+        found: list[list[int]] | None = None
         if pacer is not None and free and draft.tokens.shape[1]:
-            found = draft.n.tolist()
-            rates = [pacer.rates(r.stats.drafted_per_position, r.stats.accepted_per_position, n)
-                     for r, n in zip(rows, found, strict=True)]
-            width = pacer.choose(found, rates)
+            full = draft.tokens.tolist()
+            found = [full[i][:n] for i, n in enumerate(draft.n.tolist())]
+            rates = [pacer.rates(r.offered, r.offered_accepted, len(f)) for r, f in zip(rows, found, strict=True)]
+            width = pacer.choose([len(f) for f in found], rates)
             draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
         if pacer is not None and pacer.measuring and draft.tokens.shape[1] < width:
             draft = _widen(draft, width)  # the pass must have the width being measured
@@ -338,10 +363,10 @@ class DecodeBatch:
             t2 = time.perf_counter()
             pacer.observe_pass(len(rows) * (1 + dtokens.shape[1]), t2 - t1)
             pacer.observe_draft(max(ks, default=0), drafting)
-            for row, k, n, a in zip(rows, ks, dn_l, acc_l, strict=True):
-                # The pool holds what the choice reads: per draft for a free proposer, per offer otherwise.
-                pacer.observe_acceptance(n if free else k, a)
-                record(row.offered, row.offered_accepted, k, a)
+            if not free:  # a free proposer's drafts are scored as tokens are emitted (_score_found)
+                for row, k, a in zip(rows, ks, acc_l, strict=True):
+                    pacer.observe_acceptance(k, a)
+                    record(row.offered, row.offered_accepted, k, a)
         dtok_l = draft.tokens.tolist() if any(dn_l) else None
         finished: list[int] = []
         now = time.perf_counter()
@@ -355,12 +380,28 @@ class DecodeBatch:
             if self.engine.adaptive and n:
                 row.k = min(row.k + 1, self.engine.k_max) if a == n else max(1, row.k - 1)
             emitted = (dtok_l[i][:a] if a else []) + [nxt_l[i]]
+            if pacer is not None and free:
+                self._score_found(row, found[i] if found else [], emitted)
             outs.append(self._emit(row, emitted, now))
             if row.finish_reason is not None:
                 finished.append(i)
         if finished:
             self._drop(finished)
         return outs
+
+    def _score_found(self, row: _Row, drafted: list[int], emitted: list[int]) -> None:
+        """Match this step's emitted tokens against the row's open drafts (this step's one included); a settled
+        draft counts, at every position it found, as accepted up to its first mismatch."""
+        if drafted:
+            row.found.append(_Found(drafted))
+        still: list[_Found] = []
+        for f in row.found:
+            if f.feed(emitted):
+                self.engine.pacer.observe_acceptance(len(f.tokens), f.matched)
+                record(row.offered, row.offered_accepted, len(f.tokens), f.matched)
+            else:
+                still.append(f)
+        row.found = still
 
     def _emit(self, row: _Row, emitted: list[int], now: float) -> StepOutput:
         params, st = row.params, row.stats

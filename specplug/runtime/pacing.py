@@ -8,10 +8,11 @@ kernels), so a fixed k either wastes passes or leaves tokens on the table. The p
     value(w) = sum over rows of (1 + sum_{j < min(k_row, w)} a_row[j])  /  (cost(B * (w + 1)) + w * draft_cost)
 
 ``a_row[j]`` is the row's rate of getting draft position j accepted (which implies all before it). A free
-proposer (n-gram: no model to run) drafts first, so the pacer sees each row's draft length and reads rates
-per drafted position; a costly one (a draft model) is told the width before drafting, so its rates are per
-position offered, and a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a
-free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
+proposer (n-gram: no model to run) drafts first, so the pacer sees each row's draft length; its whole draft,
+cut or not, is then scored against the tokens emitted after it (a one-token-per-position draft is accepted at
+j exactly as often as the target emits that token there), so positions past the width sent are learnt too. A
+costly proposer (a draft model) is told the width before drafting, so its rates are per position offered, and
+a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
 position seldom offered takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the
 measured seconds of a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's
 own passes and interpolated between them. A width outside what was measured is chosen for the step's real

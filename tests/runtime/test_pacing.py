@@ -131,3 +131,47 @@ def test_costs_between_measured_sizes_are_interpolated_not_measured():
     assert p.choose([3, 3], [CODE_EDIT_RATES[:3]] * 2) == 0
     p.observe_pass(2, 0.9)
     assert p.choose([3, 3], [CODE_EDIT_RATES[:3]] * 2) in (1, 2, 3)
+
+
+def test_free_drafts_are_scored_past_the_width_sent_to_the_target():
+    # A free proposer's draft is scored against the tokens emitted after it, so the pacer learns positions it
+    # never sent: here the proposer knows the next two tokens and gets the third wrong, and the pacer is held
+    # to width 1; the pool must still see positions 2 and 3 (accepted and rejected) exactly.
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from specplug.runtime.engine import GenerationParams, SpeculativeEngine
+    from specplug.runtime.proposers import Draft
+    from specplug.runtime.tiny import tiny_llama
+
+    target = tiny_llama(layers=2, seed=2)
+    prompt, n_new = [5, 6, 7, 8], 30
+    ref = target.generate(torch.tensor([prompt]), max_new_tokens=n_new, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)[0].tolist()
+
+    class Oracle:
+        name, free = "oracle", True
+
+        def start(self, prompts):
+            return None
+
+        def propose(self, histories, ks, warp, generator):
+            h = histories[0]
+            nxt = ref[len(h) : len(h) + 3]
+            if len(nxt) == 3:
+                nxt[2] = (nxt[2] + 1) % 64  # the third token is always wrong
+            return Draft(torch.tensor([nxt], dtype=torch.long).reshape(1, -1), torch.tensor([len(nxt)]), None)
+
+        def commit(self, n_accepted, next_tokens):
+            return None
+
+        def select(self, rows):
+            return None
+
+    eng = SpeculativeEngine(target, proposer_factory=Oracle, k=3, eos_token_ids=[], paced=True)
+    eng.pacer.choose = lambda ks, rates: min(1, max(ks, default=0))
+    out = eng.generate([prompt], GenerationParams(max_new_tokens=n_new))[0]
+    assert out.tokens == ref[len(prompt) :]
+    assert len(out.stats.drafted_per_position) == 1  # what was sent to the target: width 1
+    offered, accepted = eng.pacer.pool_offered, eng.pacer.pool_accepted
+    assert len(offered) == 3 and offered[2] > 0
+    assert accepted[0] == offered[0] and accepted[1] == offered[1] and accepted[2] == 0
