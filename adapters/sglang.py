@@ -6,6 +6,7 @@ Facts and sources: ../shared/reference/stacks.md section 2; checked against sgla
 
 from __future__ import annotations
 
+import shlex
 from typing import ClassVar
 
 from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
@@ -15,6 +16,8 @@ from specplug.errors import StackError
 from specplug.plan import Plan
 
 # canonical method -> --speculative-algorithm value per version range
+DIST_PORT = 20000  # where the nodes of a multi-node group rendezvous
+
 METHODS: dict[str, tuple[Window, ...]] = {
     # trie n-gram: LOOKAHEAD (PR #9873) was renamed NGRAM by PR #11010 (merged 2025-09-28); releases inferred.
     "ngram": (
@@ -69,6 +72,13 @@ class SGLangAdapter(BaseAdapter):
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.4.1"
     image = StackImage("lmsysorg/sglang", "v{version}", "/root/.cache/huggingface")
+    multi_node = "torch.distributed"
+
+    def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
+        # Every node runs the same server with its rank; only rank 0 answers HTTP.
+        flags = f'--nnodes {nodes} --node-rank "{rank}" --dist-init-addr "{leader}:{DIST_PORT}"'
+        script = f"exec {shlex.join(argv)} {flags}\n"
+        return script, script
 
     def installed_version(self) -> str | None:
         from specplug.adapter import distribution_version

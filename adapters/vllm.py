@@ -7,6 +7,7 @@ Facts and sources: ../shared/reference/stacks.md section 1; checked against vllm
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import metadata
 from typing import ClassVar
 
@@ -27,6 +28,8 @@ MTP_UMBRELLA_SINCE = "0.11.0"
 PER_BATCH_SCHEDULE_SINCE = "0.27.1"
 
 # canonical method -> vLLM's name for it, per version range
+RAY_PORT = 6379  # the Ray head of a multi-node group
+
 METHODS: dict[str, tuple[Window, ...]] = {
     "ngram": (Window("ngram", "0.5.0", source="legacy [ngram] draft; JSON method since 0.8"),),
     "draft_model": (
@@ -89,6 +92,25 @@ class VLLMAdapter(BaseAdapter):
     oldest = "0.5.0"
     # Official image; tags follow the release naming (a 'v' prefix).
     image = StackImage("vllm/vllm-openai", "v{version}", "/root/.cache/huggingface")
+    multi_node = "Ray"
+
+    def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
+        # The leader heads a Ray cluster that the workers join; it serves once every node's GPUs are in.
+        argv = list(argv)
+        if "--distributed-executor-backend" not in argv:
+            argv += ["--distributed-executor-backend", "ray"]
+        total = nodes * gpus_per_node
+        wait = (
+            'import ray, sys; ray.init(address="auto", logging_level="ERROR"); '
+            f'sys.exit(0 if ray.cluster_resources().get("GPU", 0) >= {total} else 1)'
+        )
+        head = (
+            f"ray start --head --port={RAY_PORT}\n"
+            f"# Wait until every worker node has joined the Ray cluster ({total} GPUs) before serving.\n"
+            f"until python3 -c {shlex.quote(wait)}; do sleep 5; done\n"
+            f"exec {shlex.join(argv)}\n"
+        )
+        return head, f'exec ray start --address="{leader}:{RAY_PORT}" --block\n'
 
     def supports_schedule(self, version: str | None) -> bool:
         return has_schedule(version)

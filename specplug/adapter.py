@@ -260,6 +260,16 @@ class BaseAdapter:
     def known_version(self, version: str | None) -> None:
         pick_floor(version, [self.oldest])
 
+    # How the stack spans several nodes (named in messages); None: it serves from one node.
+    multi_node: ClassVar[str | None] = None
+
+    def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
+        """(leader, worker) shell scripts that serve ``argv`` across ``nodes`` nodes, for a stack with ``multi_node``.
+
+        ``leader`` and ``rank`` are shell expressions for the leader's address and this node's index.
+        """
+        raise StackError(f"{self.display_name} serves from one node.", "Pick GPUs with more memory so one node fits.")
+
     def supports_schedule(self, version: str | None) -> bool:
         """Whether the stack can switch draft length per running batch size (vLLM's per-batch schedule)."""
         return False

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specplug.adapter import StackImage, get_adapter
+from specplug.adapter import BUILTIN, StackImage, get_adapter
 from specplug.errors import SpecplugError
 from specplug.fileio import write_atomic
 from specplug.plan import Plan
@@ -28,9 +27,6 @@ from specplug.plan import Plan
 TARGETS = ("compose", "k8s", "lws")
 MANIFEST = "specplug.rendered.yaml"
 WORKDIR = "/specplug"  # where LaunchSpec.files land inside the container (argv names them relatively)
-MULTI_NODE_STACKS = ("vllm", "sglang")
-RAY_PORT = 6379
-SGLANG_DIST_PORT = 20000
 
 
 @dataclass
@@ -439,44 +435,24 @@ def render_k8s(plan: Plan, ctx: RenderContext) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- LeaderWorkerSet
 
 
-def _multi_node_scripts(plan: Plan, p: Pieces, nodes: int, per_node: int) -> tuple[str, str]:
-    """(leader, worker) shell scripts. LWS sets LWS_LEADER_ADDRESS, LWS_GROUP_SIZE and LWS_WORKER_INDEX."""
-    argv = list(p.argv)
-    if plan.stack.name == "vllm":
-        if "--distributed-executor-backend" not in argv:
-            argv += ["--distributed-executor-backend", "ray"]
-        total = nodes * per_node
-        wait = (
-            'import ray, sys; ray.init(address="auto", logging_level="ERROR"); '
-            f'sys.exit(0 if ray.cluster_resources().get("GPU", 0) >= {total} else 1)'
-        )
-        leader = (
-            f"ray start --head --port={RAY_PORT}\n"
-            f"# Wait until every worker node has joined the Ray cluster ({total} GPUs) before serving.\n"
-            f"until python3 -c {shlex.quote(wait)}; do sleep 5; done\n"
-            f"exec {shlex.join(argv)}\n"
-        )
-        worker = f'exec ray start --address="${{LWS_LEADER_ADDRESS}}:{RAY_PORT}" --block\n'
-        return leader, worker
-    # SGLang: every node runs the same server with its rank; only rank 0 answers HTTP.
-    base = shlex.join(argv)
-    flags = f'--nnodes {nodes} --node-rank "${{LWS_WORKER_INDEX}}" --dist-init-addr "${{LWS_LEADER_ADDRESS}}:{SGLANG_DIST_PORT}"'
-    script = f"exec {base} {flags}\n"
-    return script, script
-
-
 def render_lws(plan: Plan, ctx: RenderContext) -> dict[str, str]:
     nodes = plan.parallelism.num_nodes
-    if plan.stack.name not in MULTI_NODE_STACKS:
+    adapter = get_adapter(plan.stack.name)
+    if not getattr(adapter, "multi_node", None):
+        able = [a for a in (get_adapter(n) for n in BUILTIN) if getattr(a, "multi_node", None)]
         raise SpecplugError(
-            f"Multi-node deploy renders support {', '.join(MULTI_NODE_STACKS)}; the plan uses {plan.stack.name}.",
-            "Use vLLM (Ray) or SGLang for models that need several nodes, or pick GPUs with more memory so one node fits.",
+            f"{adapter.display_name} serves from one node, and this plan needs {nodes}.",
+            f"Use {' or '.join(f'{a.display_name} ({a.multi_node})' for a in able)} for models that need several "
+            "nodes, or pick GPUs with more memory so one node fits.",
         )
     p = pieces(plan)
     total = max(p.gpus, plan.hardware.num_gpus)
     per_node = max(1, -(-total // nodes))
     labels = _labels(ctx, plan)
-    leader_script, worker_script = _multi_node_scripts(plan, p, nodes, per_node)
+    # LeaderWorkerSet gives every pod the leader's address and its own index in the group.
+    leader_script, worker_script = adapter.node_scripts(
+        list(p.argv), nodes, per_node, "${LWS_LEADER_ADDRESS}", "${LWS_WORKER_INDEX}"
+    )
     leader = _container(ctx, p, per_node, command=["/bin/bash", "-c"], args=[leader_script])
     worker = _container(ctx, p, per_node, command=["/bin/bash", "-c"], args=[worker_script], serves=False)
     vols = _volumes(ctx, p, per_node)
