@@ -22,7 +22,9 @@ STACK_BEHAVIOUR = {
     "hf": "transformers needs tokenizer= and assistant_tokenizer= (universal assisted generation) when vocabularies differ",
 }
 
-LLAMACPP_MAX_VOCAB_DIFF = 128
+# Largest vocab-size difference each stack takes between a draft and a target that share a tokenizer (padded
+# embeddings); a stack not named takes any.
+VOCAB_SLACK = {"vllm": 0, "llamacpp": 128}
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,10 @@ def compatible(target: Model, draft: Model, stack: str) -> Compat:
         return Compat(False, f"different tokenizers ({tf} vs {df}); {behaviour}")
     tv, dv = target.vocab_size or 0, draft.vocab_size or 0
     if tv != dv:
-        delta = abs(tv - dv)
-        if stack == "vllm":
+        delta, slack = abs(tv - dv), VOCAB_SLACK.get(stack)
+        if slack == 0:
             return Compat(False, f"same tokenizer but vocab sizes differ ({tv} vs {dv}, padding only); {behaviour}")
-        if stack == "llamacpp" and delta > LLAMACPP_MAX_VOCAB_DIFF:
-            return Compat(False, f"vocab sizes differ by {delta} (> {LLAMACPP_MAX_VOCAB_DIFF}); {behaviour}")
+        if slack is not None and delta > slack:
+            return Compat(False, f"vocab sizes differ by {delta} (> {slack}); {behaviour}")
         return Compat(True, f"same tokenizer, vocab padded differently ({tv} vs {dv})")
     return Compat(True)
