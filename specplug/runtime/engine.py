@@ -140,6 +140,7 @@ class _Found:
     """
 
     tokens: list[int]
+    state: int  # the row's run state when it was drafted (_Row.run)
     matched: int = 0
 
     def feed(self, emitted: list[int]) -> bool:
@@ -163,11 +164,18 @@ class _Row:
     text_sent: int = 0
     text: str = ""
     finish_reason: str | None = None
-    # Per draft position: steps this row was allowed to draft that far, and got it accepted (for pacing). For a
-    # free proposer: drafts it found that far, and whether the tokens that followed matched them (see _Found).
+    # Per draft position: steps this row was allowed to draft that far, and got it accepted (for pacing a costly
+    # proposer; a free one's drafts are scored in found_counts, see _Found).
     offered: list[int] = field(default_factory=list)
     offered_accepted: list[int] = field(default_factory=list)
     found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
+    # Whether the row's latest settled free draft matched in full: copied text tends to go on being copied, so a
+    # free proposer's counters are kept per run state (found_counts[state] = offered, accepted per position).
+    run: int = 0
+    found_counts: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+
+    def counts(self, state: int) -> tuple[list[int], list[int]]:
+        return self.found_counts.setdefault(state, ([], []))
 
     @property
     def generated(self) -> list[int]:
@@ -345,7 +353,7 @@ class DecodeBatch:
         if pacer is not None and free and draft.tokens.shape[1]:
             full = draft.tokens.tolist()
             found = [full[i][:n] for i, n in enumerate(draft.n.tolist())]
-            rates = [pacer.rates(r.offered, r.offered_accepted, len(f)) for r, f in zip(rows, found, strict=True)]
+            rates = [pacer.rates(*r.counts(r.run), len(f), r.run) for r, f in zip(rows, found, strict=True)]
             width = pacer.choose([len(f) for f in found], rates)
             draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
         if pacer is not None and pacer.measuring and draft.tokens.shape[1] < width:
@@ -393,12 +401,13 @@ class DecodeBatch:
         """Match this step's emitted tokens against the row's open drafts (this step's one included); a settled
         draft counts, at every position it found, as accepted up to its first mismatch."""
         if drafted:
-            row.found.append(_Found(drafted))
+            row.found.append(_Found(drafted, row.run))
         still: list[_Found] = []
-        for f in row.found:
+        for f in row.found:  # oldest first, so the latest settled one sets the run state
             if f.feed(emitted):
-                self.engine.pacer.observe_acceptance(len(f.tokens), f.matched)
-                record(row.offered, row.offered_accepted, len(f.tokens), f.matched)
+                self.engine.pacer.observe_acceptance(len(f.tokens), f.matched, f.state)
+                record(*row.counts(f.state), len(f.tokens), f.matched)
+                row.run = int(f.matched == len(f.tokens))
             else:
                 still.append(f)
         row.found = still

@@ -175,3 +175,18 @@ def test_free_drafts_are_scored_past_the_width_sent_to_the_target():
     offered, accepted = eng.pacer.pool_offered, eng.pacer.pool_accepted
     assert len(offered) == 3 and offered[2] > 0
     assert accepted[0] == offered[0] and accepted[1] == offered[1] and accepted[2] == 0
+
+
+def test_rates_are_kept_per_run_state():
+    # Drafts made right after a draft matched in full (copying a run) are accepted far more often than the
+    # rest; each state's pool keeps its own rates, shrunk towards the whole pool while it has few drafts.
+    p = DraftPacer()
+    for _ in range(40):
+        p.observe_acceptance(4, 4, state=1)
+        p.observe_acceptance(4, 0, state=0)
+    run, other = p.pool_rates(4, 1), p.pool_rates(4, 0)
+    assert run[3] > 0.85 and other[0] < 0.15
+    assert p.pool_rates(4)[0] == pytest.approx(0.5, abs=0.05)  # the whole pool mixes both
+    assert p.rates([2, 2, 2, 2], [2, 2, 2, 2], 4, state=1)[3] > p.rates([2, 2, 2, 2], [2, 2, 2, 2], 4, state=0)[3]
+    fresh = p.pool_rates(4, 2)  # a state never seen takes the whole pool's rates
+    assert fresh == pytest.approx(p.pool_rates(4))
