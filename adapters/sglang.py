@@ -15,9 +15,9 @@ from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window
 from specplug.errors import StackError
 from specplug.plan import Plan
 
-# canonical method -> --speculative-algorithm value per version range
 DIST_PORT = 20000  # where the nodes of a multi-node group rendezvous
 
+# canonical method -> --speculative-algorithm value per version range
 METHODS: dict[str, tuple[Window, ...]] = {
     # trie n-gram: LOOKAHEAD (PR #9873) was renamed NGRAM by PR #11010 (merged 2025-09-28); releases inferred.
     "ngram": (

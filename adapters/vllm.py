@@ -27,9 +27,9 @@ MTP_UMBRELLA_SINCE = "0.11.0"
 # present in 0.32.0 (checked by tests/stacks); earlier 2026 releases may have it too but are not confirmed.
 PER_BATCH_SCHEDULE_SINCE = "0.27.1"
 
-# canonical method -> vLLM's name for it, per version range
 RAY_PORT = 6379  # the Ray head of a multi-node group
 
+# canonical method -> vLLM's name for it, per version range
 METHODS: dict[str, tuple[Window, ...]] = {
     "ngram": (Window("ngram", "0.5.0", source="legacy [ngram] draft; JSON method since 0.8"),),
     "draft_model": (

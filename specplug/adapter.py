@@ -67,7 +67,8 @@ class StackImage:
     executable: tuple[tuple[str, str], ...] = ()  # argv[0] as the adapter writes it -> its path in the image
     needs_gpu: bool = True
     version_prefix: str = ""  # dropped from the plan's version before it fills the tag ('b4600' -> '4600')
-    # No published image: compose builds this Dockerfile (a format string over {version}) instead.
+    # No published image: compose builds this Dockerfile instead (a format string over {version} and {workdir},
+    # the folder deploy mounts the rendered files in).
     dockerfile: str | None = None
 
     def reference(self, version: str) -> str:

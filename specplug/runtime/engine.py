@@ -164,18 +164,15 @@ class _Row:
     text_sent: int = 0
     text: str = ""
     finish_reason: str | None = None
-    # Per draft position: steps this row was allowed to draft that far, and got it accepted (for pacing a costly
-    # proposer; a free one's drafts are scored in found_counts, see _Found).
-    offered: list[int] = field(default_factory=list)
-    offered_accepted: list[int] = field(default_factory=list)
     found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
     # Whether the row's latest settled free draft matched in full: copied text tends to go on being copied, so a
-    # free proposer's counters are kept per run state (found_counts[state] = offered, accepted per position).
+    # free proposer's counters are kept per run state. A costly proposer's have one state, None.
     run: int = 0
-    found_counts: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    # For pacing, per state and draft position: drafts offered (or found) that far, and accepted that far.
+    pace_counts: dict[int | None, tuple[list[int], list[int]]] = field(default_factory=dict)
 
-    def counts(self, state: int) -> tuple[list[int], list[int]]:
-        return self.found_counts.setdefault(state, ([], []))
+    def counts(self, state: int | None) -> tuple[list[int], list[int]]:
+        return self.pace_counts.setdefault(state, ([], []))
 
     @property
     def generated(self) -> list[int]:
@@ -339,7 +336,7 @@ class DecodeBatch:
         free = bool(getattr(self.proposer, "free", False))
         width = 0
         if pacer is not None and any(ks) and not free:
-            rates = [pacer.rates(r.offered, r.offered_accepted, k) for r, k in zip(rows, ks, strict=True)]
+            rates = [pacer.rates(*r.counts(None), k) for r, k in zip(rows, ks, strict=True)]
             width = pacer.choose(ks, rates)
             ks = [min(k, width) for k in ks]
 
@@ -374,7 +371,7 @@ class DecodeBatch:
             if not free:  # a free proposer's drafts are scored as tokens are emitted (_score_found)
                 for row, k, a in zip(rows, ks, acc_l, strict=True):
                     pacer.observe_acceptance(k, a)
-                    record(row.offered, row.offered_accepted, k, a)
+                    record(*row.counts(None), k, a)
         dtok_l = draft.tokens.tolist() if any(dn_l) else None
         finished: list[int] = []
         now = time.perf_counter()

@@ -13,9 +13,9 @@ cut or not, is then scored against the tokens emitted after it (a one-token-per-
 j exactly as often as the target emits that token there), so positions past the width sent are learnt too;
 and its rates are kept apart by whether the row's previous draft matched in full, since text that is copying
 a run goes on copying it (code-edit here: 0.76 / 0.66 / 0.63 / 0.61 after a full match, 0.65 / 0.30 / 0.18 /
-0.16 otherwise). A
-costly proposer (a draft model) is told the width before drafting, so its rates are per position offered, and
-a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
+0.16 otherwise). A costly proposer (a draft model) is told the width before drafting, so its rates are per
+position offered, and a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a
+free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
 position seldom offered takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the
 measured seconds of a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's
 own passes and interpolated between them. A width outside what was measured is chosen for the step's real
