@@ -6,11 +6,12 @@ Target: SmolLM2-135M-Instruct (packaged, see specplug.runtime.smollm2); drafter:
 (smollm2-135m-draft). Methods: plain greedy decoding (transformers ``generate`` and specplug), specplug n-gram,
 specplug draft model, transformers ``prompt_lookup_num_tokens`` and transformers ``assistant_model``, all with
 the same k; and specplug's paced variants, which choose each step's draft length (up to k) from measured pass
-costs (specplug.runtime.pacing). Every method's greedy tokens are checked against plain decoding. Columns:
-tokens/s (best of the interleaved repeats), speedup over transformers' plain decoding and over specplug's own
-plain decoding, mean acceptance length, same tokens, and specplug / transformers on the same technique; each
-ratio is the median over repeats of the ratio within one repeat, whose runs are neighbours in an order that
-reverses every other repeat.
+costs (specplug.runtime.pacing). N-gram matches are each side's defaults: transformers tries 2 tokens then 1,
+specplug 4 down to 2 with a fixed k and 4 down to 1 paced (specplug.runtime.models.ngram_match). Every
+method's greedy tokens are checked against plain decoding. Columns: tokens/s (best of the interleaved repeats),
+speedup over transformers' plain decoding and over specplug's own plain decoding, mean acceptance length, same
+tokens, and specplug / transformers on the same technique; each ratio is the median over repeats of the ratio
+within one repeat, whose runs are neighbours in an order that reverses every other repeat.
 Workload prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
@@ -88,7 +89,7 @@ def main() -> None:
 
     from specplug.runtime import smollm2
     from specplug.runtime.engine import GenerationParams, SpeculativeEngine
-    from specplug.runtime.models import resolve_device, resolve_dtype
+    from specplug.runtime.models import ngram_match, resolve_device, resolve_dtype
     from specplug.runtime.proposers import DraftModelProposer, NgramProposer
 
     dev = resolve_device(args.device)
@@ -98,7 +99,10 @@ def main() -> None:
     draft = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft()), dtype=dt).to(dev).eval()
     k = args.k
     def ngram() -> NgramProposer:
-        return NgramProposer(2, 4)
+        return NgramProposer(*ngram_match(paced=False))
+
+    def ngram_paced() -> NgramProposer:
+        return NgramProposer(*ngram_match(paced=True))
 
     def drafter() -> DraftModelProposer:
         return DraftModelProposer(draft, dev)
@@ -106,7 +110,7 @@ def main() -> None:
     engines = {
         "plain": SpeculativeEngine(target, tok, None, k=k),
         "ngram": SpeculativeEngine(target, tok, ngram, k=k, adaptive=args.adaptive),
-        "ngram paced": SpeculativeEngine(target, tok, ngram, k=k, paced=True),
+        "ngram paced": SpeculativeEngine(target, tok, ngram_paced, k=k, paced=True),
         "draft": SpeculativeEngine(target, tok, drafter, k=k, adaptive=args.adaptive),
         "draft paced": SpeculativeEngine(target, tok, drafter, k=k, paced=True),
     }

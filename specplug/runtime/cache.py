@@ -161,6 +161,10 @@ class KVState:
 
     def merge(self, other: KVState) -> None:
         """Append ``other``'s rows to this batch, padding the shorter cache on the left with invalid columns."""
+        if not self.batch_size:
+            # Nothing to pad against: take the other's cache as it is (no copy, and a lone batch has no holes).
+            self.cache, self.valid, self.next_pos, self.holes = other.cache, other.valid, other.next_pos, other.holes
+            return
         la, lb = self.length, other.length
         width = max(la, lb)
         if width:

@@ -66,18 +66,22 @@ def unsupported_reason(model: Any) -> str | None:
 
 
 class _Layer:
-    """Keys and values of one layer: a view of the filled part of a preallocated buffer."""
+    """Keys and values of one layer: views of the filled part of one preallocated buffer.
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
-        self.kbuf, self.vbuf, self.length = keys, values, length
+    The buffer is ``(B, 2 * kv_heads, room, D)``, keys in the first ``kv_heads`` heads and values after them,
+    so one copy writes both for a step (see ``LeanDecoder.forward``).
+    """
+
+    def __init__(self, buf: torch.Tensor, kv_heads: int, length: int) -> None:
+        self.buf, self.kv_heads, self.length = buf, kv_heads, length
 
     @property
     def keys(self) -> torch.Tensor:
-        return self.kbuf[:, :, : self.length]
+        return self.buf[:, : self.kv_heads, : self.length]
 
     @property
     def values(self) -> torch.Tensor:
-        return self.vbuf[:, :, : self.length]
+        return self.buf[:, self.kv_heads :, : self.length]
 
 
 class GrowCache:
@@ -97,24 +101,20 @@ class GrowCache:
         b, heads, n, dim = keys.shape
         layer = self.reserve(layer_idx + 1, self.get_seq_length(layer_idx) + n, b, heads, dim, keys)[layer_idx]
         start = layer.length
-        layer.kbuf[:, :, start : start + n] = keys
-        layer.vbuf[:, :, start : start + n] = values
+        layer.buf[:, :heads, start : start + n] = keys
+        layer.buf[:, heads:, start : start + n] = values
         layer.length = start + n
         return layer.keys, layer.values
 
     def reserve(self, layers: int, end: int, b: int, heads: int, dim: int, like: torch.Tensor) -> list[_Layer]:
         """Make the first ``layers`` layers hold at least ``end`` columns (filled ones kept); returns the layers."""
         while len(self.layers) < layers:
-            room = end + _GROW
-            self.layers.append(_Layer(like.new_empty(b, heads, room, dim), like.new_empty(b, heads, room, dim), 0))
+            self.layers.append(_Layer(like.new_empty(b, 2 * heads, end + _GROW, dim), heads, 0))
         for layer in self.layers[:layers]:
-            if end > layer.kbuf.shape[2]:
-                room = max(2 * layer.kbuf.shape[2], end + _GROW)
-                for name in ("kbuf", "vbuf"):
-                    old = getattr(layer, name)
-                    new = old.new_empty(old.shape[0], old.shape[1], room, old.shape[3])
-                    new[:, :, : layer.length] = old[:, :, : layer.length]
-                    setattr(layer, name, new)
+            old = layer.buf
+            if end > old.shape[2]:
+                layer.buf = old.new_empty(old.shape[0], old.shape[1], max(2 * old.shape[2], end + _GROW), old.shape[3])
+                layer.buf[:, :, : layer.length] = old[:, :, : layer.length]
         return self.layers
 
     def crop_to(self, length: int) -> None:
@@ -123,8 +123,7 @@ class GrowCache:
 
     def batch_select_indices(self, rows: torch.Tensor) -> None:
         for layer in self.layers:
-            layer.kbuf = layer.kbuf[rows]
-            layer.vbuf = layer.vbuf[rows]
+            layer.buf = layer.buf[rows]
 
     @classmethod
     def from_kv(cls, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> GrowCache:
@@ -276,25 +275,30 @@ class LeanDecoder(torch.nn.Module):
         # takes both, and repeating would copy the whole cache every layer.
         repeat = mask is not None and input_ids.is_cuda
         layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
-        perm = self.perm
+        perm, nq = self.perm, heads + kv
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
-            qkv = F.linear(x, w.qkv, w.qkv_bias).view(b, n, heads + 2 * kv, dim)
-            qk = qkv[:, :, : heads + kv]
-            qk = qk * cos + qk[..., perm] * sin  # RoPE on q and k together
-            layer.kbuf[:, :, past:end] = qk[:, :, heads:].transpose(1, 2)
-            layer.vbuf[:, :, past:end] = qkv[:, :, heads + kv :].transpose(1, 2)
+            qkv = F.linear(x, w.qkv, w.qkv_bias).view(b, n, nq + kv, dim)
+            # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
+            # and one copy puts both into the cache. Same products and sum as out of place.
+            qk = qkv[:, :, :nq]
+            turned = qk[..., perm].mul_(sin)
+            qk.mul_(cos).add_(turned)
+            buf = layer.buf
+            buf[:, :, past:end] = qkv[:, :, heads:].transpose(1, 2)
             layer.length = end
-            q, k, v = qk[:, :, :heads].transpose(1, 2), layer.kbuf[:, :, :end], layer.vbuf[:, :, :end]
+            k, v = buf[:, :kv, :end], buf[:, kv:, :end]
             if gqa and repeat:
                 k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
             a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling, enable_gqa=gqa and not repeat
+                qkv[:, :, :heads].transpose(1, 2), k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
+                enable_gqa=gqa and not repeat,
             )
-            h = h + F.linear(a.transpose(1, 2).reshape(b * n, -1), w.o, w.ob)
-            x = self._rms(h, w.post_norm, w.post_eps)
-            gu = F.linear(x, w.gate_up)
-            h = h + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], w.down)
+            # In place from here on: h is this forward's own tensor, and in-place ops skip an allocation each.
+            h += F.linear(a.transpose(1, 2).reshape(b * n, -1), w.o, w.ob)
+            gu = F.linear(self._rms(h, w.post_norm, w.post_eps), w.gate_up)
+            g = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
+            h += F.linear(g, w.down)
         h = self._rms(h, self.final_norm, self.final_eps).view(b, n, -1)
         if logits_to_keep:
             h = h[:, -logits_to_keep:]

@@ -140,7 +140,7 @@ class _Found:
     """
 
     tokens: list[int]
-    state: int  # the row's run state when it was drafted (_Row.run)
+    state: tuple[int, int]  # (the row's run state, the proposer's match length) when it was drafted
     matched: int = 0
 
     def feed(self, emitted: list[int]) -> bool:
@@ -166,12 +166,13 @@ class _Row:
     finish_reason: str | None = None
     found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
     # Whether the row's latest settled free draft matched in full: copied text tends to go on being copied, so a
-    # free proposer's counters are kept per run state. A costly proposer's have one state, None.
+    # free proposer's counters are kept per state (this run state, and how long a match found the draft). A
+    # costly proposer's have one state, None.
     run: int = 0
     # For pacing, per state and draft position: drafts offered (or found) that far, and accepted that far.
-    pace_counts: dict[int | None, tuple[list[int], list[int]]] = field(default_factory=dict)
+    pace_counts: dict[tuple[int, int] | None, tuple[list[int], list[int]]] = field(default_factory=dict)
 
-    def counts(self, state: int | None) -> tuple[list[int], list[int]]:
+    def counts(self, state: tuple[int, int] | None) -> tuple[list[int], list[int]]:
         return self.pace_counts.setdefault(state, ([], []))
 
     @property
@@ -346,12 +347,13 @@ class DecodeBatch:
         t0 = time.perf_counter()
         draft = self.proposer.propose([r.history for r in rows], ks, warp, self.generator)
         drafting = time.perf_counter() - t0
-        found: list[list[int]] | None = None
+        found: list[_Found] | None = None
         if pacer is not None and free and draft.tokens.shape[1]:
             full = draft.tokens.tolist()
-            found = [full[i][:n] for i, n in enumerate(draft.n.tolist())]
-            rates = [pacer.rates(*r.counts(r.run), len(f), r.run) for r, f in zip(rows, found, strict=True)]
-            width = pacer.choose([len(f) for f in found], rates)
+            match = draft.match or [0] * len(rows)
+            found = [_Found(t[:n], (r.run, m)) for r, t, n, m in zip(rows, full, draft.n.tolist(), match, strict=True)]
+            rates = [pacer.rates(*r.counts(f.state), len(f.tokens), f.state) for r, f in zip(rows, found, strict=True)]
+            width = pacer.choose([len(f.tokens) for f in found], rates)
             draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
         if pacer is not None and pacer.measuring and draft.tokens.shape[1] < width:
             draft = _widen(draft, width)  # the pass must have the width being measured
@@ -386,7 +388,7 @@ class DecodeBatch:
                 row.k = min(row.k + 1, self.engine.k_max) if a == n else max(1, row.k - 1)
             emitted = (dtok_l[i][:a] if a else []) + [nxt_l[i]]
             if pacer is not None and free:
-                self._score_found(row, found[i] if found else [], emitted)
+                self._score_found(row, found[i] if found else None, emitted)
             outs.append(self._emit(row, emitted, now))
             if row.finish_reason is not None:
                 finished.append(i)
@@ -394,11 +396,11 @@ class DecodeBatch:
             self._drop(finished)
         return outs
 
-    def _score_found(self, row: _Row, drafted: list[int], emitted: list[int]) -> None:
+    def _score_found(self, row: _Row, drafted: _Found | None, emitted: list[int]) -> None:
         """Match this step's emitted tokens against the row's open drafts (this step's one included); a settled
         draft counts, at every position it found, as accepted up to its first mismatch."""
-        if drafted:
-            row.found.append(_Found(drafted, row.run))
+        if drafted is not None and drafted.tokens:
+            row.found.append(drafted)
         still: list[_Found] = []
         for f in row.found:  # oldest first, so the latest settled one sets the run state
             if f.feed(emitted):

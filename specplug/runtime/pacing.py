@@ -28,7 +28,7 @@ n-gram draft is a deterministic function of the history, so cutting it by its le
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 # A width timed once during a burst of load (or only interpolated) could stay excluded for good; every this
 # many steps the width timed longest ago gets this step's pass.
@@ -54,7 +54,7 @@ class DraftPacer:
         self.pool_offered: list[int] = []  # per draft position: row-steps allowed to draft that far
         self.pool_accepted: list[int] = []
         # The same per state a draft was made in (see DraftPacer.rates), each shrunk towards the whole pool.
-        self.state_pools: dict[int, tuple[list[int], list[int]]] = {}
+        self.state_pools: dict[Hashable, tuple[list[int], list[int]]] = {}
 
     # -- learning -------------------------------------------------------------------------------------------
     def observe_pass(self, tokens: int, seconds: float) -> None:
@@ -65,7 +65,7 @@ class DraftPacer:
         if columns > 0:
             self.draft_cost = _average(self.draft_cost or None, seconds / columns)
 
-    def observe_acceptance(self, offered: int, accepted: int, state: int | None = None) -> None:
+    def observe_acceptance(self, offered: int, accepted: int, state: Hashable | None = None) -> None:
         """A row was allowed ``offered`` drafts this step and got ``accepted`` of them through."""
         record(self.pool_offered, self.pool_accepted, offered, accepted)
         if state is not None:
@@ -87,14 +87,16 @@ class DraftPacer:
         lo, hi = self.cost[below], self.cost[above]
         return lo + (hi - lo) * (tokens - below) / (above - below)
 
-    def pool_rates(self, k: int, state: int | None = None) -> list[float]:
+    def pool_rates(self, k: int, state: Hashable | None = None) -> list[float]:
         """The engine-wide acceptance rate per draft position 0..k-1 (of drafts made in ``state``, if given)."""
         whole = _shrunk(self.pool_offered, self.pool_accepted, k, None)
         if state is None:
             return whole
         return _shrunk(*self.state_pools.get(state, ((), ())), k, whole)
 
-    def rates(self, offered: Sequence[int], accepted: Sequence[int], k: int, state: int | None = None) -> list[float]:
+    def rates(
+        self, offered: Sequence[int], accepted: Sequence[int], k: int, state: Hashable | None = None
+    ) -> list[float]:
         """A row's acceptance rate per draft position 0..k-1, from its counters and the engine-wide pool.
 
         ``state`` names the circumstance the counters were kept for (the engine uses whether the row's last

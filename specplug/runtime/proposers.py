@@ -25,6 +25,9 @@ class Draft:
     tokens: torch.Tensor
     n: torch.Tensor
     probs: torch.Tensor | None = None
+    # Per row, how long a context match found the draft (prompt lookup; 0: none). A longer match is a surer
+    # draft, so pacing keeps its acceptance apart. None for proposers without one.
+    match: list[int] | None = None
 
 
 class Proposer(Protocol):
@@ -78,23 +81,27 @@ class NgramProposer:
         self._indexed[row] = max(self._indexed[row], len(hist))
 
     def lookup(self, row: int, hist: list[int], k: int) -> list[int]:
+        return self.match(row, hist, k)[1]
+
+    def match(self, row: int, hist: list[int], k: int) -> tuple[int, list[int]]:
+        """(length of the longest match, up to ``k`` tokens that followed it); (0, []) when nothing matches."""
         self._update(row, hist)
         index = self._index[row]
         for n in range(min(self.max_match, len(hist)), self.min_match - 1, -1):
             e = index[n].get(tuple(hist[-n:]))
             if e is not None:
-                return hist[e : e + k]
-        return []
+                return n, hist[e : e + k]
+        return 0, []
 
     def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None) -> Draft:
-        drafts = [self.lookup(b, h, k) if k > 0 else [] for b, (h, k) in enumerate(zip(histories, ks, strict=True))]
-        width = max((len(d) for d in drafts), default=0)
-        tokens = torch.zeros(len(drafts), width, dtype=torch.long)
-        for b, d in enumerate(drafts):
+        found = [self.match(b, h, k) if k > 0 else (0, []) for b, (h, k) in enumerate(zip(histories, ks, strict=True))]
+        width = max((len(d) for _, d in found), default=0)
+        tokens = torch.zeros(len(found), width, dtype=torch.long)
+        for b, (_, d) in enumerate(found):
             if d:
                 tokens[b, : len(d)] = torch.tensor(d)
-        n = torch.tensor([len(d) for d in drafts], dtype=torch.long)
-        return Draft(tokens, n, None)
+        n = torch.tensor([len(d) for _, d in found], dtype=torch.long)
+        return Draft(tokens, n, None, [m if d else 0 for m, d in found])
 
     def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
         return None

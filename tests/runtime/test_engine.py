@@ -113,6 +113,22 @@ def test_step_stream_cancel_and_join(target, reference):
     assert reference[1][: len(streamed[b])] == streamed[b] and len(streamed[b]) < N_NEW
 
 
+def test_a_lone_request_runs_without_a_mask_until_another_joins(target, reference):
+    eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=2, eos_token_ids=[])
+    batch = eng.start()
+    params = GenerationParams(max_new_tokens=N_NEW)
+    a = batch.add(PROMPTS[0], params)
+    batch.step()
+    batch.step()
+    assert not batch.kv.holes  # the plain causal path: no mask is built or applied
+    c = batch.add(PROMPTS[3], params)  # a longer prompt: the first row gets left padding
+    batch.step()
+    assert batch.kv.holes
+    for _ in batch:
+        pass
+    assert batch.result(a).tokens == reference[0] and batch.result(c).tokens == reference[3]
+
+
 def test_released_results_are_not_kept(target, reference):
     eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=2, eos_token_ids=[])
     batch = eng.start()
@@ -150,6 +166,15 @@ def test_ngram_lookup_prefers_longest_latest_match():
     hist = hist + [1, 2]
     # The longest match "3 1 2"... is absent; "1 2" -> latest is position 4 -> continues 3, 4.
     assert prop.lookup(0, hist, 2) == [3, 4]
+
+
+def test_ngram_drafts_report_how_long_a_match_found_them():
+    prop = NgramProposer(1, 3)
+    hists = [[1, 2, 3, 4, 1, 2, 3], [7, 8, 9], [5, 6, 5]]
+    prop.start(hists)
+    draft = prop.propose(hists, [2, 2, 2], None, None)
+    assert draft.match == [3, 0, 1]  # "1 2 3" -> 4, 1; nothing; "5" -> 6, 5
+    assert draft.n.tolist() == [2, 0, 2]
 
 
 def test_drafter_runs_only_when_asked_to_draft(target, reference):

@@ -3,6 +3,8 @@ shrunk towards the engine-wide pool, and an engine that stops drafting what neve
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from specplug.runtime import pacing
@@ -133,41 +135,62 @@ def test_costs_between_measured_sizes_are_interpolated_not_measured():
     assert p.choose([3, 3], [CODE_EDIT_RATES[:3]] * 2) in (1, 2, 3)
 
 
+def _tiny_reference(n_new: int):
+    """A tiny model, a prompt and the model's own greedy continuation of it (prompt included)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from specplug.runtime.tiny import tiny_llama
+
+    target = tiny_llama(layers=2, seed=2)
+    prompt = [5, 6, 7, 8]
+    ref = target.generate(torch.tensor([prompt]), max_new_tokens=n_new, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)[0].tolist()
+    return target, prompt, ref
+
+
+class _Scripted:
+    """A free proposer whose drafts a test scripts: ``script(history)`` gives (tokens, match length)."""
+
+    name, free = "scripted", True
+
+    def __init__(self, script) -> None:
+        self.script, self.match = script, 0
+
+    def start(self, prompts):
+        return None
+
+    def propose(self, histories, ks, warp, generator):
+        import torch
+
+        from specplug.runtime.proposers import Draft
+
+        nxt, self.match = self.script(histories[0])
+        tokens = torch.tensor([nxt], dtype=torch.long).reshape(1, -1)
+        return Draft(tokens, torch.tensor([len(nxt)]), None, [self.match if nxt else 0])
+
+    def commit(self, n_accepted, next_tokens):
+        return None
+
+    def select(self, rows):
+        return None
+
+
 def test_free_drafts_are_scored_past_the_width_sent_to_the_target():
     # A free proposer's draft is scored against the tokens emitted after it, so the pacer learns positions it
     # never sent: here the proposer knows the next two tokens and gets the third wrong, and the pacer is held
     # to width 1; the pool must still see positions 2 and 3 (accepted and rejected) exactly.
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
     from specplug.runtime.engine import GenerationParams, SpeculativeEngine
-    from specplug.runtime.proposers import Draft
-    from specplug.runtime.tiny import tiny_llama
 
-    target = tiny_llama(layers=2, seed=2)
-    prompt, n_new = [5, 6, 7, 8], 30
-    ref = target.generate(torch.tensor([prompt]), max_new_tokens=n_new, do_sample=False, eos_token_id=None,
-                          pad_token_id=0)[0].tolist()
+    n_new = 30
+    target, prompt, ref = _tiny_reference(n_new)
 
-    class Oracle:
-        name, free = "oracle", True
+    def oracle(h):
+        nxt = ref[len(h) : len(h) + 3]
+        if len(nxt) == 3:
+            nxt[2] = (nxt[2] + 1) % 64  # the third token is always wrong
+        return nxt, 2
 
-        def start(self, prompts):
-            return None
-
-        def propose(self, histories, ks, warp, generator):
-            h = histories[0]
-            nxt = ref[len(h) : len(h) + 3]
-            if len(nxt) == 3:
-                nxt[2] = (nxt[2] + 1) % 64  # the third token is always wrong
-            return Draft(torch.tensor([nxt], dtype=torch.long).reshape(1, -1), torch.tensor([len(nxt)]), None)
-
-        def commit(self, n_accepted, next_tokens):
-            return None
-
-        def select(self, rows):
-            return None
-
-    eng = SpeculativeEngine(target, proposer_factory=Oracle, k=3, eos_token_ids=[], paced=True)
+    eng = SpeculativeEngine(target, proposer_factory=lambda: _Scripted(oracle), k=3, eos_token_ids=[], paced=True)
     eng.pacer.choose = lambda ks, rates: min(1, max(ks, default=0))
     out = eng.generate([prompt], GenerationParams(max_new_tokens=n_new))[0]
     assert out.tokens == ref[len(prompt) :]
@@ -190,3 +213,47 @@ def test_rates_are_kept_per_run_state():
     assert p.rates([2, 2, 2, 2], [2, 2, 2, 2], 4, state=1)[3] > p.rates([2, 2, 2, 2], [2, 2, 2, 2], 4, state=0)[3]
     fresh = p.pool_rates(4, 2)  # a state never seen takes the whole pool's rates
     assert fresh == pytest.approx(p.pool_rates(4))
+
+
+def test_free_drafts_are_paced_by_how_long_a_match_found_them():
+    # A draft found by a long match is surer than one found by a single token. The engine keeps their
+    # acceptance apart (state: run, match length), so it goes on sending the sure drafts and stops sending the
+    # weak ones, where one mixed rate would send both or neither.
+    from specplug.runtime.engine import GenerationParams, SpeculativeEngine
+
+    n_new = 120
+    target, prompt, ref = _tiny_reference(n_new)
+
+    def matcher(h):
+        # Now a "3-token match" (right), now a "1-token match" (wrong), in a fixed pseudo-random order that the
+        # run state (did the previous draft match in full) does not predict.
+        nxt = ref[len(h) : len(h) + 2]
+        if random.Random(len(h)).random() < 0.5:
+            return nxt, 3
+        return [(t + 1) % 64 for t in nxt], 1
+
+    eng = SpeculativeEngine(target, proposer_factory=lambda: _Scripted(matcher), k=2, eos_token_ids=[], paced=True)
+    pacer = eng.pacer
+    for tokens, secs in {1: 1.0, 2: 1.3, 3: 1.35}.items():  # sure drafts pay, weak ones do not
+        pacer.observe_pass(tokens, secs)
+    pacer.observe_pass = lambda tokens, seconds: None  # keep that cost table
+    batch = eng.start()
+    choose = pacer.choose
+    sent: list[tuple[int, int]] = []  # (match length, width sent) per step
+
+    def recording(ks, rates):
+        width = choose(ks, rates)
+        sent.append((batch.proposer.match, width))
+        return width
+
+    pacer.choose = recording
+    rid = batch.add(prompt, GenerationParams(max_new_tokens=n_new))
+    for _ in batch:
+        pass
+    assert batch.result(rid).tokens == ref[len(prompt) :]
+    late = sent[len(sent) // 2 :]
+    weak = [w for m, w in late if m == 1]
+    sure = [w for m, w in late if m == 3]
+    assert weak and sure
+    assert sum(w > 0 for w in weak) <= 2  # weak drafts are (almost) never sent
+    assert sum(w == 2 for w in sure) >= 0.8 * len(sure)  # sure ones go at full width

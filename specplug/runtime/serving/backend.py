@@ -97,10 +97,9 @@ def load_backend(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str
     Loading goes through :func:`specplug.runtime.models.build_engine`, the same path as ``specplug
     generate``, so the server decodes with the same weights, dtype and proposer settings.
     """
-    from specplug.runtime.models import build_engine
+    from specplug.runtime.models import build_engine, ngram_match
 
-    lo = args.prompt_lookup_min or min(2, args.prompt_lookup_max or 2)
-    hi = args.prompt_lookup_max or max(4, lo)
+    lo, hi = ngram_match(args.pace, args.prompt_lookup_min, args.prompt_lookup_max)
     engine = build_engine(
         args.model, method=args.method, drafter=args.drafter, k=args.num_speculative_tokens,
         device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi, paced=args.pace,
