@@ -80,9 +80,6 @@ class NgramProposer:
                 index[n][tuple(hist[e - n : e])] = e
         self._indexed[row] = max(self._indexed[row], len(hist))
 
-    def lookup(self, row: int, hist: list[int], k: int) -> list[int]:
-        return self.match(row, hist, k)[1]
-
     def match(self, row: int, hist: list[int], k: int) -> tuple[int, list[int]]:
         """(length of the longest match, up to ``k`` tokens that followed it); (0, []) when nothing matches."""
         self._update(row, hist)

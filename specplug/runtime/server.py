@@ -49,8 +49,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("-k", "--num-speculative-tokens", type=_positive, default=4, help="Longest draft k (default 4).")
     m.add_argument("--no-pace", dest="pace", action="store_false",
                    help="Draft k tokens every step instead of the length measured pass costs say pays best.")
-    m.add_argument("--prompt-lookup-min", type=_positive, default=None, help="Shortest n-gram to match.")
-    m.add_argument("--prompt-lookup-max", type=_positive, default=None, help="Longest n-gram to match.")
+    m.add_argument("--prompt-lookup-min", type=_positive, default=None,
+                   help="Shortest n-gram to match (default 1 when paced, 2 with --no-pace).")
+    m.add_argument("--prompt-lookup-max", type=_positive, default=None, help="Longest n-gram to match (default 4).")
     m.add_argument("--device", default="auto", help="auto, cpu or cuda[:N].")
     m.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16.")
     m.add_argument("--threads", type=_positive, default=None, help="CPU threads for PyTorch (default: its own).")

@@ -162,10 +162,10 @@ def test_ngram_lookup_prefers_longest_latest_match():
     prop.start([[0]])
     hist = [1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 3]
     # "3" last occurred followed by 4, 5, 7 (latest match wins).
-    assert prop.lookup(0, hist, 3) == [4, 5, 7]
+    assert prop.match(0, hist, 3) == (1, [4, 5, 7])
     hist = hist + [1, 2]
     # The longest match "3 1 2"... is absent; "1 2" -> latest is position 4 -> continues 3, 4.
-    assert prop.lookup(0, hist, 2) == [3, 4]
+    assert prop.match(0, hist, 2) == (2, [3, 4])
 
 
 def test_ngram_drafts_report_how_long_a_match_found_them():
