@@ -18,8 +18,9 @@ position offered, and a draft stopped early counts as a miss (``k_row`` is what 
 free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
 position seldom offered takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the
 measured seconds of a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's
-own passes and interpolated between them. A width outside what was measured is chosen for the step's real
-pass (so it gets timed), and so, now and then, are widths only interpolated and the width timed longest ago.
+own passes, interpolated between them and capped by any larger pass timed cheaper. A width outside what was
+measured is chosen for the step's real pass (so it gets timed), and so, now and then, are widths only
+interpolated and the width timed longest ago (the plain pass included).
 ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
