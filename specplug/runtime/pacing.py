@@ -18,9 +18,9 @@ position offered, and a draft stopped early counts as a miss (``k_row`` is what 
 free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
 position seldom offered takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the
 measured seconds of a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's
-own passes, interpolated between them and capped by any larger pass timed cheaper. A width outside what was
-measured is chosen for the step's real pass (so it gets timed), and so, now and then, are widths only
-interpolated and the width timed longest ago (the plain pass included).
+own passes and interpolated between them. A width outside what was measured is chosen for the step's real
+pass (so it gets timed), and so, now and then, are widths only interpolated and the width timed longest ago
+(the plain pass included).
 ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
@@ -77,23 +77,18 @@ class DraftPacer:
         """Seconds for a pass feeding ``tokens``: measured, or interpolated between measured neighbours.
 
         Batches shrink one request at a time; interpolating keeps that from costing a measurement per width
-        at every new batch size. Outside the measured range there is no estimate (it gets measured).
-
-        A pass never gets cheaper by feeding more tokens, so a larger pass timed cheaper caps the estimate. Why:
-        a timing taken during a burst of load is forgotten slowly, and if it is the plain pass's (width 0), every
-        wider pass looks nearly free beside it; the pacer then keeps drafting and never re-times width 0 (seen at
-        batch 16: plain 0.136 s against 0.139 s for two columns, where the two really cost 1 : 1.35).
+        at every new batch size. Outside the measured range there is no estimate (it gets measured). The curve
+        need not rise with every token: this CPU's BLAS picks kernels by row count, and a pass over 3 rows x 5
+        columns took 107 ms where 4 x 5 took 101 ms, so a cheaper larger pass says nothing about a smaller one.
         """
-        above = [m for m in self.cost if m > tokens]
-        cap = min((self.cost[m] for m in above), default=float("inf"))
         if tokens in self.cost:
-            return min(self.cost[tokens], cap)
+            return self.cost[tokens]
         below = max((m for m in self.cost if m < tokens), default=None)
-        if below is None or not above:
+        above = min((m for m in self.cost if m > tokens), default=None)
+        if below is None or above is None:
             return None
-        nxt = min(above)
-        lo, hi = self.cost[below], self.cost[nxt]
-        return min(lo + (hi - lo) * (tokens - below) / (nxt - below), cap)
+        lo, hi = self.cost[below], self.cost[above]
+        return lo + (hi - lo) * (tokens - below) / (above - below)
 
     def pool_rates(self, k: int, state: Hashable | None = None) -> list[float]:
         """The engine-wide acceptance rate per draft position 0..k-1 (of drafts made in ``state``, if given)."""
@@ -143,10 +138,10 @@ class DraftPacer:
         return best_w
 
     def _floor(self, tokens: int) -> float:
-        """The least a pass feeding ``tokens`` can cost: a pass never gets cheaper by feeding more tokens, so the
-        cost of the largest size below bounds it. Nothing bounds the smallest size timed (usually the plain
-        pass, width 0), so it stays a candidate for re-timing: a burst of load in its timing would otherwise make
-        every draft look cheap beside it, for good."""
+        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: the cost of
+        the largest size below (roughly a bound; see ``estimate``). Nothing is below the smallest size timed
+        (usually the plain pass, width 0), so it stays a candidate for re-timing: a burst of load in its timing
+        would otherwise make every draft look cheap beside it, for good."""
         below = max((m for m in self.cost if m < tokens), default=None)
         return self.cost[below] if below is not None else 0.0
 

@@ -78,10 +78,9 @@ def test_a_width_timed_during_a_burst_of_load_is_measured_again():
 def test_a_plain_pass_timed_during_a_burst_of_load_does_not_make_drafts_look_cheap():
     # Drafts that are rarely accepted only pay if a wider pass costs next to nothing. A plain pass timed during a
     # burst (3.0 against a true 1.0) made every width look cheap beside it, and the pacer, drafting ever since,
-    # never timed the plain pass again. A larger pass timed cheaper caps it, and it gets re-timed.
+    # never timed the plain pass again. It stays a candidate for re-timing.
     weak = [0.08, 0.02, 0.01, 0.0]
     p = _pacer({**CPU_COST, 1: 3.0})
-    assert p.estimate(1) == CPU_COST[2]
     chosen = []
     for _ in range(2 * pacing.REMEASURE_EVERY + 1):
         w = p.choose([4], [weak])
