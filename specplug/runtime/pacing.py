@@ -10,18 +10,18 @@ kernels), so a fixed k either wastes passes or leaves tokens on the table. The p
 ``a_row[j]`` is the row's rate of getting draft position j accepted (which implies all before it). A free
 proposer (n-gram: no model to run) drafts first, so the pacer sees each row's draft length; its whole draft,
 cut or not, is then scored against the tokens emitted after it (a one-token-per-position draft is accepted at
-j exactly as often as the target emits that token there), so positions past the width sent are learnt too;
-and its rates are kept apart by state: whether the row's previous draft matched in full, since text that is
+j exactly as often as the target emits that token there), so positions past the width sent are learnt too; and
+its rates are kept apart by state: whether the row's previous draft matched in full, since text that is
 copying a run goes on copying it (code-edit here: 0.76 / 0.66 / 0.63 / 0.61 after a full match, 0.65 / 0.30 /
-0.18 / 0.16 otherwise), and how long a context match found the draft (a one-token match is a weak guess). A costly proposer (a draft model) is told the width before drafting, so its rates are per
-position offered, and a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a
-free proposer found). Rates are shrunk towards the engine-wide rate while a row has few observations, and a
-position seldom offered takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the
-measured seconds of a target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's
-own passes and interpolated between them. A width outside what was measured is chosen for the step's real
-pass (so it gets timed), and so, now and then, are widths only interpolated and the width timed longest ago
-(the plain pass included).
-``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
+0.18 / 0.16 otherwise), and how long a context match found the draft (a one-token match is a weak guess). A
+costly proposer (a draft model) is told the width before drafting, so its rates are per position offered, and
+a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a free proposer found).
+Rates are shrunk towards the engine-wide rate while a row has few observations, and a position seldom offered
+takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the measured seconds of a
+target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's own passes and
+interpolated between them. A width outside what was measured is chosen for the step's real pass (so it gets
+timed), and so, now and then, are widths only interpolated and the width timed longest ago (the plain pass
+included). ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
 n-gram draft is a deterministic function of the history, so cutting it by its length is one as well.
@@ -103,7 +103,7 @@ class DraftPacer:
         """A row's acceptance rate per draft position 0..k-1, from its counters and the engine-wide pool.
 
         ``state`` names the circumstance the counters were kept for (the engine uses whether the row's last
-        draft matched in full: text that copies a run goes on copying it), and picks the pool to shrink to.
+        draft matched in full, and how long a match found this draft), and picks the pool to shrink to.
         """
         return _shrunk(offered, accepted, k, self.pool_rates(k, state))
 
