@@ -214,10 +214,6 @@ class LeanDecoder(torch.nn.Module):
                 )
             )
         self.inter = self.weights[0].gate_up.shape[0] // 2 if self.weights else 0
-        half = self.head_dim // 2
-        # rotate_half(x) = cat(-x2, x1) is x[perm] with the first half negated: RoPE becomes two products and a
-        # sum, with the sign carried by sin (see forward).
-        self.perm = torch.cat([torch.arange(half, self.head_dim), torch.arange(half)]).to(self.embed.device)
 
     @staticmethod
     def new_cache() -> GrowCache:
@@ -255,8 +251,8 @@ class LeanDecoder(torch.nn.Module):
         h = self.embed.index_select(0, input_ids.reshape(-1))
         cos, sin = self.rotary(h.view(b, n, -1), position_ids)
         half = self.head_dim // 2
-        # (B, n, 1, D), broadcast over the heads of q and k at once; the sign of rotate_half moves into sin
-        # (-x * s and x * -s are the same float).
+        # (B, n, 1, D), broadcast over the heads of q and k at once. rotate_half(x) = cat(-x2, x1) is x rolled by
+        # half with the first half negated; the sign moves into sin (-x * s and x * -s are the same float).
         cos = cos.unsqueeze(2)
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(2)
         mask, causal = attention_mask, False
@@ -273,14 +269,14 @@ class LeanDecoder(torch.nn.Module):
         # takes both, and repeating would copy the whole cache every layer.
         repeat = mask is not None and input_ids.is_cuda
         layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
-        perm, nq = self.perm, heads + kv
+        nq = heads + kv
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
             qkv = F.linear(x, w.qkv, w.qkv_bias).view(b, n, nq + kv, dim)
             # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
             # and one copy puts both into the cache. Same products and sum as out of place.
             qk = qkv[:, :, :nq]
-            turned = qk[..., perm].mul_(sin)
+            turned = qk.roll(half, -1).mul_(sin)  # rotate_half without its sign (carried by sin)
             qk.mul_(cos).add_(turned)
             buf = layer.buf
             buf[:, :, past:end] = qkv[:, :, heads:].transpose(1, 2)
