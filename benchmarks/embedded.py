@@ -11,7 +11,9 @@ specplug 4 down to 2 with a fixed k and 4 down to 1 paced (specplug.runtime.mode
 method's greedy tokens are checked against plain decoding. Columns: tokens/s (best of the interleaved repeats),
 speedup over transformers' plain decoding and over specplug's own plain decoding, mean acceptance length, same
 tokens, and specplug / transformers on the same technique; each ratio is the median over repeats of the ratio
-within one repeat, whose runs are neighbours in an order that reverses every other repeat.
+within one repeat, whose runs are neighbours in an order that reverses every other repeat. Transformers runs
+on its own copy of each model, as loaded: on a CPU specplug's decoder re-lays some weights for faster products
+(specplug.runtime.decoder.CPU_TRANSPOSED), and over shared weights transformers would get that speed-up too.
 Workload prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
@@ -95,8 +97,11 @@ def main() -> None:
     dev = resolve_device(args.device)
     dt = resolve_dtype("auto", dev)
     tok = AutoTokenizer.from_pretrained(str(smollm2.ensure_target()))
-    target = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_target()), dtype=dt).to(dev).eval()
-    draft = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft()), dtype=dt).to(dev).eval()
+    def load(path):
+        return AutoModelForCausalLM.from_pretrained(str(path), dtype=dt).to(dev).eval()
+
+    target, draft = load(smollm2.ensure_target()), load(smollm2.ensure_draft())
+    hf_target, hf_draft = load(smollm2.ensure_target()), load(smollm2.ensure_draft())
     k = args.k
     def ngram() -> NgramProposer:
         return NgramProposer(*ngram_match(paced=False))
@@ -138,7 +143,7 @@ def main() -> None:
         sync()
         t = time.perf_counter()
         with torch.inference_mode():
-            out = target.generate(x, generation_config=gcfg, max_new_tokens=n, **kw)
+            out = hf_target.generate(x, generation_config=gcfg, max_new_tokens=n, **kw)
         sync()
         secs = time.perf_counter() - t
         toks = out[0, x.shape[1] :].tolist()
@@ -160,7 +165,7 @@ def main() -> None:
         "sp ngram paced": lambda w, n=n: sp("ngram paced", w, n),
         "hf prompt-lookup": lambda w, n=n: hf(w, n, prompt_lookup_num_tokens=k),
         "specplug ngram": lambda w, n=n: sp("ngram", w, n),
-        "hf assistant": lambda w, n=n: hf(w, n, assistant_model=draft),
+        "hf assistant": lambda w, n=n: hf(w, n, assistant_model=hf_draft),
         "sp draft paced": lambda w, n=n: sp("draft paced", w, n),
         "specplug draft": lambda w, n=n: sp("draft", w, n),
     }

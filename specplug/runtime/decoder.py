@@ -2,12 +2,16 @@
 
 Why: on a CPU, a forward of SmolLM2-135M through transformers spends about as long in module dispatch, mask
 building and cache concatenation as in the matrix products. This module runs the same arithmetic, in the same
-order and dtype, on the same weights, so its logits are bit-identical to the transformers model's
-(``tests/runtime/test_decoder.py`` checks it) while a step makes far fewer operator calls: projections of one
+order and dtype, on the same weights, so with the weights laid out as loaded its logits are bit-identical to
+the transformers model's (``tests/runtime/test_decoder.py`` checks it) while a step makes far fewer operator calls: projections of one
 input (q/k/v, gate/up) are one matrix product over a stacked weight, which the model's own parameters then view
 (no copy), and RoPE turns q and k in one go. Its KV cache
 (:class:`GrowCache`) writes new columns into preallocated room instead of concatenating the whole cache each
 step, and rolls back by moving a length.
+
+On a CPU in float32 the weights are also laid out for MKL (see :data:`CPU_LAYOUT`): some stored transposed,
+which MKL multiplies faster, and two kept both ways. Against the model as loaded, logits then differ in the
+last bits (the products sum in another order) and greedy tokens stay the same (tested).
 
 Architectures whose layers have exactly the Llama shape (q/k/v/o projections, optional biases, RMSNorm, gated
 SiLU MLP, rotary positions) take this path; anything else (sliding windows, q/k norms, soft-capping, MoE)
@@ -31,6 +35,17 @@ SUPPORTED = {
     "qwen2": ("use_sliding_window",),
 }
 _GROW = 256  # columns added per reallocation, at least
+
+# How a float32 decoder on a CPU stores each weight for the product ``x @ W.T`` (benchmarks/weight_layout.py
+# measures it). "torch": as loaded, (out, in). "transposed": (in, out), which MKL multiplies as its "NN"
+# product; the model's parameters view the new storage, so nothing is copied. "both": a transposed copy as well,
+# used except at TORCH_LAYOUT_ROWS rows. Why: for torch's layout MKL's one-row kernel runs well below memory
+# bandwidth and its kernels for 4+ rows are slower still. On SmolLM2-135M's shapes (2-core AVX-512 Xeon),
+# transposed q/k/v and o were as fast or faster at 1-5 rows; gate/up and the LM head 1.2-1.3x faster at 1 and
+# 4-5 rows but 1.1-1.2x slower at 2-3, where a one-token draft is verified; down was slower.
+CPU_LAYOUT = {"qkv": "transposed", "o": "transposed", "gate_up": "both", "down": "torch", "lm_head": "both"}
+TORCH_LAYOUT_ROWS = frozenset({2, 3})
+CPU_COPY_BUDGET = 1 << 30  # bytes the "both" copies may add; for a larger model they stay as loaded
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -142,23 +157,27 @@ class _Weights:
     ob: torch.Tensor | None
     post_norm: torch.Tensor
     gate_up: torch.Tensor  # gate and up projections stacked
+    gate_up_t: torch.Tensor  # the same values stored transposed (CPU_LAYOUT "both"), or gate_up itself
     down: torch.Tensor
     in_eps: float
     post_eps: float
 
 
-def _fuse(owner: Any, linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _fuse(owner: Any, linears: list[Any], transposed: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One weight (and bias) for projections of the same input: one matrix product instead of several.
 
     Why: on a CPU every operator call costs microseconds, and a decode step makes hundreds of them. Each output
     row is the same dot product either way, so the logits stay bit-identical. The modules' own parameters become
     views into the stacked tensor, so no memory is duplicated; ``owner`` remembers it, so that several decoders
-    over one model (several engines) share it too.
+    over one model (several engines) share it too. ``transposed`` stores the stack as (in, out) (see
+    :data:`CPU_LAYOUT`).
     """
     cached = getattr(owner, "_specplug_fused", None)
     if cached is not None and linears[0].weight.data_ptr() == cached[0].data_ptr():
         return cached
     weight = torch.cat([m.weight.detach() for m in linears])
+    if transposed:
+        weight = _transposed(weight)
     bias = None
     if any(m.bias is not None for m in linears):
         # A zero bias adds exact zeros to the rows that had none.
@@ -173,6 +192,29 @@ def _fuse(owner: Any, linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | 
         start += rows
     owner._specplug_fused = (weight, bias)
     return weight, bias
+
+
+def _transposed(w: torch.Tensor) -> torch.Tensor:
+    """``w``'s values stored (in, out), viewed as ``w``'s shape: ``F.linear`` then runs MKL's "NN" product."""
+    return w.detach().t().contiguous().t()
+
+
+def _relay(param: torch.nn.Parameter, transposed: bool) -> torch.nn.Parameter:
+    """``param``, its storage made (in, out) when ``transposed``; the same values."""
+    if transposed and param.data.is_contiguous():  # not already re-laid by another decoder over this model
+        param.data = _transposed(param.data)
+    return param
+
+
+def _copy_of(owner: Any, weight: torch.Tensor, both: bool) -> torch.Tensor:
+    """A transposed copy of ``weight`` when ``both`` (else ``weight``), kept on ``owner`` for other decoders."""
+    if not both:
+        return weight
+    cached = getattr(owner, "_specplug_transposed", None)
+    if cached is None or cached[0] != weight.data_ptr():
+        cached = (weight.data_ptr(), _transposed(weight))
+        owner._specplug_transposed = cached
+    return cached[1]
 
 
 def _eps(norm: Any) -> float:
@@ -196,20 +238,32 @@ class LeanDecoder(torch.nn.Module):
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
         self.scaling = self.head_dim**-0.5
         inner = model.model
+        head = model.lm_head.weight
+        layers = inner.layers[: cfg.num_hidden_layers]
+        layout = dict(CPU_LAYOUT) if head.device.type == "cpu" and head.dtype == torch.float32 else {}
+        sizes = {"lm_head": head.numel(), "gate_up": sum(2 * x.mlp.gate_proj.weight.numel() for x in layers)}
+        copies = sum(sizes.get(kind, 0) for kind, how in layout.items() if how == "both")
+        if copies * head.element_size() > CPU_COPY_BUDGET:
+            layout = {kind: "torch" if how == "both" else how for kind, how in layout.items()}
+        t = {kind for kind, how in layout.items() if how == "transposed"}
+        both = {kind for kind, how in layout.items() if how == "both"}
         self.rotary = inner.rotary_emb
+        # Re-laid before the embedding is read: with tied embeddings the two are one parameter.
+        self.lm_head = _relay(head, "lm_head" in t)
+        self.lm_head_t = _copy_of(model.lm_head, self.lm_head, "lm_head" in both)
+        self.lm_bias = getattr(model.lm_head, "bias", None)
         self.embed = inner.embed_tokens.weight
         self.final_norm, self.final_eps = inner.norm.weight, _eps(inner.norm)
-        self.lm_head = model.lm_head.weight
-        self.lm_bias = getattr(model.lm_head, "bias", None)
         self.weights = []
-        for layer in inner.layers[: cfg.num_hidden_layers]:
+        for layer in layers:
             a, m = layer.self_attn, layer.mlp
-            qkv, qkv_bias = _fuse(a, [a.q_proj, a.k_proj, a.v_proj])
-            gate_up, _ = _fuse(m, [m.gate_proj, m.up_proj])
+            qkv, qkv_bias = _fuse(a, [a.q_proj, a.k_proj, a.v_proj], "qkv" in t)
+            gate_up, _ = _fuse(m, [m.gate_proj, m.up_proj], "gate_up" in t)
             self.weights.append(
                 _Weights(
-                    layer.input_layernorm.weight, qkv, qkv_bias, a.o_proj.weight, a.o_proj.bias,
-                    layer.post_attention_layernorm.weight, gate_up, m.down_proj.weight,
+                    layer.input_layernorm.weight, qkv, qkv_bias, _relay(a.o_proj.weight, "o" in t), a.o_proj.bias,
+                    layer.post_attention_layernorm.weight, gate_up, _copy_of(m, gate_up, "gate_up" in both),
+                    _relay(m.down_proj.weight, "down" in t),
                     _eps(layer.input_layernorm), _eps(layer.post_attention_layernorm),
                 )
             )
@@ -270,6 +324,7 @@ class LeanDecoder(torch.nn.Module):
         repeat = mask is not None and input_ids.is_cuda
         layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
         nq = heads + kv
+        alt = b * n not in TORCH_LAYOUT_ROWS  # which copy of a weight kept both ways (CPU_LAYOUT)
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
             qkv = F.linear(x, w.qkv, w.qkv_bias).view(b, n, nq + kv, dim)
@@ -290,13 +345,14 @@ class LeanDecoder(torch.nn.Module):
             )
             # In place from here on: h is this forward's own tensor, and in-place ops skip an allocation each.
             h += F.linear(a.transpose(1, 2).reshape(b * n, -1), w.o, w.ob)
-            gu = F.linear(self._rms(h, w.post_norm, w.post_eps), w.gate_up)
+            gu = F.linear(self._rms(h, w.post_norm, w.post_eps), w.gate_up_t if alt else w.gate_up)
             g = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
             h += F.linear(g, w.down)
         h = self._rms(h, self.final_norm, self.final_eps).view(b, n, -1)
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
-        return SimpleNamespace(logits=F.linear(h, self.lm_head, self.lm_bias), cache=cache)
+        head = self.lm_head if b * h.shape[1] in TORCH_LAYOUT_ROWS else self.lm_head_t
+        return SimpleNamespace(logits=F.linear(h, head, self.lm_bias), cache=cache)
 
 
 def lean(model: Any) -> Any:

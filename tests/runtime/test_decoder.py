@@ -1,6 +1,6 @@
-"""The lean Llama forward: bit-identical logits to transformers in every shape the engine feeds it (prefill,
-one-token decode, multi-token verification, left-padded batches with holes), a cache that grows and rolls back
-correctly, and models it cannot run are left to transformers."""
+"""The lean Llama forward: bit-identical logits to transformers over the same weights in every shape the engine
+feeds it (prefill, one-token decode, multi-token verification, left-padded batches with holes), a cache that
+grows and rolls back correctly, and models it cannot run are left to transformers."""
 
 from __future__ import annotations
 
@@ -51,38 +51,61 @@ def qwen2_biased():
     return model
 
 
-@pytest.mark.parametrize("name", ["model32", "qwen2_biased"])
-def test_logits_bit_identical_prefill_decode_verify(name, request):
-    model = request.getfixturevalue(name)
+def _lean_against_transformers(model, batch):
+    """Logits of transformers over ``model`` as loaded, of a LeanDecoder over it, and of transformers again after
+    (over the weights it now views), for a prefill then decode and verification steps of 1, 2 and 5 tokens."""
     g = torch.Generator().manual_seed(0)
-    steps = [torch.randint(0, 128, (2, 17), generator=g), torch.randint(0, 128, (2, 1), generator=g),
-             torch.randint(0, 128, (2, 5), generator=g), torch.randint(0, 128, (2, 1), generator=g)]
-    want, _ = _feed(model, steps)
-    got, _ = _feed(LeanDecoder(model), steps)
-    for w, o in zip(want, got, strict=True):
-        assert torch.equal(w, o)
-    # The transformers model still computes the same logits over the stacked weights it now views.
-    again, _ = _feed(model, steps)
-    for w, o in zip(want, again, strict=True):
-        assert torch.equal(w, o)
+    steps = [torch.randint(0, 128, (batch, n), generator=g) for n in (17, 1, 2, 5, 1)]
+    return _feed(model, steps)[0], _feed(LeanDecoder(model), steps)[0], _feed(model, steps)[0]
+
+
+@pytest.mark.parametrize("name", ["model32", "qwen2_biased"])
+def test_logits_bit_identical_prefill_decode_verify(name, request, monkeypatch):
+    # With the weights as loaded (no CPU re-layout), the decoder is transformers' arithmetic bit for bit, and
+    # the transformers model computes the same logits over the stacked weights it now views.
+    monkeypatch.setattr(decoder, "CPU_LAYOUT", {})
+    for want, got, again in zip(*_lean_against_transformers(request.getfixturevalue(name), 2), strict=True):
+        assert torch.equal(want, got) and torch.equal(want, again)
+
+
+def test_cpu_layout_moves_only_the_last_bits():
+    # float32 on a CPU: weights laid out for MKL (CPU_LAYOUT); one row per pass uses the transposed copies and
+    # 2-3 rows torch's layout. Only rounding may differ from the model as loaded.
+    assert decoder.CPU_LAYOUT
+    model = tiny_llama(vocab_size=128, hidden_size=96, layers=3, heads=6, kv_heads=2, dtype=torch.float32,
+                       init_std=0.05, seed=9)
+    for want, got, _ in zip(*_lean_against_transformers(model, 1), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_decoders_over_one_model_share_its_weights():
     # Stacking q/k/v and gate/up must not copy the model: its own parameters become views of the stacks, and
     # a second decoder (a second engine over the same target) reuses them.
-    model = tiny_llama(layers=2, seed=5)
+    # On a CPU in float32 the weights are laid out as CPU_LAYOUT says, once, whatever the number of decoders.
+    model = tiny_llama(layers=2, seed=5, dtype=torch.float32)
     first, second = LeanDecoder(model), LeanDecoder(model)
+    layout = decoder.CPU_LAYOUT
+    assert first.lm_head.data_ptr() == second.lm_head.data_ptr() == model.lm_head.weight.data_ptr()
+    assert first.lm_head_t.data_ptr() == second.lm_head_t.data_ptr()
+    assert first.lm_head_t.t().is_contiguous() == (layout["lm_head"] != "torch")
     for layer, a, b in zip(model.model.layers, first.weights, second.weights, strict=True):
         attn, mlp = layer.self_attn, layer.mlp
         assert a.qkv.data_ptr() == b.qkv.data_ptr() and a.gate_up.data_ptr() == b.gate_up.data_ptr()
+        assert a.gate_up_t.data_ptr() == b.gate_up_t.data_ptr()
+        assert a.o.data_ptr() == b.o.data_ptr() == attn.o_proj.weight.data_ptr()
+        for kind, w in (("qkv", a.qkv), ("o", a.o), ("gate_up", a.gate_up), ("down", a.down)):
+            assert w.t().is_contiguous() == (layout[kind] == "transposed"), kind
+        assert a.gate_up_t.t().is_contiguous() == (layout["gate_up"] != "torch")
+        assert torch.equal(a.gate_up_t, a.gate_up)
         for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
             assert proj.weight.untyped_storage().data_ptr() == a.qkv.untyped_storage().data_ptr()
         for proj in (mlp.gate_proj, mlp.up_proj):
             assert proj.weight.untyped_storage().data_ptr() == a.gate_up.untyped_storage().data_ptr()
 
 
-def test_logits_bit_identical_with_holes(model32):
+def test_logits_bit_identical_with_holes(model32, monkeypatch):
     # A left-padded batch (rows of different lengths), then a verification step with padding in one row.
+    monkeypatch.setattr(decoder, "CPU_LAYOUT", {})
     g = torch.Generator().manual_seed(1)
     steps = [torch.randint(0, 128, (3, 9), generator=g), torch.randint(0, 128, (3, 4), generator=g)]
     masks = [torch.tensor([[True] * 9, [False] * 4 + [True] * 5, [False] * 8 + [True]]),
@@ -122,6 +145,22 @@ def test_lean_and_transformers_paths_decode_the_same(model32):
         assert isinstance(eng.target, LeanDecoder) is use_lean
         runs[use_lean] = [r.tokens for r in eng.generate(prompts, params)]
     assert runs[True] == runs[False]
+
+
+def test_greedy_tokens_are_unchanged_by_the_cpu_relayout():
+    # float32 on a CPU: the decoder lays weights out for MKL, so its sums run in another order. Greedy
+    # tokens must still be transformers' over the weights as loaded, for plain and speculative decoding and a
+    # batch whose rows verify different widths.
+    model = tiny_llama(vocab_size=128, hidden_size=96, layers=3, heads=6, kv_heads=2, dtype=torch.float32,
+                       init_std=0.05, seed=8)
+    prompts = [[5, 6, 7, 8, 5, 6, 7], [20, 21, 22, 23, 20, 21, 22, 23, 20], [2]]
+    with torch.inference_mode():
+        ref = [model.generate(torch.tensor([p]), max_new_tokens=30, do_sample=False, eos_token_id=None,
+                              pad_token_id=1)[0, len(p):].tolist() for p in prompts]
+    for factory in (None, lambda: NgramProposer(1, 3)):
+        eng = SpeculativeEngine(model, proposer_factory=factory, k=3, eos_token_ids=[])
+        assert eng.target.lm_head_t.t().is_contiguous() == (decoder.CPU_LAYOUT["lm_head"] != "torch")
+        assert [r.tokens for r in eng.generate(prompts, GenerationParams(max_new_tokens=30))] == ref
 
 
 def test_other_architectures_keep_transformers_forward():
