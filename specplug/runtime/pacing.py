@@ -21,8 +21,7 @@ takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is
 target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's own passes and
 interpolated between them. A width outside what was measured is chosen for the step's real pass (so it gets
 timed), and so, now and then, are widths only interpolated and the width timed longest ago (the plain pass
-included), unless even its fastest timing says it cannot pay. ``draft_cost`` is the proposer's measured
-seconds per drafted column (near zero for n-gram).
+included). ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
 n-gram draft is a deterministic function of the history, so cutting it by its length is one as well.
@@ -36,9 +35,6 @@ from collections.abc import Hashable, Sequence
 # many steps the width timed longest ago gets this step's pass.
 REMEASURE_EVERY = 16
 MEASURE_UNTIMED_EVERY = 4
-# Timings of one size before its fastest is trusted as what it can cost at best (two bursts of load in a row are
-# unlikely); until then the cost of a smaller size stands in (see DraftPacer._floor).
-TIMINGS_TO_TRUST = 2
 # Weights of a new timing in the moving average: other processes only ever add time, so a faster pass is
 # believed at once and a slower one slowly (the cost still rises as contexts grow).
 FASTER, SLOWER = 1.0, 0.1
@@ -52,7 +48,6 @@ class DraftPacer:
     def __init__(self) -> None:
         self.cost: dict[int, float] = {}  # tokens fed per pass -> seconds (moving average)
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
-        self.fastest: dict[int, tuple[float, int]] = {}  # tokens fed per pass -> (fastest timing, timings)
         self.steps = 0
         self.explored_at = 0  # step of the latest width chosen to be measured
         self.measuring = False  # the latest choice was made to measure its cost
@@ -66,8 +61,6 @@ class DraftPacer:
     def observe_pass(self, tokens: int, seconds: float) -> None:
         self.cost[tokens] = _average(self.cost.get(tokens), seconds)
         self.timed_at[tokens] = self.steps
-        best, n = self.fastest.get(tokens, (seconds, 0))
-        self.fastest[tokens] = (min(best, seconds), n + 1)
 
     def observe_draft(self, columns: int, seconds: float) -> None:
         if columns > 0:
@@ -145,16 +138,12 @@ class DraftPacer:
         return best_w
 
     def _floor(self, tokens: int) -> float:
-        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: its fastest
-        timing once it has ``TIMINGS_TO_TRUST`` (so a width that cannot pay even then is not timed again, each
-        try costing a step), else the cost of the largest size below (roughly a bound; see ``estimate``). Nothing
-        is below the smallest size timed (usually the plain pass, width 0), so it stays a candidate for
-        re-timing: a burst of load in its timing would otherwise make every draft look cheap beside it."""
+        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: the cost of
+        the largest size below (roughly a bound; see ``estimate``). Nothing is below the smallest size timed
+        (usually the plain pass, width 0), so it stays a candidate for re-timing: a burst of load in its timing
+        would otherwise make every draft look cheap beside it, for good."""
         below = max((m for m in self.cost if m < tokens), default=None)
-        if below is None:
-            return 0.0
-        best, n = self.fastest.get(tokens, (0.0, 0))
-        return best if n >= TIMINGS_TO_TRUST else self.cost[below]
+        return self.cost[below] if below is not None else 0.0
 
     def _to_measure(self, batch: int, promising: Sequence[int]) -> int | None:
         """Of ``promising`` widths: one whose cost cannot be estimated (the widest first, so one pass brackets

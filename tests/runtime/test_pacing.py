@@ -90,21 +90,6 @@ def test_a_plain_pass_timed_during_a_burst_of_load_does_not_make_drafts_look_che
     assert chosen[-pacing.REMEASURE_EVERY :].count(0) >= pacing.REMEASURE_EVERY - 1  # (one may re-time a width)
 
 
-def test_a_width_that_cannot_pay_at_its_fastest_timing_is_not_timed_again():
-    # Free chat: one-token guesses, rarely right. Width 1 costs 1.1 plain passes and earns 1.08 tokens, so it
-    # never pays; once timed twice, its fastest timing says so, and no step is spent re-timing it.
-    weak = [0.08, 0.02, 0.01, 0.0]
-    p = _pacer(CPU_COST)
-    for tokens, secs in CPU_COST.items():
-        p.observe_pass(tokens, secs)
-    chosen = []
-    for _ in range(4 * pacing.REMEASURE_EVERY):
-        w = p.choose([4], [weak])
-        chosen.append(w)
-        p.observe_pass(w + 1, CPU_COST[w + 1])
-    assert chosen == [0] * len(chosen)
-
-
 def test_positions_never_offered_follow_the_trend_not_a_pessimistic_prior():
     """Text that copies long runs: the first two positions are accepted ~90%/80% and the pacer chose width 2
     so far. Positions 3 and 4 must not look hopeless just because they were never offered."""
