@@ -103,6 +103,16 @@ def test_decoders_over_one_model_share_its_weights():
             assert proj.weight.untyped_storage().data_ptr() == a.gate_up.untyped_storage().data_ptr()
 
 
+def test_copies_past_the_memory_budget_are_not_made(monkeypatch):
+    # A model whose transposed copies would add more than CPU_COPY_BUDGET keeps one layout of those weights.
+    monkeypatch.setattr(decoder, "CPU_COPY_BUDGET", 0)
+    model = tiny_llama(layers=2, seed=6, dtype=torch.float32)
+    lean_model = LeanDecoder(model)
+    assert lean_model.lm_head_t is lean_model.lm_head
+    assert all(w.gate_up_t is w.gate_up for w in lean_model.weights)
+    assert lean_model.weights[0].qkv.t().is_contiguous() == (decoder.CPU_LAYOUT["qkv"] == "transposed")
+
+
 def test_logits_bit_identical_with_holes(model32, monkeypatch):
     # A left-padded batch (rows of different lengths), then a verification step with padding in one row.
     monkeypatch.setattr(decoder, "CPU_LAYOUT", {})
