@@ -12,8 +12,8 @@ method's greedy tokens are checked against plain decoding. Columns: tokens/s (be
 speedup over transformers' plain decoding and over specplug's own plain decoding, mean acceptance length, same
 tokens, and specplug / transformers on the same technique; each ratio is the median over repeats of the ratio
 within one repeat, whose runs are neighbours in an order that reverses every other repeat. Transformers runs
-on its own copy of each model, as loaded: on a CPU specplug's decoder re-lays some weights for faster products
-(specplug.runtime.decoder.CPU_TRANSPOSED), and over shared weights transformers would get that speed-up too.
+on its own copy of each model, as loaded: on a CPU specplug's decoder lays weights out for faster products
+(specplug.runtime.decoder.CPU_LAYOUT), and over shared weights transformers would get part of that speed-up.
 Workload prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
