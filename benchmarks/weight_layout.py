@@ -1,10 +1,11 @@
-"""Which weight layout multiplies faster on this CPU: torch's (out, in) or transposed (in, out)?
+"""Which stored form of a weight multiplies fastest on this CPU.
 
-Backs ``specplug.runtime.decoder.CPU_LAYOUT``. For each weight of the packaged SmolLM2-135M (or the
-``--config`` given), one copy per layer (so that, as in a real forward pass, the weights are not in cache),
-it times ``x @ W.T`` for 1-5 rows of ``x`` with W stored either way, interleaved, and prints the median time
-over all layers and the ratio (above 1: transposed is faster). The last lines add the weights up, torch's
-layout against the mix specplug uses.
+Backs ``specplug.runtime.decoder.CPU_LAYOUT``, ``CPU_PACKED`` and ``PACKED_ROWS``. For each weight of the
+packaged SmolLM2-135M (or the ``--config`` given), one copy per layer (so that, as in a real forward pass, the
+weights are not in cache), it times ``x @ W.T`` for 1-5 rows of ``x`` with W stored as torch's (out, in),
+transposed (in, out), and packed by MKL where the decoder packs that weight (for ``max(PACKED_ROWS)`` rows,
+fewer padded); interleaved, and prints the median time over all layers. The last lines add the weights up,
+torch's layout against the mix specplug uses.
 
     python benchmarks/weight_layout.py [--rows 1,2,3,4,5] [--repeats 15] [--threads N]
 """
@@ -57,42 +58,51 @@ def main() -> None:
     kinds = shapes(json.loads(path.read_text()))
     rows = [int(r) for r in args.rows.split(",")]
     torch.manual_seed(0)
-    weights = {k: [torch.randn(o, i) * 0.02 for _ in range(n)] for k, (o, i, n) in kinds.items()}
-    relaid = {k: [w.t().contiguous().t() for w in ws] for k, ws in weights.items()}
+    forms: dict[str, dict[str, list]] = {"torch": {}, "transposed": {}, "packed": {}}
+    for k, (o, i, n) in kinds.items():
+        forms["torch"][k] = [torch.randn(o, i) * 0.02 for _ in range(n)]
+        forms["transposed"][k] = [w.t().contiguous().t() for w in forms["torch"][k]]
+        if k in decoder.CPU_PACKED and decoder._mkl_packing():
+            forms["packed"][k] = [decoder._Packed(w) for w in forms["torch"][k]]
+    packs = max(decoder.PACKED_ROWS)
 
-    def once(ws: list[torch.Tensor], m: int) -> float:
-        x = torch.randn(m, ws[0].shape[1])
+    def once(form: str, k: str, m: int) -> float:
+        x = torch.randn(m, kinds[k][1])
         t = time.perf_counter()
-        for w in ws:
-            F.linear(x, w)
+        for w in forms[form][k]:
+            w(x) if form == "packed" else F.linear(x, w)
         return time.perf_counter() - t
 
-    times: dict[tuple[str, int, bool], list[float]] = {}
+    times: dict[tuple[str, int, str], list[float]] = {}
     with torch.inference_mode():
         for r in range(args.repeats):
             for k in kinds:
                 for m in rows:
-                    # Alternate which layout goes first, so that a drift in load favours neither.
-                    for t in ((False, True) if r % 2 else (True, False)):
-                        times.setdefault((k, m, t), []).append(once((relaid if t else weights)[k], m))
+                    names = [f for f in forms if k in forms[f] and (f != "packed" or m <= packs)]
+                    # Alternate the order, so that a drift in load favours none.
+                    for f in names[:: -1 if r % 2 else 1]:
+                        times.setdefault((k, m, f), []).append(once(f, k, m))
     med = {key: statistics.median(v) * 1e3 for key, v in times.items()}
     print(f"threads={torch.get_num_threads()} config={path}")
-    print("ms for all copies of a weight (torch layout / transposed = ratio; above 1: transposed is faster)")
+    print("ms for all copies of a weight: torch's layout / transposed / MKL packed (where specplug packs it)")
     print(f"{'weight':<8} {'copies':>6}  " + "  ".join(f"{m} row{'s' if m > 1 else ' '}".center(20) for m in rows))
     for k, (_, _, n) in kinds.items():
-        cells = [f"{med[(k, m, False)]:6.2f}/{med[(k, m, True)]:6.2f}={med[(k, m, False)] / med[(k, m, True)]:4.2f}"
+        cells = ["/".join(f"{med[(k, m, f)]:6.2f}" for f in ("torch", "transposed", "packed") if (k, m, f) in med)
                  for m in rows]
-        print(f"{k:<8} {n:>6}  " + "  ".join(cells) + f"  specplug: {decoder.CPU_LAYOUT.get(k, 'torch')}")
+        how = decoder.CPU_LAYOUT.get(k, "torch") + (" + packed" if k in forms["packed"] else "")
+        print(f"{k:<8} {n:>6}  " + "  ".join(c.center(20) for c in cells) + f"  specplug: {how}")
 
-    def chosen(k: str, m: int) -> bool:  # does specplug multiply ``k`` transposed at ``m`` rows?
+    def chosen(k: str, m: int) -> str:  # which stored form specplug multiplies ``k`` by at ``m`` rows
         how = decoder.CPU_LAYOUT.get(k, "torch")
-        return how == "transposed" or (how == "both" and m not in decoder.TORCH_LAYOUT_ROWS)
+        if k in forms["packed"] and m in decoder.PACKED_ROWS:
+            return "packed"
+        return "transposed" if how == "transposed" or (how == "both" and m not in decoder.TORCH_LAYOUT_ROWS) else "torch"
 
     for m in rows:
-        base = sum(med[(k, m, False)] for k in kinds)
+        base = sum(med[(k, m, "torch")] for k in kinds)
         mix = sum(med[(k, m, chosen(k, m))] for k in kinds)
         print(f"{m} row{'s' if m > 1 else ' '}: all products {base:6.2f} ms in torch's layout, {mix:6.2f} ms as "
-              f"specplug lays them out ({base / mix:.2f}x)")
+              f"specplug stores them ({base / mix:.2f}x)")
 
 
 if __name__ == "__main__":

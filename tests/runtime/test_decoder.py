@@ -4,6 +4,8 @@ grows and rolls back correctly, and models it cannot run are left to transformer
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -53,9 +55,9 @@ def qwen2_biased():
 
 def _lean_against_transformers(model, batch):
     """Logits of transformers over ``model`` as loaded, of a LeanDecoder over it, and of transformers again after
-    (over the weights it now views), for a prefill then decode and verification steps of 1, 2 and 5 tokens."""
+    (over the weights it now views), for a prefill then decode and verification steps of 1, 2, 4 and 5 tokens."""
     g = torch.Generator().manual_seed(0)
-    steps = [torch.randint(0, 128, (batch, n), generator=g) for n in (17, 1, 2, 5, 1)]
+    steps = [torch.randint(0, 128, (batch, n), generator=g) for n in (17, 1, 2, 4, 5, 1)]
     return _feed(model, steps)[0], _feed(LeanDecoder(model), steps)[0], _feed(model, steps)[0]
 
 
@@ -69,9 +71,9 @@ def test_logits_bit_identical_prefill_decode_verify(name, request, monkeypatch):
 
 
 def test_cpu_layout_moves_only_the_last_bits():
-    # float32 on a CPU: weights laid out for MKL (CPU_LAYOUT); one row per pass uses the transposed copies and
-    # 2-3 rows torch's layout. Only rounding may differ from the model as loaded.
-    assert decoder.CPU_LAYOUT
+    # float32 on a CPU: weights laid out for MKL (CPU_LAYOUT); one row per pass uses the transposed copies,
+    # 2-3 rows torch's layout and 4-5 rows the MKL packs. Only rounding may differ from the model as loaded.
+    assert decoder.CPU_LAYOUT and decoder.PACKED_ROWS
     model = tiny_llama(vocab_size=128, hidden_size=96, layers=3, heads=6, kv_heads=2, dtype=torch.float32,
                        init_std=0.05, seed=9)
     for want, got, _ in zip(*_lean_against_transformers(model, 1), strict=True):
@@ -88,10 +90,14 @@ def test_decoders_over_one_model_share_its_weights():
     assert first.lm_head.data_ptr() == second.lm_head.data_ptr() == model.lm_head.weight.data_ptr()
     assert first.lm_head_t.data_ptr() == second.lm_head_t.data_ptr()
     assert first.lm_head_t.t().is_contiguous() == (layout["lm_head"] != "torch")
+    packs = decoder._mkl_packing()
+    assert (first.lm_head_p is not None) == ("lm_head" in decoder.CPU_PACKED and packs)
+    assert first.lm_head_p is second.lm_head_p
     for layer, a, b in zip(model.model.layers, first.weights, second.weights, strict=True):
         attn, mlp = layer.self_attn, layer.mlp
         assert a.qkv.data_ptr() == b.qkv.data_ptr() and a.gate_up.data_ptr() == b.gate_up.data_ptr()
         assert a.gate_up_t.data_ptr() == b.gate_up_t.data_ptr()
+        assert a.gate_up_p is b.gate_up_p and (a.gate_up_p is not None) == ("gate_up" in decoder.CPU_PACKED and packs)
         assert a.o.data_ptr() == b.o.data_ptr() == attn.o_proj.weight.data_ptr()
         for kind, w in (("qkv", a.qkv), ("o", a.o), ("gate_up", a.gate_up), ("down", a.down)):
             assert w.t().is_contiguous() == (layout[kind] == "transposed"), kind
@@ -104,12 +110,13 @@ def test_decoders_over_one_model_share_its_weights():
 
 
 def test_copies_past_the_memory_budget_are_not_made(monkeypatch):
-    # A model whose transposed copies would add more than CPU_COPY_BUDGET keeps one layout of those weights.
+    # A model whose transposed copies and packs would add more than CPU_COPY_BUDGET keeps one layout of those
+    # weights.
     monkeypatch.setattr(decoder, "CPU_COPY_BUDGET", 0)
     model = tiny_llama(layers=2, seed=6, dtype=torch.float32)
     lean_model = LeanDecoder(model)
-    assert lean_model.lm_head_t is lean_model.lm_head
-    assert all(w.gate_up_t is w.gate_up for w in lean_model.weights)
+    assert lean_model.lm_head_t is lean_model.lm_head and lean_model.lm_head_p is None
+    assert all(w.gate_up_t is w.gate_up and w.gate_up_p is None for w in lean_model.weights)
     assert lean_model.weights[0].qkv.t().is_contiguous() == (decoder.CPU_LAYOUT["qkv"] == "transposed")
 
 
@@ -157,7 +164,7 @@ def test_lean_and_transformers_paths_decode_the_same(model32):
     assert runs[True] == runs[False]
 
 
-def test_greedy_tokens_are_unchanged_by_the_cpu_relayout():
+def test_greedy_tokens_are_unchanged_by_the_cpu_relayout(monkeypatch):
     # float32 on a CPU: the decoder lays weights out for MKL, so its sums run in another order. Greedy
     # tokens must still be transformers' over the weights as loaded, for plain and speculative decoding and a
     # batch whose rows verify different widths.
@@ -167,10 +174,23 @@ def test_greedy_tokens_are_unchanged_by_the_cpu_relayout():
     with torch.inference_mode():
         ref = [model.generate(torch.tensor([p]), max_new_tokens=30, do_sample=False, eos_token_id=None,
                               pad_token_id=1)[0, len(p):].tolist() for p in prompts]
-    for factory in (None, lambda: NgramProposer(1, 3)):
-        eng = SpeculativeEngine(model, proposer_factory=factory, k=3, eos_token_ids=[])
+    rows = set()
+    real_forward = LeanDecoder.forward
+
+    @functools.wraps(real_forward)  # the engine reads the signature
+    def forward(self, input_ids, *args, **kwargs):
+        rows.add(input_ids.numel())
+        return real_forward(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(LeanDecoder, "forward", forward)
+    for factory, k in ((None, 3), (lambda: NgramProposer(1, 3), 3), (lambda: NgramProposer(1, 3), 4)):
+        eng = SpeculativeEngine(model, proposer_factory=factory, k=k, eos_token_ids=[])
         assert eng.target.lm_head_t.t().is_contiguous() == (decoder.CPU_LAYOUT["lm_head"] != "torch")
-        assert [r.tokens for r in eng.generate(prompts, GenerationParams(max_new_tokens=30))] == ref
+        params = GenerationParams(max_new_tokens=30)
+        assert [r.tokens for r in eng.generate(prompts, params)] == ref
+        # One row at a time too: passes of 1-5 rows, so every stored form of the weights gets used.
+        assert [eng.generate([p], params)[0].tokens for p in prompts] == ref
+    assert {1, 2, 3, 4, 5} <= rows
 
 
 def test_other_architectures_keep_transformers_forward():
