@@ -2,12 +2,12 @@
 
 Backs ``specplug.runtime.decoder.CPU_LAYOUT``, ``CPU_PACKED`` and ``PACKED_ROWS``. For each weight of the
 packaged SmolLM2-135M (or the ``--config`` given), one copy per layer (so that, as in a real forward pass, the
-weights are not in cache), it times ``x @ W.T`` for 1-5 rows of ``x`` with W stored as torch's (out, in),
-transposed (in, out), and packed by MKL where the decoder packs that weight (for ``max(PACKED_ROWS)`` rows,
-fewer padded); interleaved, and prints the median time over all layers. The last lines add the weights up,
-torch's layout against the mix specplug uses.
+weights are not in cache), it times ``x @ W.T`` for 1-8 rows of ``x`` with W stored as torch's (out, in),
+transposed (in, out), and packed by MKL where the decoder packs that weight (at the row counts it does, each
+padded to its pack's); interleaved, and prints the median time over all layers. The last lines add the
+weights up, torch's layout against the mix specplug uses.
 
-    python benchmarks/weight_layout.py [--rows 1,2,3,4,5] [--repeats 15] [--threads N]
+    python benchmarks/weight_layout.py [--rows 1,2,3,4,5,6,8] [--repeats 15] [--threads N]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def shapes(cfg: dict) -> dict[str, tuple[int, int, int]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", help="a model's config.json (default: the packaged SmolLM2-135M)")
-    ap.add_argument("--rows", default="1,2,3,4,5")
+    ap.add_argument("--rows", default="1,2,3,4,5,6,8")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
@@ -64,7 +64,6 @@ def main() -> None:
         forms["transposed"][k] = [w.t().contiguous().t() for w in forms["torch"][k]]
         if k in decoder.CPU_PACKED and decoder._mkl_packing():
             forms["packed"][k] = [decoder._Packed(w) for w in forms["torch"][k]]
-    packs = max(decoder.PACKED_ROWS)
 
     def once(form: str, k: str, m: int) -> float:
         x = torch.randn(m, kinds[k][1])
@@ -78,7 +77,7 @@ def main() -> None:
         for r in range(args.repeats):
             for k in kinds:
                 for m in rows:
-                    names = [f for f in forms if k in forms[f] and (f != "packed" or m <= packs)]
+                    names = [f for f in forms if k in forms[f] and (f != "packed" or m in decoder.PACKED_ROWS)]
                     # Alternate the order, so that a drift in load favours none.
                     for f in names[:: -1 if r % 2 else 1]:
                         times.setdefault((k, m, f), []).append(once(f, k, m))

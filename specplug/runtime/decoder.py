@@ -46,15 +46,17 @@ _GROW = 256  # columns added per reallocation, at least
 # 4-5 rows but 1.1-1.2x slower at 2-3, where a one-token draft is verified; down was slower.
 CPU_LAYOUT = {"qkv": "transposed", "o": "transposed", "gate_up": "both", "down": "torch", "lm_head": "both"}
 TORCH_LAYOUT_ROWS = frozenset({2, 3})
-# Weights kept a third way as well, in MKL's packed format (cblas_sgemm_pack, as torch's inductor uses it),
-# for products of PACKED_ROWS rows: the widest verification passes (k = 4) and 4-5 row batches. The pack is
-# made for the largest of those row counts and fewer rows are padded with zeros, because a pack serves one row
-# count and a second pack would cost as much memory again. Why: at 4-5 rows MKL's packed product ran 1.05-1.35x
-# faster than the transposed copy on gate/up and the LM head (all products: 1.1x), and no faster on the others.
+# Weights also kept in MKL's packed format (cblas_sgemm_pack, as torch's inductor uses it), for passes whose
+# row count is a key of PACKED_ROWS: the wider verification passes at batch 1 (k = 4) and small batches. A pack
+# is made for a row count (the value), and fewer rows are padded with zeros up to it, because MKL documents a
+# pack for the row count it was made for and every pack costs the weight's memory again. Why: from 4 rows on,
+# MKL's unpacked kernels slow down by half while the packed product stays near its 1-row cost. On gate/up and
+# the LM head the packs took 1.05-1.35x less time at 4-5 rows and 1.6x less at 8 than the better plain
+# layout, padding included; on the other weights they were slower up to 6 rows and at most 1.3x faster at 8.
 CPU_PACKED = frozenset({"gate_up", "lm_head"})
-PACKED_ROWS = frozenset({4, 5})
-# Bytes the "both" copies and the packs may add (SmolLM2-135M: 325 MB each, beside its 540 MB); for a larger
-# model the weights stay as loaded, since memory then matters more than a few percent per step.
+PACKED_ROWS = {4: 5, 5: 5, 6: 8, 7: 8, 8: 8}
+# Bytes the "both" copies and the packs may add (SmolLM2-135M: 325 MB, and 325 MB per pack size, beside its
+# 540 MB); for a larger model the weights stay as loaded, since memory then matters more than a few percent.
 CPU_COPY_BUDGET = 1 << 30
 
 
@@ -159,18 +161,19 @@ class GrowCache:
 
 
 class _Packed:
-    """``x @ W.T`` through MKL's packed product, for inputs of at most ``max(PACKED_ROWS)`` rows."""
+    """``x @ W.T`` through MKL's packed product, for inputs whose row count is a key of ``PACKED_ROWS``."""
 
     def __init__(self, weight: torch.Tensor) -> None:
-        self.rows = max(PACKED_ROWS)
-        self.weight = weight  # (out, in), torch's layout; MKL reads it only for a row count it was not packed for
-        self.pack = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), self.rows)
+        self.weight = weight  # MKL reads it only for a row count it was not packed for, which never comes
+        w = weight.detach().contiguous()
+        self.packs = {rows: torch.ops.mkl._mkl_reorder_linear_weight(w, rows) for rows in set(PACKED_ROWS.values())}
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         m = x.shape[0]
-        if m < self.rows:
-            x = torch.cat((x, x.new_zeros(self.rows - m, x.shape[1])))
-        return torch.ops.mkl._mkl_linear(x, self.pack, self.weight, bias, self.rows)[:m]
+        rows = PACKED_ROWS[m]
+        if m < rows:
+            x = torch.cat((x, x.new_zeros(rows - m, x.shape[1])))
+        return torch.ops.mkl._mkl_linear(x, self.packs[rows], self.weight, bias, rows)[:m]
 
 
 def _mkl_packing() -> bool:
@@ -202,10 +205,15 @@ class _Weights:
     post_norm: torch.Tensor
     gate_up: torch.Tensor  # gate and up projections stacked
     gate_up_t: torch.Tensor  # the same values stored transposed (CPU_LAYOUT "both"), or gate_up itself
-    gate_up_p: _Packed | None  # and packed for PACKED_ROWS rows (CPU_PACKED)
     down: torch.Tensor
     in_eps: float
     post_eps: float
+    packs: dict[str, _Packed]  # kind -> the weight packed for PACKED_ROWS rows (CPU_PACKED), where it is
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, packed: _Packed | None, bias: torch.Tensor | None = None):
+    """``x @ weight.T (+ bias)``, through ``packed`` (the same weight packed by MKL) when given."""
+    return packed(x, bias) if packed is not None else F.linear(x, weight, bias)
 
 
 def _fuse(owner: Any, linears: list[Any], transposed: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -281,16 +289,19 @@ class LeanDecoder(torch.nn.Module):
         layers = inner.layers[: cfg.num_hidden_layers]
         layout = dict(CPU_LAYOUT) if head.device.type == "cpu" and head.dtype == torch.float32 else {}
         packed = set(CPU_PACKED) if layout and _mkl_packing() else set()
-        sizes = {"lm_head": head.numel(), "gate_up": sum(2 * x.mlp.gate_proj.weight.numel() for x in layers)}
-        copies = sum(sizes.get(kind, 0) for kind, how in layout.items() if how == "both")
-        copies += sum(sizes.get(kind, 0) for kind in packed)
+        def numel(*paths: str) -> int:
+            return sum(layer.get_submodule(p).weight.numel() for layer in layers for p in paths)
+
+        sizes = {"lm_head": head.numel(), "gate_up": numel("mlp.gate_proj", "mlp.up_proj"),
+                 "qkv": numel("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                 "o": numel("self_attn.o_proj"), "down": numel("mlp.down_proj")}
+        copies = sum(sizes[kind] for kind, how in layout.items() if how == "both")
+        copies += sum(sizes[kind] for kind in packed) * len(set(PACKED_ROWS.values()))
         if copies * head.element_size() > CPU_COPY_BUDGET:
             layout = {kind: "torch" if how == "both" else how for kind, how in layout.items()}
             packed = set()
         t = {kind for kind, how in layout.items() if how == "transposed"}
         both = {kind for kind, how in layout.items() if how == "both"}
-        # A pack is made from torch's layout.
-        packed -= t
         self.rotary = inner.rotary_emb
         # Re-laid before the embedding is read: with tied embeddings the two are one parameter.
         self.lm_head = _relay(head, "lm_head" in t)
@@ -304,12 +315,15 @@ class LeanDecoder(torch.nn.Module):
             a, m = layer.self_attn, layer.mlp
             qkv, qkv_bias = _fuse(a, [a.q_proj, a.k_proj, a.v_proj], "qkv" in t)
             gate_up, _ = _fuse(m, [m.gate_proj, m.up_proj], "gate_up" in t)
+            o, down = _relay(a.o_proj.weight, "o" in t), _relay(m.down_proj.weight, "down" in t)
+            # Each pack is kept on the module that owns its weight, for other decoders over the model.
+            owned = {"qkv": (a, qkv), "o": (a.o_proj, o), "gate_up": (m, gate_up), "down": (m.down_proj, down)}
+            packs = {kind: _pack_of(owner, w, True) for kind, (owner, w) in owned.items() if kind in packed}
             self.weights.append(
                 _Weights(
-                    layer.input_layernorm.weight, qkv, qkv_bias, _relay(a.o_proj.weight, "o" in t), a.o_proj.bias,
-                    layer.post_attention_layernorm.weight, gate_up, _copy_of(m, gate_up, "gate_up" in both),
-                    _pack_of(m, gate_up, "gate_up" in packed), _relay(m.down_proj.weight, "down" in t),
-                    _eps(layer.input_layernorm), _eps(layer.post_attention_layernorm),
+                    layer.input_layernorm.weight, qkv, qkv_bias, o, a.o_proj.bias,
+                    layer.post_attention_layernorm.weight, gate_up, _copy_of(m, gate_up, "gate_up" in both), down,
+                    _eps(layer.input_layernorm), _eps(layer.post_attention_layernorm), packs,
                 )
             )
         self.inter = self.weights[0].gate_up.shape[0] // 2 if self.weights else 0
@@ -369,11 +383,12 @@ class LeanDecoder(torch.nn.Module):
         repeat = mask is not None and input_ids.is_cuda
         layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
         nq = heads + kv
-        # Which copy of a weight kept more than one way (CPU_LAYOUT, CPU_PACKED) this pass multiplies by.
+        # Which stored form of a weight kept more than one way (CPU_LAYOUT, CPU_PACKED) this pass multiplies by.
         alt, pack = b * n not in TORCH_LAYOUT_ROWS, b * n in PACKED_ROWS
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
-            qkv = F.linear(x, w.qkv, w.qkv_bias).view(b, n, nq + kv, dim)
+            packs = w.packs if pack else {}
+            qkv = _linear(x, w.qkv, packs.get("qkv"), w.qkv_bias).view(b, n, nq + kv, dim)
             # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
             # and one copy puts both into the cache. Same products and sum as out of place.
             qk = qkv[:, :, :nq]
@@ -390,19 +405,17 @@ class LeanDecoder(torch.nn.Module):
                 enable_gqa=gqa and not repeat,
             )
             # In place from here on: h is this forward's own tensor, and in-place ops skip an allocation each.
-            h += F.linear(a.transpose(1, 2).reshape(b * n, -1), w.o, w.ob)
-            x = self._rms(h, w.post_norm, w.post_eps)
-            gu = w.gate_up_p(x) if pack and w.gate_up_p else F.linear(x, w.gate_up_t if alt else w.gate_up)
+            h += _linear(a.transpose(1, 2).reshape(b * n, -1), w.o, packs.get("o"), w.ob)
+            gu = _linear(self._rms(h, w.post_norm, w.post_eps), w.gate_up_t if alt else w.gate_up, packs.get("gate_up"))
             g = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
-            h += F.linear(g, w.down)
+            h += _linear(g, w.down, packs.get("down"))
         h = self._rms(h, self.final_norm, self.final_eps).view(b, n, -1)
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         rows = b * h.shape[1]
-        if rows in PACKED_ROWS and self.lm_head_p:
-            logits = self.lm_head_p(h.reshape(rows, -1), self.lm_bias).view(b, rows // b, -1)
-        else:
-            logits = F.linear(h, self.lm_head if rows in TORCH_LAYOUT_ROWS else self.lm_head_t, self.lm_bias)
+        head = self.lm_head if rows in TORCH_LAYOUT_ROWS else self.lm_head_t
+        packed = self.lm_head_p if rows in PACKED_ROWS else None
+        logits = _linear(h.reshape(rows, -1), head, packed, self.lm_bias).view(b, rows // b, -1)
         return SimpleNamespace(logits=logits, cache=cache)
 
 

@@ -72,7 +72,7 @@ def test_logits_bit_identical_prefill_decode_verify(name, request, monkeypatch):
 
 def test_cpu_layout_moves_only_the_last_bits():
     # float32 on a CPU: weights laid out for MKL (CPU_LAYOUT); one row per pass uses the transposed copies,
-    # 2-3 rows torch's layout and 4-5 rows the MKL packs. Only rounding may differ from the model as loaded.
+    # 2-3 rows torch's layout and 4-8 rows the MKL packs. Only rounding may differ from the model as loaded.
     assert decoder.CPU_LAYOUT and decoder.PACKED_ROWS
     model = tiny_llama(vocab_size=128, hidden_size=96, layers=3, heads=6, kv_heads=2, dtype=torch.float32,
                        init_std=0.05, seed=9)
@@ -97,7 +97,8 @@ def test_decoders_over_one_model_share_its_weights():
         attn, mlp = layer.self_attn, layer.mlp
         assert a.qkv.data_ptr() == b.qkv.data_ptr() and a.gate_up.data_ptr() == b.gate_up.data_ptr()
         assert a.gate_up_t.data_ptr() == b.gate_up_t.data_ptr()
-        assert a.gate_up_p is b.gate_up_p and (a.gate_up_p is not None) == ("gate_up" in decoder.CPU_PACKED and packs)
+        assert a.packs.keys() == b.packs.keys() == (decoder.CPU_PACKED - {"lm_head"} if packs else set())
+        assert all(a.packs[kind] is b.packs[kind] for kind in a.packs)
         assert a.o.data_ptr() == b.o.data_ptr() == attn.o_proj.weight.data_ptr()
         for kind, w in (("qkv", a.qkv), ("o", a.o), ("gate_up", a.gate_up), ("down", a.down)):
             assert w.t().is_contiguous() == (layout[kind] == "transposed"), kind
@@ -116,7 +117,7 @@ def test_copies_past_the_memory_budget_are_not_made(monkeypatch):
     model = tiny_llama(layers=2, seed=6, dtype=torch.float32)
     lean_model = LeanDecoder(model)
     assert lean_model.lm_head_t is lean_model.lm_head and lean_model.lm_head_p is None
-    assert all(w.gate_up_t is w.gate_up and w.gate_up_p is None for w in lean_model.weights)
+    assert all(w.gate_up_t is w.gate_up and not w.packs for w in lean_model.weights)
     assert lean_model.weights[0].qkv.t().is_contiguous() == (decoder.CPU_LAYOUT["qkv"] == "transposed")
 
 
@@ -188,9 +189,10 @@ def test_greedy_tokens_are_unchanged_by_the_cpu_relayout(monkeypatch):
         assert eng.target.lm_head_t.t().is_contiguous() == (decoder.CPU_LAYOUT["lm_head"] != "torch")
         params = GenerationParams(max_new_tokens=30)
         assert [r.tokens for r in eng.generate(prompts, params)] == ref
-        # One row at a time too: passes of 1-5 rows, so every stored form of the weights gets used.
+        # One row at a time too: passes of 1-5 rows, so every stored form of the weights gets used (the packs
+        # also at 6 rows, padded to 8, in the batch).
         assert [eng.generate([p], params)[0].tokens for p in prompts] == ref
-    assert {1, 2, 3, 4, 5} <= rows
+    assert {1, 2, 3, 4, 5, 6} <= rows
 
 
 def test_other_architectures_keep_transformers_forward():
