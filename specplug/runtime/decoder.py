@@ -22,6 +22,7 @@ scaling transformers knows is honoured.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -186,7 +187,7 @@ def _pack_of(owner: Any, weight: torch.Tensor, wanted: bool) -> _Packed | None:
     return _kept(owner, "_specplug_packed", weight, _Packed) if wanted else None
 
 
-def _kept(owner: Any, name: str, weight: torch.Tensor, make: Any) -> Any:
+def _kept(owner: Any, name: str, weight: torch.Tensor, make: Callable[[torch.Tensor], Any]) -> Any:
     """``make(weight)``, remembered on ``owner`` as ``name`` while ``weight``'s storage stays the same."""
     cached = getattr(owner, name, None)
     if cached is None or cached[0] != weight.data_ptr():
@@ -211,7 +212,9 @@ class _Weights:
     packs: dict[str, _Packed]  # kind -> the weight packed for PACKED_ROWS rows (CPU_PACKED), where it is
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, packed: _Packed | None, bias: torch.Tensor | None = None):
+def _linear(
+    x: torch.Tensor, weight: torch.Tensor, packed: _Packed | None, bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """``x @ weight.T (+ bias)``, through ``packed`` (the same weight packed by MKL) when given."""
     return packed(x, bias) if packed is not None else F.linear(x, weight, bias)
 
@@ -289,6 +292,7 @@ class LeanDecoder(torch.nn.Module):
         layers = inner.layers[: cfg.num_hidden_layers]
         layout = dict(CPU_LAYOUT) if head.device.type == "cpu" and head.dtype == torch.float32 else {}
         packed = set(CPU_PACKED) if layout and _mkl_packing() else set()
+
         def numel(*paths: str) -> int:
             return sum(layer.get_submodule(p).weight.numel() for layer in layers for p in paths)
 
