@@ -41,8 +41,9 @@ _GROW = 256  # columns added per reallocation, at least
 # How a float32 decoder on a CPU stores each weight for the product ``x @ W.T`` (benchmarks/weight_layout.py
 # measures it). "torch": as loaded, (out, in). "transposed": (in, out), which MKL multiplies as its "NN"
 # product; the model's parameters view the new storage, so nothing is copied. "both": a transposed copy as well,
-# used except at TORCH_LAYOUT_ROWS rows (and at PACKED_ROWS rows, where a pack exists). Why: for torch's layout MKL's one-row kernel runs well below memory
-# bandwidth and its kernels for 4+ rows are slower still. On SmolLM2-135M's shapes (2-core AVX-512 Xeon),
+# used except at TORCH_LAYOUT_ROWS rows (and at PACKED_ROWS rows, where a pack exists). Why: for torch's layout
+# MKL's one-row kernel runs well below memory bandwidth and its kernels for 4+ rows are slower still. On
+# SmolLM2-135M's shapes (2-core AVX-512 Xeon),
 # transposed q/k/v and o were as fast or faster at 1-5 rows; gate/up and the LM head 1.2-1.3x faster at 1 and
 # 4-5 rows but 1.1-1.2x slower at 2-3, where a one-token draft is verified; down was slower.
 CPU_LAYOUT = {"qkv": "transposed", "o": "transposed", "gate_up": "both", "down": "torch", "lm_head": "both"}
