@@ -14,7 +14,9 @@ tokens, and specplug / transformers on the same technique; each ratio is the med
 within one repeat, whose runs are neighbours in an order that reverses every other repeat. Transformers runs
 on its own copy of each model, as loaded: on a CPU specplug's decoder lays weights out for faster products
 (specplug.runtime.decoder.CPU_LAYOUT), and over shared weights transformers would get part of that speed-up.
-Workload prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
+Workloads: code-edit (the answer repeats most of the prompt), code-rewrite (an edit the model answers with
+rewritten code, so little of the answer is in the prompt), rag-summary (quotes its context), free-chat. Their
+prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 
 import torch
 
-CODE = '''import json
+REWRITE_CODE = '''import json
 from pathlib import Path
 
 
@@ -55,6 +57,55 @@ def cheapest(items):
     return best
 '''
 
+# The code-edit file: small enough that SmolLM2-135M answers with the file itself (it copies it, and then
+# stops or goes on with code of its own), which is the workload's shape: an answer that repeats most of the
+# prompt. Given REWRITE_CODE instead, the model rewrites the functions rather than repeats them, so that
+# workload ("code-rewrite") shows prompt lookup when little of the answer is in the prompt.
+EDIT_CODE = '''def add(a, b):
+    return a + b
+
+
+def subtract(a, b):
+    return a - b
+
+
+def multiply(a, b):
+    return a * b
+
+
+def divide(a, b):
+    if b == 0:
+        raise ValueError("cannot divide by zero")
+    return a / b
+
+
+def average(numbers):
+    if not numbers:
+        raise ValueError("no numbers given")
+    return sum(numbers) / len(numbers)
+
+
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+
+    def pop(self):
+        if not self.items:
+            raise IndexError("pop from an empty stack")
+        return self.items.pop()
+
+    def peek(self):
+        if not self.items:
+            raise IndexError("peek at an empty stack")
+        return self.items[-1]
+
+    def size(self):
+        return len(self.items)
+'''
+
 RAG = """Context:
 The Rhine is a river that begins in the Swiss canton of Graubunden in the southeastern Swiss Alps. It forms
 part of the Swiss-Liechtenstein, Swiss-Austrian and Swiss-German borders, then flows through the Rhineland
@@ -67,8 +118,10 @@ many castles and fortifications built along it.
 Question: Where does the Rhine begin and where does it end? Quote the sentences from the context that say so."""
 
 WORKLOADS = {
-    "code-edit": "Rename the function `load_items` to `read_items` everywhere in this code and print the whole "
-    "updated file, nothing else:\n\n" + CODE,
+    "code-edit": "Rename the function `divide` to `safe_divide` in this Python file and print the whole updated "
+    "file.\n\n```python\n" + EDIT_CODE + "```",
+    "code-rewrite": "Rename the function `load_items` to `read_items` everywhere in this code and print the whole "
+    "updated file, nothing else:\n\n" + REWRITE_CODE,
     "rag-summary": RAG,
     "free-chat": "Write a short friendly paragraph about why people enjoy walking in the mountains.",
 }
@@ -207,7 +260,7 @@ def main() -> None:
             print(f"{w:<12} {m:<17} {tps:7.2f} {ratio(w, m, 'hf plain'):10.2f}x {ratio(w, m, 'specplug plain'):10.2f}x "
                   f"{mal:7.2f} {'yes' if ok else 'NO':>5} {pair:>6}")
 
-    print("\nspecplug batches (all three workloads repeated to fill the batch; aggregate new tokens/s, best of the "
+    print("\nspecplug batches (the workloads repeated in turn to fill the batch; aggregate new tokens/s, best of the "
           "repeats; x: median ratio to plain within a repeat):")
     order = list(WORKLOADS)
     for bs in [int(b) for b in args.batches.split(",") if b]:

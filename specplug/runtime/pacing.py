@@ -12,7 +12,7 @@ proposer (n-gram: no model to run) drafts first, so the pacer sees each row's dr
 cut or not, is then scored against the tokens emitted after it (a one-token-per-position draft is accepted at
 j exactly as often as the target emits that token there), so positions past the width sent are learnt too; and
 its rates are kept apart by state: whether the row's previous draft matched in full, since text that is
-copying a run goes on copying it (code-edit here: 0.76 / 0.66 / 0.63 / 0.61 after a full match, 0.65 / 0.30 /
+copying a run goes on copying it (code-rewrite here: 0.76 / 0.66 / 0.63 / 0.61 after a full match, 0.65 / 0.30 /
 0.18 / 0.16 otherwise), and how long a context match found the draft (a one-token match is a weak guess). A
 costly proposer (a draft model) is told the width before drafting, so its rates are per position offered, and
 a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a free proposer found).
