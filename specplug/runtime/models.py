@@ -87,7 +87,10 @@ def model_path(name: str) -> Path | str:
 def load_model(name: str, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
     """``(model, tokenizer)`` in eval mode on ``device``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    # transformers draws a per-tensor loading bar on stderr; for specplug's output it is only noise.
+    hf_logging.disable_progress_bar()
     where = model_path(name)
     try:
         tok = AutoTokenizer.from_pretrained(str(where), local_files_only=True)
