@@ -156,6 +156,9 @@ def main() -> None:
     target, draft = load(smollm2.ensure_target()), load(smollm2.ensure_draft())
     hf_target, hf_draft = load(smollm2.ensure_target()), load(smollm2.ensure_draft())
     k = args.k
+    # transformers reads the assistant's draft length from the assistant's config (default 20, cut short where
+    # its confidence falls below 0.4, as specplug's drafter does); give it the same k as everyone else.
+    hf_draft.generation_config.num_assistant_tokens = k
     def ngram() -> NgramProposer:
         return NgramProposer(*ngram_match(paced=False))
 
