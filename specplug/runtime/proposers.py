@@ -54,6 +54,13 @@ class NgramProposer:
 
     Tries n from ``max_match`` down to ``min_match``. An index per n maps each n-gram to the latest position
     after it, updated incrementally, so a lookup is a few dict probes instead of a scan of the history.
+
+    While the text goes on as the place the last draft was copied from did (every draft token kept, and the
+    target's own next token the source's next one too), the next draft goes on copying from there rather than
+    from the latest match: text that copies a passage keeps copying that passage, while the latest occurrence
+    of its last few tokens may sit in another passage that shares them. On the runtime benchmark's code-edit
+    answer (SmolLM2-135M repeating a file) this drafts 3.56 tokens per pass at k = 4 where the latest match
+    alone drafts 3.43 (4.00 and 3.77 over 200 tokens); on the other workloads it changes nothing.
     """
 
     name = "ngram"
@@ -66,11 +73,14 @@ class NgramProposer:
         self.max_match = max_match
         self._index: list[list[dict[tuple[int, ...], int]]] = []
         self._indexed: list[int] = []
+        # Per row, where its last draft was copied from: (source position, history length then, match length).
+        self._source: list[tuple[int, int, int] | None] = []
 
     def start(self, prompts: list[list[int]]) -> None:
         for _ in prompts:
             self._index.append([{} for _ in range(self.max_match + 1)])
             self._indexed.append(0)
+            self._source.append(None)
 
     def _update(self, row: int, hist: list[int]) -> None:
         index = self._index[row]
@@ -82,16 +92,34 @@ class NgramProposer:
 
     def match(self, row: int, hist: list[int], k: int) -> tuple[int, list[int]]:
         """(length of the longest match, up to ``k`` tokens that followed it); (0, []) when nothing matches."""
+        n, e = self._find(row, hist)
+        return n, hist[e : e + k]
+
+    def _find(self, row: int, hist: list[int]) -> tuple[int, int]:
+        """(length of the longest match, position after its latest occurrence); (0, len(hist)) for none."""
         self._update(row, hist)
         index = self._index[row]
         for n in range(min(self.max_match, len(hist)), self.min_match - 1, -1):
             e = index[n].get(tuple(hist[-n:]))
             if e is not None:
-                return n, hist[e : e + k]
-        return 0, []
+                return n, e
+        return 0, len(hist)
+
+    def _draft(self, row: int, hist: list[int], k: int) -> tuple[int, list[int]]:
+        """Like :meth:`match`, but going on from the last draft's source while the text still follows it."""
+        src = self._source[row]
+        if src is not None:
+            e, then, n = src
+            grown = len(hist) - then
+            if grown > 0 and e + grown < len(hist) and hist[e : e + grown] == hist[then:]:
+                self._source[row] = (e + grown, len(hist), n)
+                return min(self.max_match, n + grown), hist[e + grown : e + grown + k]
+        n, e = self._find(row, hist)
+        self._source[row] = (e, len(hist), n) if n else None
+        return n, hist[e : e + k]
 
     def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None) -> Draft:
-        found = [self.match(b, h, k) if k > 0 else (0, []) for b, (h, k) in enumerate(zip(histories, ks, strict=True))]
+        found = [self._draft(b, h, k) if k > 0 else (0, []) for b, (h, k) in enumerate(zip(histories, ks, strict=True))]
         width = max((len(d) for _, d in found), default=0)
         tokens = torch.zeros(len(found), width, dtype=torch.long)
         for b, (_, d) in enumerate(found):
@@ -107,6 +135,7 @@ class NgramProposer:
         keep = rows.tolist()
         self._index = [self._index[r] for r in keep]
         self._indexed = [self._indexed[r] for r in keep]
+        self._source = [self._source[r] for r in keep]
 
 
 class DraftModelProposer:

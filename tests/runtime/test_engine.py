@@ -168,6 +168,23 @@ def test_ngram_lookup_prefers_longest_latest_match():
     assert prop.match(0, hist, 2) == (2, [3, 4])
 
 
+def test_ngram_keeps_copying_the_passage_it_copies():
+    prop = NgramProposer(1, 2)
+    passage, other = [1, 2, 3, 4, 5, 6, 7], [8, 4, 5, 9]
+    hist = [*passage, *other, 0, 1, 2]
+    prop.start([hist])
+    assert prop.propose([hist], [2], None, None).tokens.tolist() == [[3, 4]]
+    # Both drafts kept and the target's next token (5) continues the passage: the next draft follows it, though
+    # the latest occurrence of "4 5" is in the other passage.
+    hist += [3, 4, 5]
+    assert prop.match(0, hist, 2) == (2, [9, 0])
+    draft = prop.propose([hist], [2], None, None)
+    assert (draft.tokens.tolist(), draft.match) == ([[6, 7]], [2])
+    # The text leaves the passage (1 where it has 7): back to the latest match.
+    hist += [6, 1]
+    assert prop.propose([hist], [2], None, None).tokens.tolist() == [prop.match(0, hist, 2)[1]] == [[2, 3]]
+
+
 def test_ngram_drafts_report_how_long_a_match_found_them():
     prop = NgramProposer(1, 3)
     hists = [[1, 2, 3, 4, 1, 2, 3], [7, 8, 9], [5, 6, 5]]
