@@ -174,6 +174,7 @@ class Server:
             preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
         )
         self.pgid = self.proc.pid
+        self.forwarded: int | None = None  # a signal we passed on to the group (the user stopping us)
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
 
@@ -428,6 +429,11 @@ def _launch_plan(
         healthy = wait_healthy(server, spec.health_url, timeout, out)
         if not healthy:
             code = server.proc.wait()
+            if server.forwarded is not None:
+                # Stopped on the user's word (Ctrl-C, kill) while starting: not a stack problem to report.
+                out.write("stopped before the server was healthy.\n")
+                result.exit_code = _exit_code(code)
+                return result
             tail = "\n".join(server.tail)
             raise StackUnavailable(
                 f"The server exited with code {code} before it was healthy. Last lines:\n{tail}",
@@ -457,6 +463,7 @@ def _forward_signals(server: Server) -> dict[int, object]:
     previous: dict[int, object] = {}
 
     def forward(signum, _frame):
+        server.forwarded = signum
         server.signal(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -471,6 +478,9 @@ def _restore_signals(previous: dict[int, object]) -> None:
 
 
 def _wait_forever(server: Server) -> int:
-    code = server.proc.wait()
+    return _exit_code(server.proc.wait())
+
+
+def _exit_code(code: int) -> int:
     # A signal we forwarded ends the server with -SIG; report it the shell way.
     return 128 - code if code < 0 else code

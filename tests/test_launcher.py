@@ -27,7 +27,7 @@ HOSTILE = ["; rm -rf ~", "$(id)", "`id`", "a\nb", "x' \"y", "--flag=$(touch /tmp
 
 STUB = textwrap.dedent(
     """
-    import http.server, json, os, subprocess, sys
+    import http.server, json, os, subprocess, sys, time
     out = os.environ["STUB_OUT"]
     with open(out, "w") as fh:
         json.dump(sys.argv[1:], fh)
@@ -35,6 +35,7 @@ STUB = textwrap.dedent(
         print("stub: loading weights", flush=True)
         print("stub: CUDA error: out of memory", flush=True)
         sys.exit(3)
+    time.sleep(float(os.environ.get("STUB_SLOW", "0")))  # a server that takes a while to come up
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a grandchild to clean up
     with open(out + ".child", "w") as fh:
         fh.write(str(child.pid))
@@ -156,6 +157,21 @@ def test_sigterm_to_specplug_is_forwarded_and_nothing_is_left(stub):
     assert res.exit_code in (143, 1, 0)  # the stub dies of SIGTERM (143) or exits on it
     with pytest.raises(ProcessLookupError):
         os.killpg(pgids[0], 0)
+
+
+def test_sigterm_while_the_server_starts_is_a_stop_not_a_failure(stub, monkeypatch):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers need the main thread")
+    monkeypatch.setenv("STUB_SLOW", "30")  # never healthy before the signal
+    out = io.StringIO()
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        res = launcher.launch("vllm", plan=_plan(), timeout=60, out=out)
+    finally:
+        timer.cancel()  # had launch failed before the signal, it must not reach pytest
+    assert res.exit_code == 143
+    assert "stopped before the server was healthy" in out.getvalue()
 
 
 def test_early_death_shows_last_log_lines_and_fails(stub, monkeypatch):
