@@ -1,6 +1,7 @@
 """Embedded runtime vs transformers, same model, prompts and machine, in one run.
 
     python benchmarks/embedded.py [--max-tokens 96] [--k 4] [--batches 1,4,16] [--threads N] [--repeats 3]
+                                  [--device auto|cpu|cuda[:N]] [--dtype auto|float32|bfloat16|float16]
 
 Target: SmolLM2-135M-Instruct (packaged, see specplug.runtime.smollm2); drafter: its layer-subset copy
 (smollm2-135m-draft). Methods: plain greedy decoding (transformers ``generate`` and specplug), specplug n-gram,
@@ -133,7 +134,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    ap.add_argument("--dtype", default="auto", help="auto (float32 on a CPU, bfloat16 on a GPU), float32, ...")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement, interleaved; the best counts")
     ap.add_argument("--adaptive", action="store_true", help="adaptive draft length for specplug")
     args = ap.parse_args()
@@ -148,7 +150,7 @@ def main() -> None:
     from specplug.runtime.proposers import DraftModelProposer, NgramProposer
 
     dev = resolve_device(args.device)
-    dt = resolve_dtype("auto", dev)
+    dt = resolve_dtype(args.dtype, dev)
     tok = AutoTokenizer.from_pretrained(str(smollm2.ensure_target()))
     def load(path):
         return AutoModelForCausalLM.from_pretrained(str(path), dtype=dt).to(dev).eval()

@@ -29,7 +29,7 @@ from specplug.output import emit, output_option, table
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--prompt", "-p", default=None, help="Prompt text (raw, no chat template unless --chat); else stdin.")
 @click.option("--chat/--no-chat", default=False, show_default=True, help="Wrap the prompt in the chat template.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True)
 @output_option

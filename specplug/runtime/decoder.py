@@ -2,8 +2,9 @@
 
 Why: on a CPU, a forward of SmolLM2-135M through transformers spends about as long in module dispatch, mask
 building and cache concatenation as in the matrix products. This module runs the same arithmetic, in the same
-order and dtype, on the same weights, so with the weights laid out as loaded its logits are bit-identical to
-the transformers model's (``tests/runtime/test_decoder.py`` checks it) while a step makes far fewer operator
+order and dtype, on the same weights, so with the weights laid out as loaded its logits on a CPU are
+bit-identical to the transformers model's (``tests/runtime/test_decoder.py`` checks it; on CUDA, cuBLAS picks
+kernels by shape, so the stacked products below differ in the last bits) while a step makes far fewer operator
 calls: projections of one input (q/k/v, gate/up) are one matrix product over a stacked weight, which the
 model's own parameters then view (no copy), and RoPE turns q and k in one go. Its KV cache (:class:`GrowCache`)
 writes new columns into preallocated room instead of concatenating the whole cache each step, and rolls back

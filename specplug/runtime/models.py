@@ -52,10 +52,17 @@ def resolve_device(device: str) -> torch.device:
 
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SpecplugError("--device cuda was asked for, but torch sees no CUDA GPU.", "Use --device cpu or auto.")
-    if device not in ("cpu", "cuda"):
-        raise SpecplugError(f"Unknown device {device!r}.", "Use auto, cpu or cuda.")
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise SpecplugError(f"Unknown device {device!r}.", "Use auto, cpu, cuda or cuda:N.")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
+            raise SpecplugError(f"--device {device} was asked for, but torch sees no CUDA GPU.",
+                                "Use --device cpu or auto.")
+        if index and int(index) >= count:
+            raise SpecplugError(f"--device {device} was asked for, but torch sees {count} CUDA GPU(s).",
+                                f"Use cuda:0 to cuda:{count - 1}.")
     return torch.device(device)
 
 

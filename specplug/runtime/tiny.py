@@ -42,7 +42,7 @@ def layer_subset(model: LlamaForCausalLM, layers: tuple[int, ...]) -> LlamaForCa
     cfg = model.config.to_dict()
     cfg["num_hidden_layers"] = len(layers)
     cfg.pop("layer_types", None)
-    draft = LlamaForCausalLM(LlamaConfig.from_dict(cfg)).to(model.dtype).eval()
+    draft = LlamaForCausalLM(LlamaConfig.from_dict(cfg)).to(device=model.device, dtype=model.dtype).eval()
     draft.model.embed_tokens.load_state_dict(model.model.embed_tokens.state_dict())
     draft.model.norm.load_state_dict(model.model.norm.state_dict())
     draft.lm_head.load_state_dict(model.lm_head.state_dict())

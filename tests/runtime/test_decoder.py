@@ -4,6 +4,7 @@ grows and rolls back correctly, and models it cannot run are left to transformer
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pytest
@@ -30,7 +31,9 @@ def model32():
 
 def _feed(model, steps, batch_masks=None):
     """Feed the same token blocks through KVState over ``model``; returns the logits of every step."""
-    kv = KVState(model, steps[0].shape[0], CPU)
+    dev = next(model.parameters()).device
+    steps = [s.to(dev) for s in steps]
+    kv = KVState(model, steps[0].shape[0], dev)
     out = []
     with torch.inference_mode():
         for i, tokens in enumerate(steps):
@@ -62,12 +65,20 @@ def _lean_against_transformers(model, batch):
 
 
 @pytest.mark.parametrize("name", ["model32", "qwen2_biased"])
-def test_logits_bit_identical_prefill_decode_verify(name, request, monkeypatch):
-    # With the weights as loaded (no CPU re-layout), the decoder is transformers' arithmetic bit for bit, and
-    # the transformers model computes the same logits over the stacked weights it now views.
+def test_logits_bit_identical_prefill_decode_verify(name, request, monkeypatch, device):
+    # With the weights as loaded (no CPU re-layout), the decoder is transformers' arithmetic bit for bit on a
+    # CPU, and the transformers model computes the same logits over the stacked weights it now views. On CUDA,
+    # cuBLAS picks its kernel by shape, so a stacked product sums in another order than three separate ones:
+    # the logits differ in the last bits there (at most 1.1e-6 on an H200 in float32), never in the argmax.
     monkeypatch.setattr(decoder, "CPU_LAYOUT", {})
-    for want, got, again in zip(*_lean_against_transformers(request.getfixturevalue(name), 2), strict=True):
-        assert torch.equal(want, got) and torch.equal(want, again)
+    model = copy.deepcopy(request.getfixturevalue(name)).to(device)
+    for want, got, again in zip(*_lean_against_transformers(model, 2), strict=True):
+        assert torch.equal(want, again)
+        if device.type == "cpu":
+            assert torch.equal(want, got)
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            assert torch.equal(got.argmax(-1), want.argmax(-1))
 
 
 def test_cpu_layout_moves_only_the_last_bits():

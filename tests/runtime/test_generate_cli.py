@@ -27,6 +27,9 @@ def _run(args: list[str], capsys) -> tuple[int, str, str]:
         (["--top-p", "0", "--prompt", "x"], "top-p"),
         (["--max-tokens", "0", "--prompt", "x"], "--max-tokens"),
         (["--model", "/nonexistent/model/folder", "--prompt", "x", "--device", "cpu"], "nonexistent"),
+        (["--prompt", "x", "--device", "tpu"], "Use auto, cpu, cuda or cuda:N"),
+        (["--prompt", "x", "--device", "cuda:x"], "Unknown device 'cuda:x'"),
+        (["--prompt", "x", "--device", "cuda:64"], "cuda:64 was asked for"),
     ],
 )
 def test_bad_input_is_a_user_error(args, needle, capsys):

@@ -18,17 +18,17 @@ N_NEW = 16
 
 
 @pytest.fixture(scope="module")
-def loaded(smollm2_folder):
+def loaded(smollm2_folder, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specplug.runtime import smollm2
 
     tok = AutoTokenizer.from_pretrained(str(smollm2_folder))
-    target = AutoModelForCausalLM.from_pretrained(str(smollm2_folder), dtype=torch.float32).eval()
-    draft = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft()), dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(str(smollm2_folder), dtype=torch.float32).to(device).eval()
+    draft = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft()), dtype=torch.float32).to(device).eval()
     ids = [tok(p, add_special_tokens=False).input_ids for p in PROMPTS]
     ref = [
-        target.generate(torch.tensor([i]), max_new_tokens=N_NEW, do_sample=False)[0, len(i) :].tolist() for i in ids
+        target.generate(torch.tensor([i], device=device), max_new_tokens=N_NEW, do_sample=False)[0, len(i) :].tolist() for i in ids
     ]
     return tok, target, draft, ids, ref
 
@@ -45,8 +45,7 @@ def test_greedy_identical_to_transformers(loaded, method):
     from specplug.runtime.proposers import DraftModelProposer, NgramProposer
 
     tok, target, draft, ids, ref = loaded
-    cpu = torch.device("cpu")
-    factory = (lambda: NgramProposer(2, 4)) if method == "ngram" else (lambda: DraftModelProposer(draft, cpu))
+    factory = (lambda: NgramProposer(2, 4)) if method == "ngram" else (lambda: DraftModelProposer(draft, target.device))
     eng = SpeculativeEngine(target, tok, factory, k=4)
     params = GenerationParams(max_new_tokens=N_NEW, ignore_eos=True)
     together = eng.generate(ids, params)

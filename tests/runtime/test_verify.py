@@ -36,11 +36,16 @@ def _chi2_ok(tokens: torch.Tensor, p: torch.Tensor) -> bool:
     return stats.chisquare(observed.numpy(), expected.numpy()).pvalue > ALPHA
 
 
-def _case(seed: int, k: int, params: SamplingParams, point_mass: bool):
+def _case(seed: int, k: int, params: SamplingParams, point_mass: bool, device=None):
+    """Target and draft logits drawn on the CPU (the same case on every device), sampled and verified on
+    ``device``; results come back to the CPU."""
     g = torch.Generator().manual_seed(seed)
     target_logits = torch.randn(k + 1, V, generator=g) * 1.5
     # A draft that resembles the target, as a real drafter does, so that drafts are often accepted.
     draft_logits = target_logits[:k] + torch.randn(k, V, generator=g)
+    if device is not None and device.type != "cpu":
+        target_logits, draft_logits = target_logits.to(device), draft_logits.to(device)
+        g = torch.Generator(device=device).manual_seed(seed)
     p = warp_probs(target_logits, params)
     q = warp_probs(draft_logits, params)
     if point_mass:
@@ -50,8 +55,9 @@ def _case(seed: int, k: int, params: SamplingParams, point_mass: bool):
     else:
         drafts = sample(q.expand(N, k, V), g)
         dprobs = q.expand(N, k, V)
-    n_acc, nxt = verify(target_logits.expand(N, k + 1, V), drafts, torch.full((N,), k), dprobs, params, g)
-    return p, drafts, n_acc, nxt
+    n = torch.full((N,), k, device=target_logits.device)
+    n_acc, nxt = verify(target_logits.expand(N, k + 1, V), drafts, n, dprobs, params, g)
+    return p.cpu(), drafts.cpu(), n_acc.cpu(), nxt.cpu()
 
 
 def _first_two(drafts: torch.Tensor, n_acc: torch.Tensor, nxt: torch.Tensor):
@@ -73,8 +79,8 @@ PARAMS = [
 @pytest.mark.parametrize("params", PARAMS, ids=lambda p: f"t{p.temperature}-k{p.top_k}-p{p.top_p}")
 @pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.parametrize("point_mass", [False, True], ids=["draft_model", "ngram"])
-def test_sampling_distribution_matches_target(params: SamplingParams, k: int, point_mass: bool) -> None:
-    p, drafts, n_acc, nxt = _case(7 + k, k, params, point_mass)
+def test_sampling_distribution_matches_target(params: SamplingParams, k: int, point_mass: bool, device) -> None:
+    p, drafts, n_acc, nxt = _case(7 + k, k, params, point_mass, device)
     first, second = _first_two(drafts, n_acc, nxt)
     assert _chi2_ok(first, p[0])
     assert len(second) > 1000  # enough accepted first drafts to test the next position
