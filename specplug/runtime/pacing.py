@@ -47,6 +47,7 @@ class DraftPacer:
 
     def __init__(self) -> None:
         self.cost: dict[int, float] = {}  # tokens fed per pass -> seconds (moving average)
+        self.warmed: set[int] = set()  # pass sizes run once already (see observe_pass)
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
         self.steps = 0
         self.explored_at = 0  # step of the latest width chosen to be measured
@@ -59,6 +60,13 @@ class DraftPacer:
 
     # -- learning -------------------------------------------------------------------------------------------
     def observe_pass(self, tokens: int, seconds: float) -> None:
+        """A pass feeding ``tokens`` took ``seconds``. The first pass of each size is a warm-up and is not
+        believed: it pays one-time costs (on CUDA, kernels load lazily on first use and cuBLAS picks one per
+        shape; on an H200 such passes took 55 ms against 12-14 ms later). Until a second timing the size counts
+        as unmeasured, so it is chosen again when it could pay."""
+        if tokens not in self.warmed:
+            self.warmed.add(tokens)
+            return
         self.cost[tokens] = _average(self.cost.get(tokens), seconds)
         self.timed_at[tokens] = self.steps
 
@@ -138,12 +146,13 @@ class DraftPacer:
         return best_w
 
     def _floor(self, tokens: int) -> float:
-        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: the cost of
-        the largest size below (roughly a bound; see ``estimate``). Nothing is below the smallest size timed
-        (usually the plain pass, width 0), so it stays a candidate for re-timing: a burst of load in its timing
-        would otherwise make every draft look cheap beside it, for good."""
-        below = max((m for m in self.cost if m < tokens), default=None)
-        return self.cost[below] if below is not None else 0.0
+        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: the cheapest
+        size below (a bound wherever feeding more costs no less, roughly true; see ``estimate``). Not the
+        nearest size below: a size timed slow once (a burst of load) would then hide every size above it from
+        re-timing for good. Nothing is below the smallest size timed (usually the plain pass, width 0), so it
+        stays a candidate for re-timing too: a burst of load in its timing would otherwise make every draft
+        look cheap beside it."""
+        return min((c for m, c in self.cost.items() if m < tokens), default=0.0)
 
     def _to_measure(self, batch: int, promising: Sequence[int]) -> int | None:
         """Of ``promising`` widths: one whose cost cannot be estimated (the widest first, so one pass brackets
