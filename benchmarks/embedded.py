@@ -11,15 +11,16 @@ costs (specplug.runtime.pacing). N-gram matches are each side's defaults: transf
 specplug 4 down to 2 with a fixed k and 4 down to 1 paced (specplug.runtime.models.ngram_match). Every
 method's greedy tokens are checked against the workload's first run (transformers' plain decoding): "same" is
 yes, or @n where n tokens agreed before the first difference (the fewest over the repeats). In float32 they
-agree; in bfloat16 on a GPU even transformers' own plain decoding differed between repeats (on an H200). Columns: tokens/s (best of the interleaved repeats),
-speedup over transformers' plain decoding and over specplug's own plain decoding, mean acceptance length, same
-tokens, and specplug / transformers on the same technique; each ratio is the median over repeats of the ratio
-within one repeat, whose runs are neighbours in an order that reverses every other repeat. Transformers runs
-on its own copy of each model, as loaded: on a CPU specplug's decoder lays weights out for faster products
-(specplug.runtime.decoder.CPU_LAYOUT), and over shared weights transformers would get part of that speed-up.
-Workloads: code-edit (the answer repeats most of the prompt), code-rewrite (an edit the model answers with
-rewritten code, so little of the answer is in the prompt), rag-summary (quotes its context), free-chat. Their
-prompts were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
+agree; in bfloat16 on a GPU even transformers' own plain decoding differed between repeats (on an H200).
+Columns: tokens/s (best of the interleaved repeats), speedup over transformers' plain decoding and over
+specplug's own plain decoding, mean acceptance length, same tokens, and specplug / transformers on the same
+technique; each ratio is the median over repeats of the ratio within one repeat, whose runs are neighbours in
+an order that reverses every other repeat. Transformers runs on its own copy of each model, as loaded: on a
+CPU specplug's decoder lays weights out for faster products (specplug.runtime.decoder.CPU_LAYOUT), and over
+shared weights transformers would get part of that speed-up. Workloads: code-edit (the answer repeats most of
+the prompt), code-rewrite (an edit the model answers with rewritten code, so little of the answer is in the
+prompt), rag-summary (quotes its context), free-chat. Their prompts were written for this benchmark by the
+specplug authors (Apache-2.0, like the repository).
 """
 
 from __future__ import annotations
@@ -240,8 +241,7 @@ def main() -> None:
           f"prompt tokens: {', '.join(f'{w}={len(v)}' for w, v in ids.items())}")
     runs: dict[tuple[str, str], list[float]] = {}  # tok/s per repeat
     accept: dict[tuple[str, str], float] = {}
-    same: dict[tuple[str, str], bool] = {}
-    agree: dict[tuple[str, str], int] = {}  # tokens equal to the reference before the first difference, fewest
+    differ: dict[tuple[str, str], list[int | None]] = {}  # per repeat: where tokens first differ (None: same)
     refs: dict[str, list[int]] = {}  # each workload's reference: the first run's tokens (all must agree)
     # Other processes share this machine; interleaving the methods keeps a burst of load from landing on one
     # method only, and each ratio is the median over repeats of the ratio within one repeat (runs seconds
@@ -253,8 +253,7 @@ def main() -> None:
                 ref = refs.setdefault(w, toks)
                 runs.setdefault((w, m), []).append(len(toks) / secs)
                 accept[(w, m)] = mal
-                same[(w, m)] = same.get((w, m), True) and toks == ref
-                agree[(w, m)] = min(agree.get((w, m), len(ref)), _common(toks, ref))
+                differ.setdefault((w, m), []).append(_first_difference(toks, ref))
 
     def ratio(w: str, m: str, base: str) -> float:
         return statistics.median(a / b for a, b in zip(runs[(w, m)], runs[(w, base)], strict=True))
@@ -269,7 +268,8 @@ def main() -> None:
     for w in WORKLOADS:
         for m in methods:
             tps, mal = max(runs[(w, m)]), accept[(w, m)]
-            ok = "yes" if same[(w, m)] else f"@{agree[(w, m)]}"
+            at = [d for d in differ[(w, m)] if d is not None]
+            ok = f"@{min(at)}" if at else "yes"
             pair = f"{ratio(w, m, pairs[m]):.2f}x" if m in pairs else ""
             print(f"{w:<12} {m:<17} {tps:7.2f} {ratio(w, m, 'hf plain'):10.2f}x {ratio(w, m, 'specplug plain'):10.2f}x "
                   f"{mal:7.2f} {ok:>5} {pair:>6}")
@@ -302,8 +302,10 @@ def main() -> None:
         print(line)
 
 
-def _common(a: list[int], b: list[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where ``a`` and ``b`` differ (one ending early counts), or None if equal."""
+    if a == b:
+        return None
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
