@@ -369,7 +369,8 @@ class DecodeBatch:
         if pacer is not None:
             t2 = time.perf_counter()
             pacer.observe_pass(len(rows) * (1 + dtokens.shape[1]), t2 - t1)
-            pacer.observe_draft(max(ks, default=0), drafting)
+            if not draft.backlog:
+                pacer.observe_draft(max(ks, default=0), drafting, len(rows))
             if not free:  # a free proposer's drafts are scored as tokens are emitted (_score_found)
                 for row, k, a in zip(rows, ks, acc_l, strict=True):
                     pacer.observe_acceptance(k, a)
@@ -529,4 +530,4 @@ def _widen(draft: Draft, width: int) -> Draft:
     pad = width - draft.tokens.shape[1]
     tokens = torch.nn.functional.pad(draft.tokens, (0, pad))
     probs = None if draft.probs is None else torch.nn.functional.pad(draft.probs, (0, 0, 0, pad))
-    return Draft(tokens, draft.n, probs)
+    return Draft(tokens, draft.n, probs, draft.match, draft.backlog)

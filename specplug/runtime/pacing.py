@@ -21,7 +21,9 @@ takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is
 target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's own passes and
 interpolated between them. A width outside what was measured is chosen for the step's real pass (so it gets
 timed), and so, now and then, are widths only interpolated and the width timed longest ago (the plain pass
-included). ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram).
+included). ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram; a
+drafter's catch-up on history it skipped is a one-off and not counted); its ratio to a plain pass at the same
+batch rules out timing widths that could not pay at any cost of the target's pass (see ``choose``).
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
 n-gram draft is a deterministic function of the history, so cutting it by its length is one as well.
@@ -53,6 +55,7 @@ class DraftPacer:
         self.explored_at = 0  # step of the latest width chosen to be measured
         self.measuring = False  # the latest choice was made to measure its cost
         self.draft_cost = 0.0  # seconds per drafted column
+        self.draft_ratio = 0.0  # the same over a plain target pass's seconds at the same batch
         self.pool_offered: list[int] = []  # per draft position: row-steps allowed to draft that far
         self.pool_accepted: list[int] = []
         # The same per state a draft was made in (see DraftPacer.rates), each shrunk towards the whole pool.
@@ -70,9 +73,16 @@ class DraftPacer:
         self.cost[tokens] = _average(self.cost.get(tokens), seconds)
         self.timed_at[tokens] = self.steps
 
-    def observe_draft(self, columns: int, seconds: float) -> None:
-        if columns > 0:
-            self.draft_cost = _average(self.draft_cost or None, seconds / columns)
+    def observe_draft(self, columns: int, seconds: float, rows: int = 1) -> None:
+        """The proposer drafted ``columns`` for a batch of ``rows`` in ``seconds`` (steady drafting only: not a
+        catch-up on history it skipped). Its cost over a plain target pass at that batch is kept as well, as a
+        ratio that carries over to batch sizes the proposer has not drafted at."""
+        if columns <= 0:
+            return
+        per_column = seconds / columns
+        self.draft_cost = _average(self.draft_cost or None, per_column)
+        if plain := self.estimate(rows):
+            self.draft_ratio = _average(self.draft_ratio or None, per_column / plain)
 
     def observe_acceptance(self, offered: int, accepted: int, state: Hashable | None = None) -> None:
         """A row was allowed ``offered`` drafts this step and got ``accepted`` of them through."""
@@ -129,16 +139,27 @@ class DraftPacer:
         if widest == 0:
             return 0
 
+        gains = [sum(1.0 + sum(rates[: min(k, w)]) for k, rates in zip(ks, row_rates, strict=True))
+                 for w in range(widest + 1)]
+
         def value(w: int, secs: float) -> float:
-            gain = sum(1.0 + sum(rates[: min(k, w)]) for k, rates in zip(ks, row_rates, strict=True))
-            return gain / (secs + w * self.draft_cost) if secs + w * self.draft_cost > 0 else float("inf")
+            return gains[w] / (secs + w * self.draft_cost) if secs + w * self.draft_cost > 0 else float("inf")
 
         best_w, best_value = 0, -1.0
         for w in range(widest + 1):
             secs = self.estimate(batch * (w + 1))
             if secs is not None and (v := value(w, secs)) > best_value:
                 best_w, best_value = w, v
-        promising = [w for w in range(widest + 1) if value(w, self._floor(batch * (w + 1))) > best_value]
+        # A wider pass costs no less than a plain one at the same batch, and a drafter's cost grows with the batch
+        # as the target's does; so a width can only beat plain decoding if its expected tokens beat plain's by
+        # the drafter's cost per column in plain passes, whatever the pass costs. Before a batch's plain pass
+        # was timed nothing else bounded it: a drafter known to be useless ran (a catch-up on 16 prompts, then a
+        # timed pass) just to time a new batch size, and paced drafting lost 20% to plain decoding.
+        def can_pay(w: int) -> bool:
+            return w == 0 or gains[w] > gains[0] * (1.0 + w * self.draft_ratio)
+
+        promising = [w for w in range(widest + 1)
+                     if can_pay(w) and value(w, self._floor(batch * (w + 1))) > best_value]
         explore = self._to_measure(batch, promising)
         if explore is not None:
             self.explored_at, self.measuring = self.steps, True

@@ -28,6 +28,9 @@ class Draft:
     # Per row, how long a context match found the draft (prompt lookup; 0: none). A longer match is a surer
     # draft, so pacing keeps its acceptance apart. None for proposers without one.
     match: list[int] | None = None
+    # The proposal first fed the proposer a backlog of history (a fresh batch's prompts, or what was emitted
+    # while it drafted nothing): its time is a one-off catch-up, not what drafting costs per column.
+    backlog: bool = False
 
 
 class Proposer(Protocol):
@@ -181,6 +184,7 @@ class DraftModelProposer:
             self._drafted = None
             return Draft(torch.zeros(b, 0, dtype=torch.long), torch.zeros(b, dtype=torch.long), None)
         width = max(len(p) for p in self.pending)
+        backlog = width > 2  # steady state feeds the last one or two committed tokens
         tokens = torch.zeros(b, width, dtype=torch.long)
         mask = torch.zeros(b, width, dtype=torch.bool)
         for r, p in enumerate(self.pending):
@@ -217,7 +221,7 @@ class DraftModelProposer:
         self._drafted = torch.stack(out_tokens, 1)
         width = int(n.max())
         probs_out = torch.stack(out_probs, 1)[:, :width] if out_probs else None
-        return Draft(self._drafted[:, :width], n, probs_out)
+        return Draft(self._drafted[:, :width], n, probs_out, backlog=backlog)
 
     def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
         acc = n_accepted.tolist()

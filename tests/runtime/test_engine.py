@@ -207,6 +207,13 @@ def test_drafter_runs_only_when_asked_to_draft(target, reference):
         hist = [h + [int(t)] for h, t in zip(hist, nxt, strict=True)]
     draft = prop.propose(hist, [3, 3], lambda logits: None, None)
     assert draft.tokens.tolist() == [reference[0][3:6], reference[1][3:6]]
+    assert draft.backlog  # the catch-up's time is not what drafting costs: pacing leaves it out
+    nxt = torch.tensor([reference[0][6], reference[1][6]], device=target.device)
+    with torch.inference_mode():  # as the engine's step runs
+        prop.commit(torch.tensor([3, 3], device=target.device), nxt)
+    hist = [h + r[3:7] for h, r in zip(hist, reference, strict=False)]
+    draft = prop.propose(hist, [2, 2], lambda logits: None, None)
+    assert draft.tokens.tolist() == [reference[0][7:9], reference[1][7:9]] and not draft.backlog
 
 
 def test_sampling_end_to_end_matches_exact_sequence_probabilities(device):

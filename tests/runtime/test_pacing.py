@@ -71,6 +71,18 @@ def test_costs_are_measured_by_choosing_the_width_for_a_real_pass():
     assert q.choose([2, 1], [CODE_EDIT_RATES[:2], CODE_EDIT_RATES[:1]]) == 2
 
 
+def test_a_drafter_that_cannot_pay_is_not_run_to_time_a_new_batch_size():
+    # Timed at batch 1: the drafter costs half a plain pass per column. A batch of 16 has no timed pass yet, and
+    # a width can beat plain there only if its extra tokens outweigh that half pass per column: with drafts
+    # accepted 4% of the time no width can, so the plain pass is what gets timed (the drafter never runs).
+    p = _pacer(CPU_COST)
+    p.observe_draft(4, 4 * 0.5 * CPU_COST[1], rows=1)
+    assert p.draft_ratio == pytest.approx(0.5)
+    assert p.choose([4] * 16, [[0.04, 0.01, 0.0, 0.0]] * 16) == 0
+    # Drafts accepted as on code-edit can pay at widths 1 and 2 (not 3 or 4): the wider of those is timed.
+    assert p.choose([4] * 16, [CODE_EDIT_RATES] * 16) == 2
+
+
 def test_a_width_timed_during_a_burst_of_load_is_measured_again():
     p = _pacer({1: 1.0, 2: 5.0, 3: 5.0})  # widths 1 and 2 timed during a burst of load
     chosen = []
