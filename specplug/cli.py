@@ -13,6 +13,7 @@ import click
 
 from specplug import __version__
 from specplug.errors import SpecplugError
+from specplug.output import silence_stdout
 
 # name -> ("module:attribute", one-line help), in the order a user meets them. Adding a command means
 # adding its module and one line here; listing commands imports none of them.
@@ -83,24 +84,32 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors print one paragraph and exit 1, never a traceback."""
+    sys.exit(_run(argv))
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="specplug", standalone_mode=False)
+        # Output still buffered would meet a closed pipe in the interpreter's exit, out of reach of the handler.
+        sys.stdout.flush()
+        return rv if isinstance(rv, int) else 0
     except SpecplugError as exc:
         _print_error(exc)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        return 130
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
+        return 130
+    except BrokenPipeError:  # whoever read our output stopped early (``| head``): no failure
+        silence_stdout()
+        return 0
     except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
         import os
 
@@ -111,8 +120,7 @@ def main(argv: list[str] | None = None) -> None:
             "This is a bug in specplug; rerun with SPECPLUG_DEBUG=1 for the traceback and report it.",
             err=True,
         )
-        sys.exit(1)
-    sys.exit(rv if isinstance(rv, int) else 0)
+        return 1
 
 
 def _print_error(exc: SpecplugError) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -49,11 +50,35 @@ def dump_yaml(data: Any) -> str:
     return yaml.safe_dump(to_plain(data), sort_keys=False, allow_unicode=True, width=100)
 
 
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so output still buffered does not fail again in the interpreter's exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def reader_gone() -> NoReturn:
+    """Whoever read our output closed the pipe early (``specplug recommend | head -1``): nothing failed, so end
+    with exit 0 (click and rich would exit 1, which fails the pipeline under ``set -o pipefail``)."""
+    silence_stdout()
+    raise click.exceptions.Exit(0)
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
+
+
 def console(stderr: bool = False):
     """A rich console; imported lazily so that plain JSON output does not pay for rich."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's own exits 1
+            reader_gone()
+
+    return _Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]):
@@ -73,9 +98,9 @@ def emit(data: Any, fmt: str, render_table: Callable[[Any], Any] | None = None) 
     ``render_table`` returns a rich renderable (or a list of them); without one, tables fall back to YAML.
     """
     if fmt == "json":
-        sys.stdout.write(dump_json(data))
+        _write(dump_json(data))
     elif fmt == "yaml" or render_table is None:
-        sys.stdout.write(dump_yaml(data))
+        _write(dump_yaml(data))
     else:
         out = render_table(data)
         con = console()

@@ -46,3 +46,15 @@ def test_policy_show_prints_merged_policy(tmp_path) -> None:
     data = json.loads(r.output)
     assert data["rules"]["min_speedup"] == 1.2
     assert "eagle3" in data["acceptance"]["methods"]
+
+
+def test_a_reader_that_stops_early_is_no_failure() -> None:
+    """``specplug recommend | head -1``: the reader closes the pipe before the table is printed. rich's default
+    exits 1 there, which fails the pipeline under ``set -o pipefail``."""
+    for fmt in ("table", "json"):
+        p = subprocess.Popen([sys.executable, "-m", "specplug.cli", "recommend", "--model", "llama-3.1-70b",
+                              "--output", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdout.close()  # before anything is written: every write meets a broken pipe
+        err = p.stderr.read()
+        assert p.wait(timeout=60) == 0, (fmt, err)
+        assert err == b"", (fmt, err)
