@@ -1,7 +1,7 @@
 """Embedded runtime vs transformers, same model, prompts and machine, in one run.
 
     python benchmarks/embedded.py [--max-tokens 96] [--k 4] [--batches 1,4,16] [--threads N] [--repeats 3]
-                                  [--device auto|cpu|cuda[:N]] [--dtype auto|float32|bfloat16|float16]
+                                  [--device auto|cpu|cuda[:N]] [--dtype float32|bfloat16|float16|auto]
 
 Target: SmolLM2-135M-Instruct (packaged, see specplug.runtime.smollm2); drafter: its layer-subset copy
 (smollm2-135m-draft). Methods: plain greedy decoding (transformers ``generate`` and specplug), specplug n-gram,
@@ -11,7 +11,8 @@ costs (specplug.runtime.pacing). N-gram matches are each side's defaults: transf
 specplug 4 down to 2 with a fixed k and 4 down to 1 paced (specplug.runtime.models.ngram_match). Every
 method's greedy tokens are checked against the workload's first run (transformers' plain decoding): "same" is
 yes, or @n where n tokens agreed before the first difference (the fewest over the repeats). In float32 they
-agree; in bfloat16 on a GPU even transformers' own plain decoding differed between repeats (on an H200).
+agree; in bfloat16 on a GPU even transformers' own plain decoding differed between repeats (on an H200), since
+a greedy tie there depends on the pass's shape, so the benchmark runs in float32 unless told otherwise.
 Columns: tokens/s (best of the interleaved repeats), speedup over transformers' plain decoding and over
 specplug's own plain decoding, mean acceptance length, same tokens, and specplug / transformers on the same
 technique; each ratio is the median over repeats of the ratio within one repeat, whose runs are neighbours in
@@ -138,7 +139,9 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    ap.add_argument("--dtype", default="auto", help="auto (float32 on a CPU, bfloat16 on a GPU), float32, ...")
+    ap.add_argument("--dtype", default="float32",
+                    help="float32 (where greedy tokens can be compared), bfloat16, float16 or auto (the runtime's: "
+                         "bfloat16 on a GPU)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement, interleaved; the best counts")
     ap.add_argument("--adaptive", action="store_true", help="adaptive draft length for specplug")
     args = ap.parse_args()
