@@ -124,6 +124,15 @@ def test_completion_text_usage_and_finish_reason(client):
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}
 
 
+def test_a_completion_without_max_tokens_gets_the_room_left(client):
+    # Completions default to 16 new tokens (as OpenAI's); a prompt leaving 7 gets those 7, not a 400 saying that
+    # the client asked for 16.
+    r = client.post("/v1/completions", json={"model": "tiny", "prompt": "y" * 505})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 7
+    assert client.post("/v1/completions", json={"model": "tiny", "prompt": "y"}).json()["usage"]["completion_tokens"] == 16
+
+
 def test_eos_is_finish_reason_stop_and_not_in_text():
     c, _, _ = make_client(ScriptedBackend(eos_after=5))
     with c:

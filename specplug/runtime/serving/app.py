@@ -344,9 +344,10 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             ids = prompt
         if not ids:
             raise ApiError(400, "prompt must not be empty.", param="prompt", code="invalid_value")
-        max_tokens = budget(len(ids), body.max_tokens if body.max_tokens is not None else min(16, settings.max_tokens_limit))
-        if body.max_tokens is None:
-            max_tokens = min(max_tokens, max(1, settings.max_model_len - len(ids)))
+        if body.max_tokens is not None:
+            max_tokens = budget(len(ids), body.max_tokens)
+        else:  # OpenAI's default for completions, within the room the context leaves (not a 400 for asking 16)
+            max_tokens = min(16, budget(len(ids), None))
         echo = (prompt if isinstance(prompt, str) else tokenizer.decode(ids)) if body.echo else ""
         handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
         rid = "cmpl-" + uuid.uuid4().hex
