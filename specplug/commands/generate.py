@@ -24,7 +24,7 @@ from specplug.output import emit, output_option, table
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy.")
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
-@click.option("--seed", type=int, default=None, help="Seed for sampling.")
+@click.option("--seed", type=int, default=None, help="Seed for sampling: the same seed gives the same text (drafting k every step, as --no-pace).")
 @click.option("--max-tokens", type=int, default=128, show_default=True, help="Most new tokens to generate.")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--prompt", "-p", default=None, help="Prompt text (raw, no chat template unless --chat); else stdin.")

@@ -31,7 +31,7 @@ device=None, eos_token_ids=None, lean=True, paced=False)``
 
 Each request has its own sampling parameters (temperature, top-k, top-p), stop strings, EOS handling and
 max_new_tokens. Seeds: a batch draws from one generator seeded by its first request that has a seed, so a
-seeded request reproduces exactly when decoded alone.
+seeded request reproduces exactly when decoded alone (pacing then drafts a fixed k: see ``step``).
 
 How a step works: each row feeds [last token, its drafts] in one target forward (rows with fewer drafts
 carry padding that is rolled back), the verifier decides per row, the target cache keeps per row exactly the
@@ -331,12 +331,17 @@ class DecodeBatch:
             ks = [0] * len(rows)
 
         pacer = self.engine.pacer
+        # A step draws random numbers per column it verifies, and a paced width follows measured timings: while a
+        # seeded sampling request runs, steps draft what a fixed k would, so that a seeded request decoded alone
+        # reproduces exactly (greedy rows are deterministic at any width).
+        paced = pacer is not None and not any(r.params.sampling.seed is not None and not r.params.sampling.greedy
+                                              for r in rows)
         last = torch.tensor([r.history[-1] for r in rows], dtype=torch.long, device=self.device)
         # A free proposer (n-gram) drafts first and the pacer sees what it found; a costly one (a draft model)
         # is told its width before drafting.
         free = bool(getattr(self.proposer, "free", False))
         width = 0
-        if pacer is not None and any(ks) and not free:
+        if paced and any(ks) and not free:
             rates = [pacer.rates(*r.counts(None), k) for r, k in zip(rows, ks, strict=True)]
             width = pacer.choose(ks, rates)
             ks = [min(k, width) for k in ks]
@@ -352,10 +357,11 @@ class DecodeBatch:
             full = draft.tokens.tolist()
             match = draft.match or [0] * len(rows)
             found = [_Found(t[:n], (r.run, m)) for r, t, n, m in zip(rows, full, draft.n.tolist(), match, strict=True)]
-            rates = [pacer.rates(*r.counts(f.state), len(f.tokens), f.state) for r, f in zip(rows, found, strict=True)]
-            width = pacer.choose([len(f.tokens) for f in found], rates)
-            draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
-        if pacer is not None and pacer.measuring and draft.tokens.shape[1] < width:
+            if paced:
+                rates = [pacer.rates(*r.counts(f.state), len(f.tokens), f.state) for r, f in zip(rows, found, strict=True)]
+                width = pacer.choose([len(f.tokens) for f in found], rates)
+                draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
+        if paced and pacer.measuring and draft.tokens.shape[1] < width:
             draft = _widen(draft, width)  # the pass must have the width being measured
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)

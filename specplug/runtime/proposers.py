@@ -155,8 +155,10 @@ class DraftModelProposer:
     def __init__(self, model: Any, device: torch.device, min_confidence: float = 0.4, lean: bool = True) -> None:
         self.model = lean_decoder(model) if lean else model
         self.device = device
-        # A row stops drafting where its drafter's distribution peaks below this probability (as transformers'
-        # assistant_confidence_threshold); the rule reads only the drafter's distribution, so it stays lossless.
+        # A row stops drafting after a token where its drafter's distribution peaks below this probability, the
+        # token kept (as transformers' assistant_confidence_threshold: it is verified for a column of the target's
+        # pass, nearly free, and the drafter's pass is already paid). The rule reads only the drafter's
+        # distribution, so it stays lossless.
         self.min_confidence = min_confidence
         self.kv = KVState(self.model, 0, device)
         self.pending: list[list[int]] = []
@@ -209,10 +211,10 @@ class DraftModelProposer:
                 # must not depend on which token was drawn, or the proposal is no longer q (not lossless).
                 conf = probs.max(-1).values
             out_tokens.append(tok)
-            if conf is not None:
-                alive &= conf >= self.min_confidence
             alive &= limit > i
             n += alive.long()
+            if conf is not None:
+                alive &= conf >= self.min_confidence
             if i + 1 == k or not bool(alive.any()):
                 break
             logits = self.kv.forward(tok.unsqueeze(1))[:, -1]

@@ -216,6 +216,32 @@ def test_drafter_runs_only_when_asked_to_draft(target, reference):
     assert draft.tokens.tolist() == [reference[0][7:9], reference[1][7:9]] and not draft.backlog
 
 
+def test_drafter_stops_after_its_first_unconfident_token_and_keeps_it(target, reference):
+    """As transformers' assistant_confidence_threshold: the token where the drafter's confidence fell is still
+    verified (a column of a pass that runs anyway), and nothing is drafted after it."""
+    prop = DraftModelProposer(target, target.device, min_confidence=1.01)  # no token is ever confident enough
+    prop.start([PROMPTS[0], PROMPTS[1]])
+    draft = prop.propose([list(PROMPTS[0]), list(PROMPTS[1])], [3, 3], lambda logits: None, None)
+    assert draft.n.tolist() == [1, 1]
+    assert draft.tokens[:, 0].tolist() == [reference[0][0], reference[1][0]]  # the target drafts its own greedy
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft-subset"])
+def test_a_seeded_request_reproduces_on_a_paced_engine(target, name):
+    """A step draws random numbers per column it verifies, and a paced width follows measured timings and what the
+    engine learnt from earlier requests: a seeded request must still give the same tokens every time."""
+    prompt = [2, 3, 4, 5] * 6
+    params = GenerationParams(max_new_tokens=40, ignore_eos=True, sampling=SamplingParams(temperature=0.8, seed=7))
+    eng = SpeculativeEngine(target, proposer_factory=_proposers(target)[name], k=4, paced=True)
+    outs = []
+    for costs in ({1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0}, {1: 1.0, 2: 5.0, 3: 5.0, 4: 5.0, 5: 5.0}, {}):
+        for tokens, secs in costs.items():  # pass costs that make a paced width differ from one run to the next
+            eng.pacer.observe_pass(tokens, secs)
+            eng.pacer.observe_pass(tokens, secs)
+        outs.append(eng.generate([prompt], params)[0].tokens)
+    assert outs[0] == outs[1] == outs[2]
+
+
 def test_sampling_end_to_end_matches_exact_sequence_probabilities(device):
     """Three sampled tokens from a tiny model (the first from the prefill, the next two speculated): the joint
     distribution equals the model's exact one, with a draft model and with n-gram drafts. Chi-square over the
