@@ -343,7 +343,7 @@ class DecodeBatch:
         width = 0
         if paced and any(ks) and not free:
             rates = [pacer.rates(*r.counts(None), k) for r, k in zip(rows, ks, strict=True)]
-            width = pacer.choose(ks, rates)
+            width = pacer.choose(ks, rates, probe=True)
             ks = [min(k, width) for k in ks]
 
         def warp(logits: torch.Tensor) -> torch.Tensor | None:

@@ -37,6 +37,13 @@ from collections.abc import Hashable, Sequence
 # many steps the width timed longest ago gets this step's pass.
 REMEASURE_EVERY = 16
 MEASURE_UNTIMED_EVERY = 4
+# A costly proposer (a draft model) judged useless is only observed when it drafts, so without probes it would
+# never be tried again, whatever the text became. After this many steps without drafting it drafts one token
+# for PROBE_STEPS steps (enough for a row's own rates to outweigh the pool's, see PRIOR_WEIGHT); the wait
+# doubles after each probe, up to PROBE_IDLE_MAX, and starts over once drafting pays again.
+PROBE_IDLE = 256
+PROBE_IDLE_MAX = 8192
+PROBE_STEPS = 8
 # Weights of a new timing in the moving average: other processes only ever add time, so a faster pass is
 # believed at once and a slower one slowly (the cost still rises as contexts grow).
 FASTER, SLOWER = 1.0, 0.1
@@ -54,6 +61,9 @@ class DraftPacer:
         self.steps = 0
         self.explored_at = 0  # step of the latest width chosen to be measured
         self.measuring = False  # the latest choice was made to measure its cost
+        self.idle = 0  # steps since a costly proposer last drafted (see PROBE_IDLE)
+        self.probe_idle = PROBE_IDLE
+        self.probing = 0  # steps left in the current probe
         self.draft_cost = 0.0  # seconds per drafted column
         self.draft_ratio = 0.0  # the same over a plain target pass's seconds at the same batch
         self.pool_offered: list[int] = []  # per draft position: row-steps allowed to draft that far
@@ -125,13 +135,35 @@ class DraftPacer:
         """
         return _shrunk(offered, accepted, k, self.pool_rates(k, state))
 
-    def choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]]) -> int:
+    def choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]], probe: bool = False) -> int:
         """The width for this step: the best by the model, or now and then one whose cost needs measuring.
 
         Measuring is done by running the step's real pass at that width (its tokens count like any other), not
         by a throwaway pass, and only for a width that could beat the best even at the cheapest cost it may
         have: so it costs at most the difference to the best width, and nothing where wide passes cannot pay.
+        ``probe``: the proposer is costly and learnt about only when it drafts, so now and then it is made to
+        (see ``PROBE_IDLE``).
         """
+        width = self._choose(ks, row_rates)
+        return self._probe(width, merit=not self.measuring) if probe and max(ks, default=0) else width
+
+    def _probe(self, width: int, merit: bool) -> int:
+        if width > 0:  # drafting pays, or is being timed: the proposer is observed anyway
+            self.idle, self.probing = 0, 0
+            if merit:
+                self.probe_idle = PROBE_IDLE
+            return width
+        if self.probing:
+            self.probing -= 1
+            return 1
+        self.idle += 1
+        if self.idle < self.probe_idle:
+            return 0
+        self.idle, self.probing = 0, PROBE_STEPS - 1
+        self.probe_idle = min(2 * self.probe_idle, PROBE_IDLE_MAX)
+        return 1
+
+    def _choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]]) -> int:
         self.steps += 1
         self.measuring = False
         batch = len(ks)

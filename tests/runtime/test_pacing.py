@@ -83,6 +83,37 @@ def test_a_drafter_that_cannot_pay_is_not_run_to_time_a_new_batch_size():
     assert p.choose([4] * 16, [CODE_EDIT_RATES] * 16) == 2
 
 
+def _drafting_steps(p: DraftPacer, rate_at, steps: int, seed: int = 0) -> list[int]:
+    """Run a costly proposer (a drafter costing 0.3 of a plain pass per column) under ``p`` for ``steps`` steps,
+    a new request every 100; ``rate_at(step)`` is how often a draft is accepted then. The steps that drafted."""
+    rng = random.Random(seed)
+    counts: dict[int, tuple[list[int], list[int]]] = {}
+    drafted = []
+    for s in range(steps):
+        offered, accepted = counts.setdefault(s // 100, ([], []))
+        w = p.choose([4], [p.rates(offered, accepted, 4)], probe=True)
+        if w:
+            p.observe_draft(w, 0.3 * w, rows=1)
+            drafted.append(s)
+        a = 0
+        while a < w and rng.random() < rate_at(s):
+            a += 1
+        p.observe_acceptance(w, a)
+        pacing.record(offered, accepted, w, a)
+    return drafted
+
+
+def test_a_drafter_judged_useless_is_tried_again_and_drafts_once_it_pays():
+    # The pool of acceptance rates only learns when the drafter drafts. A drafter found useless early (2% of its
+    # drafts accepted) was never run again, so when the text turned to what it predicts well (90%) nothing
+    # changed. Probes now try it now and then, at a cost of a few steps.
+    p = _pacer(GPU_COST)
+    drafted = _drafting_steps(p, lambda s: 0.02 if s < 1500 else 0.9, 3000)
+    useless = [s for s in drafted if 100 <= s < 1500]
+    assert len(useless) <= 3 * pacing.PROBE_STEPS  # probes only, ever rarer
+    assert sum(s >= 2000 for s in drafted) >= 0.8 * 1000  # without probes: 0
+
+
 def test_a_width_timed_during_a_burst_of_load_is_measured_again():
     p = _pacer({1: 1.0, 2: 5.0, 3: 5.0})  # widths 1 and 2 timed during a burst of load
     chosen = []
