@@ -23,7 +23,8 @@ interpolated between them. A width outside what was measured is chosen for the s
 timed), and so, now and then, are widths only interpolated and the width timed longest ago (the plain pass
 included). ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram; a
 drafter's catch-up on history it skipped is a one-off and not counted); its ratio to a plain pass at the same
-batch rules out timing widths that could not pay at any cost of the target's pass (see ``choose``).
+batch rules out timing widths that could not pay at any cost of the target's pass (see ``choose``). A costly
+proposer's rates are learnt only while it drafts, so one judged useless is probed now and then (``PROBE_IDLE``).
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
 n-gram draft is a deterministic function of the history, so cutting it by its length is one as well.
