@@ -149,6 +149,13 @@ def test_stop_string_truncates_and_ends_decoding(client):
     assert r.json()["usage"]["completion_tokens"] < 30
 
 
+def test_tokens_a_step_accepted_past_a_stop_string_are_not_counted(client):
+    # The scripted engine emits two tokens a step; "genera" ends on the first of a step's two (19 tokens in all).
+    r = client.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 200, "stop": ["genera"]})
+    assert r.json()["choices"][0]["text"] == "Hello there, "
+    assert r.json()["usage"]["completion_tokens"] == len("Hello there, genera")
+
+
 def test_chat_completion_uses_template(client):
     r = client.post("/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
     body = r.json()

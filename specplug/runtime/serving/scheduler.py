@@ -86,6 +86,7 @@ class _TextState:
         self.ids: list[int] = []
         self.emitted = 0  # characters of the decoded text already sent
         self.text = ""
+        self.overshoot = 0  # tokens past the one that completed a stop string (a speculative step's extra)
 
     def push(self, new_ids: list[int], final: bool) -> tuple[str, bool]:
         """Add tokens; return (text to send now, whether a stop string ended the output)."""
@@ -100,6 +101,11 @@ class _TextState:
             if hits:
                 text = text[: min(hits)]
                 stopped = True
+                # A step may accept drafts past the stop string; those tokens were never output, nor count.
+                n = len(self.ids)
+                while n > 1 and self._stops_within(n - 1):
+                    n -= 1
+                self.overshoot, self.ids = len(self.ids) - n, self.ids[:n]
         self.text = text
         if stopped or final:
             end = len(text)
@@ -112,6 +118,10 @@ class _TextState:
         delta = text[self.emitted : end]
         self.emitted = end
         return delta, stopped
+
+    def _stops_within(self, n: int) -> bool:
+        text = self.tokenizer.decode(self.ids[:n], skip_special_tokens=True)
+        return any(s in text for s in self.stop)
 
 
 class RequestHandle:
@@ -290,11 +300,12 @@ class Scheduler:
         if new_ids and live.first_token_at is None:
             live.first_token_at = now
             self.metrics.ttft.observe(now - live.arrived)
-        live.generated += len(new_ids)
-        self.metrics.generation_tokens.inc(len(new_ids))
         delta, stopped = live.text.push(new_ids, final=finished)
         if stopped:
             finished, reason = True, "stop"
+            new_ids = new_ids[: len(new_ids) - live.text.overshoot]
+        live.generated += len(new_ids)
+        self.metrics.generation_tokens.inc(len(new_ids))
         if finished:
             self._running.pop(out.rid, None)
             if not out.finished:
