@@ -26,7 +26,7 @@ from specplug.output import emit, output_option, table
 @click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling: the same seed gives the same text (drafting k every step, as --no-pace).")
 @click.option("--max-tokens", type=int, default=128, show_default=True, help="Most new tokens to generate.")
-@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--stop", multiple=True, help="Stop string (repeatable): the text ends before it; the tokens counted include it, as in vLLM.")
 @click.option("--prompt", "-p", default=None, help="Prompt text (raw, no chat template unless --chat); else stdin.")
 @click.option("--chat/--no-chat", default=False, show_default=True, help="Wrap the prompt in the chat template.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")

@@ -30,7 +30,8 @@ device=None, eos_token_ids=None, lean=True, paced=False)``
     adds/cancels to that thread.
 
 Each request has its own sampling parameters (temperature, top-k, top-p), stop strings, EOS handling and
-max_new_tokens. Seeds: a batch draws from one generator seeded by its first request that has a seed, so a
+max_new_tokens. A stop string ends the text before it and the tokens with the one that completed it
+(:mod:`specplug.runtime.textstream`, which the server shares). Seeds: a batch draws from one generator seeded by its first request that has a seed, so a
 seeded request reproduces exactly when decoded alone (pacing then drafts a fixed k: see ``step``).
 
 How a step works: each row feeds [last token, its drafts] in one target forward (rows with fewer drafts
@@ -53,6 +54,7 @@ from specplug.runtime.decoder import lean as lean_decoder
 from specplug.runtime.pacing import DraftPacer, record
 from specplug.runtime.proposers import Draft, Proposer, _prefill
 from specplug.runtime.sampling import RowWarper, SamplingParams
+from specplug.runtime.textstream import TextStream
 from specplug.runtime.verify import verify
 
 
@@ -161,8 +163,7 @@ class _Row:
     k: int
     started: float
     stats: RequestStats
-    text_sent: int = 0
-    text: str = ""
+    stream: TextStream | None = None  # ids -> text and stop strings, where the engine has a tokenizer
     finish_reason: str | None = None
     found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
     # Whether the row's latest settled free draft matched in full: copied text tends to go on being copied, so a
@@ -276,7 +277,9 @@ class DecodeBatch:
             rid = self._next_id
             self._next_id += 1
             stats = RequestStats(prompt_tokens=len(prompt))
-            row = _Row(rid, params, list(prompt), len(prompt), self.engine.k, time.perf_counter(), stats)
+            tok = self.engine.tokenizer
+            stream = TextStream(tok, params.stop) if tok is not None else None
+            row = _Row(rid, params, list(prompt), len(prompt), self.engine.k, time.perf_counter(), stats, stream)
             self._queue.append(row)
         return rid
 
@@ -308,7 +311,7 @@ class DecodeBatch:
         row = self._done.get(rid) or next((r for r in self.rows + self._queue if r.rid == rid), None)
         if row is None:
             raise KeyError(rid)
-        text = row.text if self.engine.tokenizer is not None else None
+        text = row.stream.text if row.stream is not None else None
         return Result(list(row.generated), text, row.finish_reason, row.stats)
 
     def __iter__(self) -> Iterator[list[StepOutput]]:
@@ -431,32 +434,14 @@ class DecodeBatch:
             if len(emitted) > room or reason is None:
                 reason = "length"
             emitted = emitted[:room]
+        delta = ""
+        if row.stream is not None:
+            pushed = row.stream.push(emitted, final=reason is not None)
+            if pushed.stopped:
+                emitted, reason = emitted[: pushed.kept], "stop"
+            delta = pushed.text
         row.history.extend(emitted)
         st.new_tokens += len(emitted)
-        delta = ""
-        tok = self.engine.tokenizer
-        if tok is not None:
-            text = tok.decode(row.generated, skip_special_tokens=True)
-            cut = _find_stop(text, params.stop)
-            if cut is not None:
-                text, reason = text[:cut], "stop"
-                # Keep only the tokens needed to produce the text up to the stop string.
-                gen = row.generated
-                keep = len(gen)
-                while keep > 0 and len(tok.decode(gen[: keep - 1], skip_special_tokens=True)) >= cut:
-                    keep -= 1
-                del row.history[row.prompt_len + keep :]
-                st.new_tokens = keep
-            row.text = text
-            safe = len(text)
-            if reason is None:
-                # Hold back what might be the start of a stop string or half of a multi-byte character.
-                hold = max((len(s) - 1 for s in params.stop), default=0)
-                safe = max(row.text_sent, len(text) - hold)
-                while safe > row.text_sent and text[safe - 1] == "\ufffd":
-                    safe -= 1
-            delta = text[row.text_sent : safe]
-            row.text_sent = safe
         st.elapsed_s = now - row.started
         row.finish_reason = reason
         return StepOutput(row.rid, emitted, delta, reason is not None, reason)
@@ -524,11 +509,6 @@ class DecodeBatch:
             if finished:
                 self._drop(finished)
         return outs
-
-
-def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
-    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
-    return min(hits) if hits else None
 
 
 def _widen(draft: Draft, width: int) -> Draft:

@@ -155,6 +155,34 @@ def test_eos_and_max_tokens(target, reference):
     assert (res.tokens, res.finish_reason) == (reference[0][:3], "length")
 
 
+class _Letters:
+    """A tokenizer for the tiny models: token i is one character."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(0x100 + i) for i in ids)
+
+
+def test_a_stop_string_ends_the_streamed_tokens_with_the_one_that_completed_it(target, reference):
+    # The drafter is the target itself, so each step accepts 4 drafts and can run past the stop string.
+    text = _Letters().decode(reference[0])
+    stop = text[11:13]
+    end = text.find(stop) + len(stop)  # the tokens up to the one that completes the stop string
+    assert (end - 1) % 5, "the stop string should complete inside a step (prefill 1 token, then 5 a step)"
+    eng = SpeculativeEngine(target, _Letters(), lambda: DraftModelProposer(target, target.device), k=4, eos_token_ids=[])
+    batch = eng.start()
+    rid = batch.add(PROMPTS[0], GenerationParams(max_new_tokens=N_NEW, stop=(stop,)))
+    streamed, sent = [], ""
+    for outs in batch:
+        for o in outs:
+            streamed += o.new_tokens
+            sent += o.text_delta
+    res = batch.result(rid)
+    assert res.finish_reason == "stop"
+    assert streamed == res.tokens == reference[0][:end]
+    assert sent == res.text == text[: end - len(stop)]
+    assert res.stats.new_tokens == end
+
+
 def test_ngram_lookup_prefers_longest_latest_match():
     prop = NgramProposer(1, 3)
     prop.start([[0]])

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specplug.runtime.serving.metrics import ServerMetrics
+from specplug.runtime.textstream import TextStream
 
 log = logging.getLogger("specplug.server")
 
@@ -76,54 +77,6 @@ class Event:
     error: str | None = None
 
 
-class _TextState:
-    """Generated ids -> text, holding back what could still turn out to be the start of a stop string."""
-
-    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
-        self.tokenizer = tokenizer
-        self.stop = list(stop)
-        self.holdback = max((len(s) for s in self.stop), default=1) - 1
-        self.ids: list[int] = []
-        self.emitted = 0  # characters of the decoded text already sent
-        self.text = ""
-        self.overshoot = 0  # tokens past the one that completed a stop string (a speculative step's extra)
-
-    def push(self, new_ids: list[int], final: bool) -> tuple[str, bool]:
-        """Add tokens; return (text to send now, whether a stop string ended the output)."""
-        self.ids.extend(new_ids)
-        # Full decode keeps the text byte-identical to decoding the whole output at once (BPE merges
-        # across token boundaries); it costs microseconds at these lengths.
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        stopped = False
-        if self.stop:
-            start = max(0, self.emitted - self.holdback)
-            hits = [i for i in (text.find(s, start) for s in self.stop) if i >= 0]
-            if hits:
-                text = text[: min(hits)]
-                stopped = True
-                # A step may accept drafts past the stop string; those tokens were never output, nor count.
-                n = len(self.ids)
-                while n > 1 and self._stops_within(n - 1):
-                    n -= 1
-                self.overshoot, self.ids = len(self.ids) - n, self.ids[:n]
-        self.text = text
-        if stopped or final:
-            end = len(text)
-        else:
-            end = len(text) - self.holdback if self.stop else len(text)
-            if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its next byte
-                end = min(end, len(text) - 1)
-        if end <= self.emitted:
-            return "", stopped
-        delta = text[self.emitted : end]
-        self.emitted = end
-        return delta, stopped
-
-    def _stops_within(self, n: int) -> bool:
-        text = self.tokenizer.decode(self.ids[:n], skip_special_tokens=True)
-        return any(s in text for s in self.stop)
-
-
 class RequestHandle:
     """The event-loop side of one request: an async stream of :class:`Event` and a cancel switch."""
 
@@ -156,7 +109,7 @@ class _Live:
     prompt_ids: list[int]
     max_tokens: int
     sampling: SamplingParams
-    text: _TextState
+    text: TextStream
     loop: asyncio.AbstractEventLoop
     handle: RequestHandle
     arrived: float
@@ -217,7 +170,7 @@ class Scheduler:
             rid = f"r{next(self._ids)}"
             handle = RequestHandle(self, rid, len(prompt_ids))
             self._waiting.append(
-                _Live(rid, list(prompt_ids), max_tokens, sampling, _TextState(self.tokenizer, stop), loop, handle, time.monotonic())
+                _Live(rid, list(prompt_ids), max_tokens, sampling, TextStream(self.tokenizer, stop), loop, handle, time.monotonic())
             )
             self.metrics.num_waiting.set(len(self._waiting))
             self._cond.notify_all()
@@ -300,10 +253,10 @@ class Scheduler:
         if new_ids and live.first_token_at is None:
             live.first_token_at = now
             self.metrics.ttft.observe(now - live.arrived)
-        delta, stopped = live.text.push(new_ids, final=finished)
+        delta, kept, stopped = live.text.push(new_ids, final=finished)
         if stopped:
             finished, reason = True, "stop"
-            new_ids = new_ids[: len(new_ids) - live.text.overshoot]
+            new_ids = new_ids[:kept]
         live.generated += len(new_ids)
         self.metrics.generation_tokens.inc(len(new_ids))
         if finished:
