@@ -244,6 +244,29 @@ def test_drafter_runs_only_when_asked_to_draft(target, reference):
     assert draft.tokens.tolist() == [reference[0][7:9], reference[1][7:9]] and not draft.backlog
 
 
+def test_a_drafter_idle_for_long_reads_only_the_latest_tokens_to_catch_up(target, reference, monkeypatch):
+    """A drafter's backlog grows with every step it sits idle; past CATCH_UP_MAX it restarts from the latest
+    tokens, so a probe after a long wait costs no more than one after a short one."""
+    from specplug.runtime import proposers
+
+    monkeypatch.setattr(proposers, "CATCH_UP_MAX", 6)
+    prop = DraftModelProposer(target, target.device, min_confidence=0.0)
+    prop.start([PROMPTS[0]])
+    hist = [list(PROMPTS[0])]
+    prop.propose(hist, [1], lambda logits: None, None)  # reads the prompt whole
+    with torch.inference_mode():
+        prop.commit(torch.tensor([1]), torch.tensor([reference[0][1]]))
+    hist[0] += reference[0][:2]
+    for step in range(2, 12):  # idle: 10 tokens pile up, past CATCH_UP_MAX
+        prop.propose(hist, [0], lambda logits: None, None)
+        prop.commit(torch.zeros(1, dtype=torch.long), torch.tensor([reference[0][step]]))
+        hist[0].append(reference[0][step])
+    draft = prop.propose(hist, [3], lambda logits: None, None)
+    assert prop.kv.length == 6 + 2  # the latest 6 tokens, then 2 of the 3 drafts fed
+    assert draft.backlog
+    assert draft.tokens[0].tolist() == _own_greedy(target, hist[0][-6:], 3)
+
+
 def test_drafter_stops_after_its_first_unconfident_token_and_keeps_it(target, reference):
     """As transformers' assistant_confidence_threshold: the token where the drafter's confidence fell is still
     verified (a column of a pass that runs anyway), and nothing is drafted after it."""
