@@ -65,3 +65,45 @@ def test_half_a_character_waits_for_the_rest():
     e = list("é".encode())
     assert s.push([ord("a"), e[0]], final=False) == ("a", 2, False)
     assert s.push([e[1]], final=False) == ("é", 1, False)
+
+
+class Metaspace:
+    """SentencePiece's decoding: pieces joined, "▁" read as a space, and the text's first space dropped."""
+
+    pieces = ["▁Hello", "▁world", ",", "▁how", "▁are", "▁you", "?"]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        text = "".join(self.pieces[i] for i in ids).replace("▁", " ")
+        return text[1:] if text.startswith(" ") else text
+
+
+def streamed(tokenizer, ids: list[int], sizes: list[int]) -> tuple[str, str]:
+    s, sent, i = TextStream(tokenizer), "", 0
+    for j, n in enumerate(sizes):
+        sent += s.push(ids[i : i + n], final=j == len(sizes) - 1).text
+        i += n
+    return sent, s.text
+
+
+def test_a_token_decoded_after_others_keeps_its_leading_space():
+    # Each token decoded alone would lose the space before it; the stream decodes it after the ones before.
+    ids = list(range(7))
+    assert streamed(Metaspace(), ids, [1] * 7) == ("Hello world, how are you?",) * 2
+    assert streamed(Metaspace(), ids, [2, 1, 4]) == ("Hello world, how are you?",) * 2
+
+
+def test_streamed_text_is_the_whole_output_decoded_at_once(smollm2_folder):
+    import random
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_folder))
+    text = "Grüße aus Köln 🚀🚀 — 東京は晴れ. def f(x):\n    return x ** 2  # ½ ≠ ⅓\n" * 3
+    ids = tok(text, add_special_tokens=False).input_ids
+    rng = random.Random(0)
+    for _ in range(5):
+        sizes, left = [], len(ids)
+        while left:
+            sizes.append(min(left, rng.randint(1, 5)))
+            left -= sizes[-1]
+        assert streamed(tok, ids, sizes) == (text, text)
