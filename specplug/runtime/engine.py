@@ -31,8 +31,9 @@ device=None, eos_token_ids=None, lean=True, paced=False)``
 
 Each request has its own sampling parameters (temperature, top-k, top-p), stop strings, EOS handling and
 max_new_tokens. A stop string ends the text before it and the tokens with the one that completed it
-(:mod:`specplug.runtime.textstream`, which the server shares). Seeds: a batch draws from one generator seeded by its first request that has a seed, so a
-seeded request reproduces exactly when decoded alone (pacing then drafts a fixed k: see ``step``).
+(:mod:`specplug.runtime.textstream`, which the server shares). Seeds: a batch draws from one generator seeded
+by its first request that has a seed, so a seeded request reproduces exactly when decoded alone (pacing then
+drafts a fixed k: see ``step``).
 
 How a step works: each row feeds [last token, its drafts] in one target forward (rows with fewer drafts
 carry padding that is rolled back), the verifier decides per row, the target cache keeps per row exactly the
