@@ -195,8 +195,8 @@ class DraftModelProposer:
         if self.kv.length and width > CATCH_UP_MAX:
             # Idle for long (the pacer judged drafting useless, and now probes it): restart from each row's latest
             # text instead of reading everything skipped. Why: that backlog grows with the wait, so a full catch-up
-            # cost a fixed share of the time idled at every probe (on this CPU at batch 16, 1.5 s of prefill after
-            # 256 idle steps, ~5%); bounded, it amortises. Drafts from a shorter context stay exact proposals.
+            # cost a fixed share of the time idled at every probe (on this CPU at batch 16, 2.5 s of prefill after
+            # 256 idle steps; 1.0 s bounded), and bounded, it amortises. Drafts from a shorter context stay exact.
             self.kv = KVState(self.model, b, self.device)
             self.pending = [list(h[-CATCH_UP_MAX:]) for h in histories]
             width = max(len(p) for p in self.pending)
