@@ -3,7 +3,7 @@
     python benchmarks/embedded.py [--max-tokens 96] [--k 4] [--batches 1,4,16] [--threads N] [--repeats 3]
                                   [--device auto|cpu|cuda[:N]] [--dtype float32|bfloat16|float16|auto]
 
-Target: SmolLM2-135M-Instruct (packaged, see specplug.runtime.smollm2); drafter: its layer-subset copy
+Target: SmolLM2-135M-Instruct (packaged, see specplug.runtime.smollm2); drafter: its distilled copy
 (smollm2-135m-draft). Methods: plain greedy decoding (transformers ``generate`` and specplug), specplug n-gram,
 specplug draft model, transformers ``prompt_lookup_num_tokens`` and transformers ``assistant_model``, all with
 the same k; and specplug's paced variants, which choose each step's draft length (up to k) from measured pass

@@ -1,5 +1,6 @@
-"""The real model: SmolLM2-135M with n-gram and layer-subset draft speculation decodes exactly what
-transformers' greedy ``generate`` decodes, alone and batched with prompts of different lengths."""
+"""The real model: SmolLM2-135M with n-gram and draft-model speculation (the packaged distilled drafter)
+decodes exactly what transformers' greedy ``generate`` decodes, alone and batched with prompts of different
+lengths; the drafter's drafts are mostly accepted."""
 
 from __future__ import annotations
 
@@ -68,3 +69,34 @@ def test_stop_string(loaded):
     res = eng.generate([ids[0]], GenerationParams(max_new_tokens=N_NEW, stop=(stop,), ignore_eos=True))[0]
     assert res.finish_reason == "stop"
     assert res.text == full[: full.find(stop)]
+
+
+def test_the_packaged_drafter_drafts_what_the_target_then_accepts(loaded):
+    """The distilled drafter is worth running on a request it was not trained on: its first draft is accepted
+    on a third of the steps and a pass yields 1.5 tokens (k = 3). The untrained 14-layer cut it replaced: 0.11
+    and 1.10; the distilled one: 0.34 and 1.52."""
+    from specplug.runtime.engine import GenerationParams, SpeculativeEngine
+    from specplug.runtime.proposers import DraftModelProposer
+
+    tok, target, draft, _, _ = loaded
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Write a Python function that checks whether a word is a palindrome."}],
+        add_generation_prompt=True, tokenize=False,
+    )
+    ids = tok(prompt, add_special_tokens=False).input_ids
+    eng = SpeculativeEngine(target, tok, lambda: DraftModelProposer(draft, target.device), k=3, paced=False)
+    stats = eng.generate([ids], GenerationParams(max_new_tokens=64, ignore_eos=True))[0].stats
+    assert stats.accepted_per_position[0] >= 0.25 * stats.drafted_per_position[0], stats.as_dict()
+    assert stats.mean_acceptance_length >= 1.3, stats.as_dict()
+
+
+def test_a_damaged_drafter_weights_file_is_a_clear_error(smollm2_folder, tmp_path):
+    from specplug.errors import SpecplugError
+    from specplug.runtime import smollm2
+
+    bad = tmp_path / "draft.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    with pytest.raises(SpecplugError, match="Cannot read the drafter's weights"):
+        smollm2.ensure_draft(bad)
+    with pytest.raises(SpecplugError, match="are missing"):
+        smollm2.ensure_draft(tmp_path / "absent.safetensors")
