@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specplug.fileio import write_atomic  # noqa: E402 - after the path setup
+from specplug.fileio import write_atomic, write_atomic_bytes  # noqa: E402 - after the path setup
 
 OUT = ROOT / "specplug" / "runtime" / "data" / "smollm2-135m-draft.safetensors"
 
@@ -174,24 +174,6 @@ def generate(args: argparse.Namespace) -> None:
     write_atomic(Path(args.work) / "sequences.json", json.dumps(data))
 
 
-def _drafter(target, layers: tuple[int, ...]):  # noqa: ANN001, ANN202 - torch modules, imported lazily
-    import copy
-
-    from transformers import LlamaForCausalLM
-
-    cfg = copy.deepcopy(target.config)
-    cfg.num_hidden_layers = len(layers)
-    if hasattr(cfg, "layer_types"):
-        cfg.layer_types = None
-    draft = LlamaForCausalLM(cfg)
-    draft.model.embed_tokens.weight = target.model.embed_tokens.weight
-    draft.lm_head.weight = target.model.embed_tokens.weight
-    draft.model.norm.load_state_dict(target.model.norm.state_dict())
-    for new_i, old_i in enumerate(layers):
-        draft.model.layers[new_i].load_state_dict(target.model.layers[old_i].state_dict())
-    return draft
-
-
 def schedule(step: int, frac: float) -> float:
     """Learning-rate factor: 20 steps of linear warm-up, then cosine down to 0.1 as ``frac`` (the share of
     --minutes used) goes to 1. With --steps the run may end before that."""
@@ -218,12 +200,14 @@ def train(args: argparse.Namespace) -> None:
 
     from specplug.runtime import smollm2
     from specplug.runtime.models import load_model
+    from specplug.runtime.tiny import layer_subset
 
     torch.manual_seed(0)
     target, _ = load_model(smollm2.TARGET_NAME, torch.device("cpu"), torch.float32)
     target.requires_grad_(False)
     layers = tuple(int(x) for x in args.layers.split(","))
-    draft = _drafter(target, layers).train()  # shares the target's frozen embeddings and head
+    draft = layer_subset(target, layers).train()
+    draft.model.embed_tokens.weight.requires_grad_(False)  # with the tied head: the target's, kept as they are
     trained = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=args.lr, weight_decay=0.0)
     rows = rows_of(load_sequences(args.work)[0], args.seq)
@@ -279,24 +263,22 @@ def evaluate(args: argparse.Namespace) -> None:
 
     from specplug.runtime import smollm2
     from specplug.runtime.models import load_model
+    from specplug.runtime.tiny import layer_subset
 
     target, _ = load_model(smollm2.TARGET_NAME, torch.device("cpu"), torch.float32)
     _, seqs, lengths = load_sequences(args.work)
     layers = tuple(int(x) for x in args.layers.split(","))
     trained = AutoModelForCausalLM.from_pretrained(str(smollm2.ensure_draft(Path(args.out))), dtype=torch.float32)
     print(f"top-1 agreement on {len(seqs)} held-out sequences (prompts, answers):")
-    for name, draft in ((f"untrained layers {args.layers}", _drafter(target, layers)), (args.out, trained)):
+    for name, draft in ((f"untrained layers {args.layers}", layer_subset(target, layers)), (args.out, trained)):
         on_prompts, on_answers = agreement(draft.eval(), target, seqs, lengths)
         print(f"  {name}: {on_prompts:.3f}, {on_answers:.3f}")
 
 
 def save(draft, layers: tuple[int, ...], out: Path) -> None:  # noqa: ANN001
     """The trained layers in int8 per output row (float32 scales) and the norms in float32, atomically."""
-    import os
-    import tempfile
-
     import torch
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     tensors: dict[str, torch.Tensor] = {}
     for name, p in draft.state_dict().items():
@@ -309,12 +291,8 @@ def save(draft, layers: tuple[int, ...], out: Path) -> None:  # noqa: ANN001
             tensors[name + ".scale"] = scale.contiguous()
         else:
             tensors[name] = w.contiguous()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    os.close(fd)
-    save_file(tensors, tmp, metadata={"source_layers": ",".join(map(str, layers)), "format": "int8-rows"})
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; the file ships in the wheel
-    os.replace(tmp, out)
+    meta = {"source_layers": ",".join(map(str, layers)), "format": "int8-rows"}
+    write_atomic_bytes(out, save(tensors, metadata=meta))
 
 
 def main() -> None:

@@ -176,7 +176,10 @@ def build_draft(src_dir: Path, dst_dir: Path, weights: Path) -> Path:
                 raise SpecplugError(f"{weights} holds {name} in int8 without its scale.", rebuild)
             t = t.float() * tensors[f"{name}.scale"].float()[:, None]
         state[name] = t.float()
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shapes that do not fit the target's
+        raise SpecplugError(f"{weights} does not fit the target: {str(exc)[:300]}", rebuild) from exc
     missing = [m for m in missing if "rotary" not in m]
     if missing or unexpected:
         raise SpecplugError(f"{weights} does not fit the target: missing {missing[:4]}, unexpected {unexpected[:4]}.",

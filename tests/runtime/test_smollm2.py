@@ -100,3 +100,10 @@ def test_a_damaged_drafter_weights_file_is_a_clear_error(smollm2_folder, tmp_pat
         smollm2.ensure_draft(bad)
     with pytest.raises(SpecplugError, match="are missing"):
         smollm2.ensure_draft(tmp_path / "absent.safetensors")
+    from safetensors.torch import save_file
+
+    alien = tmp_path / "alien.safetensors"  # a real safetensors file, but of another model's shapes
+    save_file({"model.layers.0.mlp.up_proj.weight": torch.zeros(8, 4, dtype=torch.int8),
+               "model.layers.0.mlp.up_proj.weight.scale": torch.ones(8)}, str(alien))
+    with pytest.raises(SpecplugError, match="does not fit the target"):
+        smollm2.ensure_draft(alien)
