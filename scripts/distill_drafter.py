@@ -3,13 +3,13 @@
 The drafter (``smollm2-135m-draft``) keeps the target's embeddings, final norm and tied LM head and has 4
 decoder layers (``--layers``: initialised from the target's layers 0, 1, 2 and 29), trained here to match the
 target's next-token distribution (KL to the target's softmax at every position). Training text is the target's
-own answers (specplug's engine; 3 of 4 batches greedy, 1 sampled at temperature 0.7) to prompts built from this
-Python's standard library: its functions (explain, document, rewrite, test) and module docstrings (summarise,
-answer from context), and general questions listed below. None is a prompt of ``benchmarks/embedded.py`` or of
-specplug's bench workloads, which measure the result.
+own answers (specplug's engine; 3 of 4 batches greedy, 1 sampled at temperature 0.7) to prompts built from
+this Python's standard library: its functions (explain, document, rewrite, test) and module docstrings
+(summarise, answer from context), and general questions listed below. None is a prompt of
+``benchmarks/embedded.py`` or of specplug's bench workloads, which measure the result.
 
 Output: ``specplug/runtime/data/smollm2-135m-draft.safetensors``, the trained layers in int8 (per output row,
-with float scales) and the final norm in float32, which ``specplug.runtime.smollm2.ensure_draft`` puts on top
+with float scales) and the norms in float32, which ``specplug.runtime.smollm2.ensure_draft`` puts on top
 of the target's weights. Stages cache their results under ``--work``:
 
     python scripts/distill_drafter.py generate              # 800 sequences, 268k tokens: 11.5 min on 2 cores
@@ -20,9 +20,10 @@ The shipped file is what those three commands gave (Xeon with AMX, 2 cores, torc
 agreement with the target, teacher-forced on the held-out sequences: 0.00 for the untrained layers; after
 training 0.53 on the prompts and 0.43 on the answers (on training sequences 0.58 and 0.56, so more text would
 help). 8 of the 32 held-out prompts also occur in training: the chat questions and docstrings come from small
-pools. The prompts of the tests and benchmarks that measure the drafter occur in neither. In decoding (``tests/runtime/test_smollm2.py``, k = 3) its first draft is accepted on 0.34 of the steps
-of a code answer and 0.13-0.24 of a chat answer, against 0.05-0.13 for the untrained 14-layer cut it replaced,
-at 4/14 of that cut's layers.
+pools. The prompts of the tests and benchmarks that measure the drafter occur in neither. In decoding
+(``tests/runtime/test_smollm2.py``, k = 3) its first draft is accepted on 0.34 of the steps of a code answer
+and 0.13-0.24 of a chat answer, against 0.05-0.13 for the untrained 14-layer cut it replaced, at 4/14 of that
+cut's layers.
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specplug.fileio import write_atomic, write_atomic_bytes  # noqa: E402 - after the path setup
-
-OUT = ROOT / "specplug" / "runtime" / "data" / "smollm2-135m-draft.safetensors"
+from specplug.runtime import smollm2  # noqa: E402 - stdlib imports only; torch comes with the stages
 
 CODE_TASKS = [
     "Explain what this Python function does.",
@@ -152,7 +152,7 @@ def generate(args: argparse.Namespace) -> None:
 
     torch.manual_seed(0)
     # bfloat16: on a CPU with AMX it generates ~4x faster than float32; the text only has to be the target's.
-    engine = build_engine("smollm2-135m", method="ngram", device="cpu", dtype="bfloat16")
+    engine = build_engine(smollm2.TARGET_NAME, method="ngram", device="cpu", dtype="bfloat16")
     tok = engine.tokenizer
     prompts = build_prompts(args.prompts + args.held_out, seed=0)
     texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
@@ -190,7 +190,10 @@ def rows_of(seqs: list[list[int]], seq: int) -> list[list[int]]:
 
 def load_sequences(work: str) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """Training sequences, held-out sequences and the held-out prompts' lengths, from the generate stage."""
-    data = json.loads((Path(work) / "sequences.json").read_text())
+    path = Path(work) / "sequences.json"
+    if not path.is_file():
+        sys.exit(f"{path} is missing: run `python scripts/distill_drafter.py generate` first (same --work).")
+    data = json.loads(path.read_text())
     cut = len(data["sequences"]) - data["held_out"]
     return data["sequences"][:cut], data["sequences"][cut:], data["prompt_lengths"][cut:]
 
@@ -199,7 +202,6 @@ def train(args: argparse.Namespace) -> None:
     import torch
     import torch.nn.functional as F
 
-    from specplug.runtime import smollm2
     from specplug.runtime.models import load_model
     from specplug.runtime.tiny import layer_subset
 
@@ -262,7 +264,6 @@ def evaluate(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from specplug.runtime import smollm2
     from specplug.runtime.models import load_model
     from specplug.runtime.tiny import layer_subset
 
@@ -299,7 +300,7 @@ def save(draft, layers: tuple[int, ...], out: Path) -> None:  # noqa: ANN001
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=["generate", "train", "eval"])
-    ap.add_argument("--work", default=str(Path.home() / ".cache" / "specplug" / "distill"))
+    ap.add_argument("--work", default=str(smollm2.cache_dir() / "distill"))
     ap.add_argument("--prompts", type=int, default=768)
     ap.add_argument("--held-out", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=192)
@@ -312,7 +313,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--minutes", type=float, default=45)
     ap.add_argument("--steps", type=int, default=520, help="0: train until --minutes")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", default=str(smollm2.DRAFT_WEIGHTS))
     args = ap.parse_args()
     {"generate": generate, "train": train, "eval": evaluate}[args.stage](args)
 
