@@ -273,10 +273,34 @@ def _eps(norm: Any) -> float:
     return float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
 
 
-class LeanDecoder(torch.nn.Module):
-    """Wraps a Llama-family ``*ForCausalLM`` (see :func:`unsupported_reason`); called like it by ``KVState``."""
+class _SubsetHead:
+    """The LM head's rows for part of the vocabulary; owner of their transposed copy and packs (see ``_kept``)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, vocab: torch.Tensor) -> None:
+        ids = vocab.to(weight.device)
+        self.weight = weight.detach().index_select(0, ids)
+        self.bias = None if bias is None else bias.detach().index_select(0, ids)
+
+
+def _subset_head(lm_head: Any, vocab: torch.Tensor) -> _SubsetHead:
+    """``lm_head``'s rows for ``vocab``, made once per weight storage and vocabulary, shared by decoders over it."""
+    key = (lm_head.weight.data_ptr(), tuple(vocab.tolist()))
+    cached = getattr(lm_head, "_specplug_subset", None)
+    if cached is None or cached[0] != key:
+        cached = (key, _SubsetHead(lm_head.weight, getattr(lm_head, "bias", None), vocab))
+        lm_head._specplug_subset = cached
+    return cached[1]
+
+
+class LeanDecoder(torch.nn.Module):
+    """Wraps a Llama-family ``*ForCausalLM`` (see :func:`unsupported_reason`); called like it by ``KVState``.
+
+    ``vocab`` (token ids) makes the logits score only those tokens, column j for token ``vocab[j]``: a drafter's
+    reduced vocabulary (see ``specplug.runtime.proposers.DraftModelProposer``), whose smaller head is most of
+    what makes it cheaper. None scores the whole vocabulary.
+    """
+
+    def __init__(self, model: Any, vocab: torch.Tensor | None = None) -> None:
         super().__init__()
         reason = unsupported_reason(model)
         if reason:
@@ -290,7 +314,9 @@ class LeanDecoder(torch.nn.Module):
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
         self.scaling = self.head_dim**-0.5
         inner = model.model
-        head = model.lm_head.weight
+        self.vocab = None if vocab is None else vocab.to(model.lm_head.weight.device)
+        subset = None if vocab is None else _subset_head(model.lm_head, vocab)
+        head = model.lm_head.weight if subset is None else subset.weight
         layers = inner.layers[: cfg.num_hidden_layers]
         layout = dict(CPU_LAYOUT) if head.device.type == "cpu" and head.dtype == torch.float32 else {}
         packed = set(CPU_PACKED) if layout and _mkl_packing() else set()
@@ -310,10 +336,15 @@ class LeanDecoder(torch.nn.Module):
         both = {kind for kind, how in layout.items() if how == "both"}
         self.rotary = inner.rotary_emb
         # Re-laid before the embedding is read: with tied embeddings the two are one parameter.
-        self.lm_head = _relay(head, "lm_head" in t)
-        self.lm_head_t = _copy_of(model.lm_head, self.lm_head, "lm_head" in both)
-        self.lm_head_p = _pack_of(model.lm_head, self.lm_head, "lm_head" in packed)
-        self.lm_bias = getattr(model.lm_head, "bias", None)
+        # A subset head is this decoder's own tensor, so it is stored transposed instead of re-laid.
+        head_owner = model.lm_head if subset is None else subset
+        if subset is None:
+            self.lm_head = _relay(head, "lm_head" in t)
+        else:
+            self.lm_head = _copy_of(subset, head, "lm_head" in t) if "lm_head" in t else head
+        self.lm_head_t = _copy_of(head_owner, self.lm_head, "lm_head" in both)
+        self.lm_head_p = _pack_of(head_owner, self.lm_head, "lm_head" in packed)
+        self.lm_bias = getattr(model.lm_head, "bias", None) if subset is None else subset.bias
         self.embed = inner.embed_tokens.weight
         self.final_norm, self.final_eps = inner.norm.weight, _eps(inner.norm)
         self.weights = []
@@ -425,8 +456,13 @@ class LeanDecoder(torch.nn.Module):
         return SimpleNamespace(logits=logits, cache=cache)
 
 
-def lean(model: Any) -> Any:
-    """``model`` wrapped in :class:`LeanDecoder` when its architecture allows, else ``model`` unchanged."""
-    if isinstance(model, LeanDecoder) or unsupported_reason(model) is not None:
+def lean(model: Any, vocab: torch.Tensor | None = None) -> Any:
+    """``model`` wrapped in :class:`LeanDecoder` (scoring ``vocab``, or all tokens) when its architecture allows,
+    else ``model`` unchanged (which scores every token)."""
+    if isinstance(model, LeanDecoder):
+        if vocab is None and model.vocab is None:
+            return model
+        model = model.hf
+    if unsupported_reason(model) is not None:
         return model
-    return LeanDecoder(model)
+    return LeanDecoder(model, vocab)

@@ -21,6 +21,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 METHODS = ("none", "ngram", "draft_model")
 PACKAGED = {smollm2.TARGET_NAME: smollm2.ensure_target, smollm2.DRAFT_NAME: smollm2.ensure_draft}
 DEFAULT_DRAFTERS = {smollm2.TARGET_NAME: smollm2.DRAFT_NAME}
+# A drafter folder may list a draft vocabulary here, as {"ids": [token ids]}: the drafter then drafts only those
+# tokens (see specplug.runtime.proposers.DraftModelProposer). The packaged drafter lists 8192.
+DRAFT_VOCAB_FILE = "draft_vocab.json"
 # Other spellings that mean the packaged target.
 ALIASES = {"smollm2": smollm2.TARGET_NAME, "huggingfacetb/smollm2-135m-instruct": smollm2.TARGET_NAME}
 
@@ -91,6 +94,24 @@ def model_path(name: str) -> Path | str:
     return name
 
 
+def draft_vocab(name: str) -> list[int] | None:
+    """The draft vocabulary listed in drafter ``name``'s folder (:data:`DRAFT_VOCAB_FILE`), or None for all."""
+    import json
+
+    where = model_path(name)
+    path = Path(where) / DRAFT_VOCAB_FILE
+    if not path.is_file():
+        return None
+    try:
+        ids = json.loads(path.read_text())["ids"]
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise ValueError("ids is not a list of integers")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecplugError(f"Cannot read the draft vocabulary {path}: {exc}",
+                            'Write it as {"ids": [token ids]}, or delete it to draft from every token.') from exc
+    return ids
+
+
 def load_model(name: str, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
     """``(model, tokenizer)`` in eval mode on ``device``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -131,7 +152,7 @@ def build_engine(
     :func:`ngram_match`'s defaults.
     """
     from specplug.runtime.engine import SpeculativeEngine
-    from specplug.runtime.proposers import DraftModelProposer, NgramProposer
+    from specplug.runtime.proposers import DraftModelProposer, NgramProposer, vocab_ids
 
     if method not in METHODS:
         raise SpecplugError(f"Unknown method {method!r}.", f"Use one of {', '.join(METHODS)}.")
@@ -161,7 +182,14 @@ def build_engine(
                 "A drafter must share the target's tokenizer.",
             )
 
+        vocab = draft_vocab(drafter)
+        try:
+            if vocab is not None:
+                vocab_ids(vocab, draft.config.vocab_size)
+        except ValueError as exc:
+            raise SpecplugError(f"Drafter {drafter!r}: {exc}.", f"Fix or delete its {DRAFT_VOCAB_FILE}.") from exc
+
         def factory() -> DraftModelProposer:
-            return DraftModelProposer(draft, dev)
+            return DraftModelProposer(draft, dev, vocab=vocab)
 
     return SpeculativeEngine(target, tok, factory, k=k, adaptive=adaptive, device=dev, paced=paced)

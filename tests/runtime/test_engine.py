@@ -12,7 +12,7 @@ stats = pytest.importorskip("scipy.stats")
 
 from specplug.runtime.engine import GenerationParams, SpeculativeEngine  # noqa: E402
 from specplug.runtime.proposers import DraftModelProposer, NgramProposer  # noqa: E402
-from specplug.runtime.sampling import SamplingParams, warp_probs  # noqa: E402
+from specplug.runtime.sampling import RowWarper, SamplingParams, warp_probs  # noqa: E402
 from specplug.runtime.tiny import layer_subset, tiny_llama  # noqa: E402
 
 PROMPTS = [
@@ -57,6 +57,8 @@ def _proposers(target):
         "draft-self": lambda: DraftModelProposer(target, dev),  # everything accepted
         "draft-subset": lambda: DraftModelProposer(layer_subset(target, (0, 2)), dev),
         "draft-unrelated": lambda: DraftModelProposer(other, dev),
+        # Drafts only from every other token id: the rest of the target's choices are never drafted.
+        "draft-vocab": lambda: DraftModelProposer(target, dev, vocab=list(range(0, target.config.vocab_size, 2))),
     }
 
 
@@ -64,7 +66,9 @@ def test_reference_is_own_greedy(target, reference):
     assert _own_greedy(target, PROMPTS[0], 12) == reference[0][:12]
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "ngram2-4", "draft-self", "draft-subset", "draft-unrelated"])
+@pytest.mark.parametrize(
+    "name", ["none", "ngram", "ngram2-4", "draft-self", "draft-subset", "draft-unrelated", "draft-vocab"]
+)
 @pytest.mark.parametrize("k,adaptive,paced", [(1, False, False), (4, True, False), (5, False, True)])
 def test_greedy_identical_batch_1_and_4(target, reference, name, k, adaptive, paced):
     factory = _proposers(target)[name]
@@ -82,8 +86,38 @@ def test_greedy_identical_batch_1_and_4(target, reference, name, k, adaptive, pa
     if name == "draft-self":
         assert all(r.stats.accepted == r.stats.drafted for r in together)
         assert paced or all(r.stats.drafted > 0 for r in together)  # pacing may find a self-draft too dear
+    if name == "draft-vocab" and not paced:
+        # The target drafting for itself from the even ids only: kept where its choice is even, refused elsewhere.
+        assert 0 < sum(r.stats.accepted for r in together) < sum(r.stats.drafted for r in together)
     if name == "ngram" and not paced:  # (pacing may judge this random model's matches not worth a wider pass)
         assert sum(r.stats.accepted for r in together) > 0  # the repetitive prompts do get drafts accepted
+
+
+def test_a_draft_vocabulary_drafts_only_its_tokens_with_q_zero_elsewhere(target):
+    # Sampled drafts over a third of the ids: every drafted token is one of them, q sums to one over them and is
+    # zero on the rest, and the lean decoder (which multiplies only their head rows) proposes what the
+    # transformers forward (whose logits the proposer cuts) does.
+    dev = target.device
+    size = target.config.vocab_size
+    vocab = list(range(1, size, 3))
+    outside = torch.ones(size, dtype=torch.bool, device=dev)
+    outside[vocab] = False
+    warp = RowWarper([SamplingParams(temperature=1.0)] * 2, dev)
+    drafts = []
+    for lean in (True, False):
+        prop = DraftModelProposer(target, dev, min_confidence=0.0, lean=lean, vocab=vocab)
+        prop.start([PROMPTS[0], PROMPTS[1]])
+        draft = prop.propose([PROMPTS[0], PROMPTS[1]], [3, 3], warp, torch.Generator(device=dev).manual_seed(0))
+        assert set(draft.tokens.flatten().tolist()) <= set(vocab)
+        assert draft.probs.shape == (2, 3, size)
+        torch.testing.assert_close(draft.probs.sum(-1), torch.ones(2, 3, device=dev))
+        assert not draft.probs[..., outside].any()
+        drafts.append(draft)
+    assert torch.equal(drafts[0].tokens, drafts[1].tokens)
+    torch.testing.assert_close(drafts[0].probs, drafts[1].probs, rtol=1e-4, atol=1e-6)
+    for bad in ([], [0, 0], [size]):
+        with pytest.raises(ValueError, match="distinct token ids"):
+            DraftModelProposer(target, dev, vocab=bad)
 
 
 def test_step_stream_cancel_and_join(target, reference):
@@ -295,7 +329,8 @@ def test_a_seeded_request_reproduces_on_a_paced_engine(target, name):
 
 def test_sampling_end_to_end_matches_exact_sequence_probabilities(device):
     """Three sampled tokens from a tiny model (the first from the prefill, the next two speculated): the joint
-    distribution equals the model's exact one, with a draft model and with n-gram drafts. Chi-square over the
+    distribution equals the model's exact one, with a draft model (scoring all tokens, and a subset) and with
+    n-gram drafts. Chi-square over the
     vocab^3 cells (sparse cells pooled), alpha = 1e-3, fixed seeds."""
     vocab = 5
     model = tiny_llama(vocab_size=vocab, hidden_size=32, layers=2, seed=1, init_std=0.5).to(device)
@@ -309,7 +344,12 @@ def test_sampling_end_to_end_matches_exact_sequence_probabilities(device):
         p3 = warp_probs(model(torch.tensor([prompt + [a, b] for a, b in pairs], device=device)).logits[:, -1], sp)
     exact = (p1.view(-1, 1, 1) * p2.view(vocab, vocab, 1) * p3.view(vocab, vocab, vocab)).flatten().double().cpu()
     n = 8000
-    for factory in (lambda: DraftModelProposer(draft, device), lambda: NgramProposer(1, 2)):
+    factories = (
+        lambda: DraftModelProposer(draft, device),
+        lambda: DraftModelProposer(draft, device, vocab=[3, 0, 2]),  # q is zero on tokens 1 and 4
+        lambda: NgramProposer(1, 2),
+    )
+    for factory in factories:
         eng = SpeculativeEngine(model, proposer_factory=factory, k=2, eos_token_ids=[])
         res = eng.generate([prompt] * n, GenerationParams(max_new_tokens=3, sampling=sp))
         cells = torch.tensor([(r.tokens[0] * vocab + r.tokens[1]) * vocab + r.tokens[2] for r in res])
