@@ -71,10 +71,12 @@ class GenerationParams:
 
 @dataclass
 class RequestStats:
-    """Per-request counters. Acceptance length = new tokens per target pass (1.0 without speculation)."""
+    """Per-request counters. Acceptance length = tokens per target pass (1.0 without speculation), the
+    end-of-sequence token that ended the request counted: a pass produced it, as vLLM counts it."""
 
     prompt_tokens: int = 0
     new_tokens: int = 0
+    eos_tokens: int = 0  # 1 when an end-of-sequence token ended the request (it is not in the text)
     drafted: int = 0
     accepted: int = 0
     target_passes: int = 0
@@ -89,7 +91,7 @@ class RequestStats:
 
     @property
     def mean_acceptance_length(self) -> float:
-        return self.new_tokens / self.target_passes if self.target_passes else 0.0
+        return (self.new_tokens + self.eos_tokens) / self.target_passes if self.target_passes else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -424,11 +426,11 @@ class DecodeBatch:
 
     def _emit(self, row: _Row, emitted: list[int], now: float) -> StepOutput:
         params, st = row.params, row.stats
-        reason = None
+        reason, eos_at = None, -1
         if not params.ignore_eos and self.engine.eos_token_ids:
             for j, t in enumerate(emitted):
                 if t in self.engine.eos_token_ids:
-                    emitted, reason = emitted[:j], "stop"
+                    emitted, reason, eos_at = emitted[:j], "stop", j
                     break
         room = params.max_new_tokens - st.new_tokens
         if len(emitted) >= room:
@@ -443,6 +445,7 @@ class DecodeBatch:
             delta = pushed.text
         row.history.extend(emitted)
         st.new_tokens += len(emitted)
+        st.eos_tokens = int(reason == "stop" and len(emitted) == eos_at)  # not when cut before the EOS
         st.elapsed_s = now - row.started
         row.finish_reason = reason
         return StepOutput(row.rid, emitted, delta, reason is not None, reason)

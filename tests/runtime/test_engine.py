@@ -183,7 +183,11 @@ def test_eos_and_max_tokens(target, reference):
     res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=N_NEW))[0]
     assert res.finish_reason == "stop"
     assert res.tokens == reference[0][: reference[0].index(eos)]
+    # The EOS is not in the text, but a pass made it: plain decoding yields exactly one token per pass.
+    plain = SpeculativeEngine(target, eos_token_ids=[eos]).generate([PROMPTS[0]], GenerationParams())[0]
+    assert plain.stats.eos_tokens == 1 and plain.stats.mean_acceptance_length == 1.0
     res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=N_NEW, ignore_eos=True))[0]
+    assert res.stats.eos_tokens == 0
     assert res.tokens == reference[0]
     res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=3, ignore_eos=True))[0]
     assert (res.tokens, res.finish_reason) == (reference[0][:3], "length")
