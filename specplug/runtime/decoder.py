@@ -336,12 +336,12 @@ class LeanDecoder(torch.nn.Module):
         both = {kind for kind, how in layout.items() if how == "both"}
         self.rotary = inner.rotary_emb
         # Re-laid before the embedding is read: with tied embeddings the two are one parameter.
-        # A subset head is this decoder's own tensor, so it is stored transposed instead of re-laid.
+        # A subset head is not a parameter of the model: it is copied transposed where the model's is re-laid.
         head_owner = model.lm_head if subset is None else subset
         if subset is None:
             self.lm_head = _relay(head, "lm_head" in t)
         else:
-            self.lm_head = _copy_of(subset, head, "lm_head" in t) if "lm_head" in t else head
+            self.lm_head = _copy_of(subset, head, "lm_head" in t)
         self.lm_head_t = _copy_of(head_owner, self.lm_head, "lm_head" in both)
         self.lm_head_p = _pack_of(head_owner, self.lm_head, "lm_head" in packed)
         self.lm_bias = getattr(model.lm_head, "bias", None) if subset is None else subset.bias
