@@ -20,11 +20,11 @@ an order that reverses every other repeat. specplug's drafter drafts from the pa
 vocabulary, the 8192 tokens the target's text uses most (as ``specplug generate`` runs it; ``--draft-vocab
 full`` drafts from all 49152), so its LM head multiplies a sixth of the rows; transformers' assistant has no
 such option and scores every token. Transformers runs on its own copy of each model, as loaded: on a CPU
-specplug's decoder lays weights out for faster products (specplug.runtime.decoder.CPU_LAYOUT), and over shared
-weights transformers would get part of that speed-up. Workloads: code-edit (the answer repeats most of the
-prompt), code-rewrite (an edit the model answers with rewritten code, so little of the answer is in the
-prompt), rag-summary (quotes its context), free-chat. Their prompts were written for this benchmark by the
-specplug authors (Apache-2.0, like the repository).
+specplug's decoder lays weights out for faster products (specplug.runtime.decoder.CPU_LAYOUT) and, on Linux,
+in huge pages (HUGE_PAGES), and over shared weights transformers would get part of that speed-up. Workloads:
+code-edit (the answer repeats most of the prompt), code-rewrite (an edit the model answers with rewritten
+code, so little of the answer is in the prompt), rag-summary (quotes its context), free-chat. Their prompts
+were written for this benchmark by the specplug authors (Apache-2.0, like the repository).
 """
 
 from __future__ import annotations
@@ -157,6 +157,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specplug.runtime import smollm2
+    from specplug.runtime.decoder import lean
     from specplug.runtime.engine import GenerationParams, SpeculativeEngine
     from specplug.runtime.models import draft_vocab, ngram_match, resolve_device, resolve_dtype
     from specplug.runtime.proposers import DraftModelProposer, NgramProposer
@@ -248,6 +249,14 @@ def main() -> None:
     # Warm up every path once (allocator, kernels, lazy imports).
     for fn in methods.values():
         fn("free-chat", 4)
+    # specplug's decoders move their weights into huge pages after a few hundred forwards (a server has long
+    # since; see specplug.runtime.decoder.HUGE_PAGES): here before the timing, not during it.
+    decoders = [e.target for e in engines.values()]
+    decoders.append(lean(draft, None if vocab is None else torch.tensor(vocab)))
+    for d in decoders:
+        job = d.huge_pages_now() if hasattr(d, "huge_pages_now") else None
+        if job is not None:
+            job.join()
     print(f"device={dev} dtype={dt} threads={torch.get_num_threads()} k={k} max_new_tokens={n} "
           f"draft vocabulary={len(vocab) if vocab else 'all'} "
           f"prompt tokens: {', '.join(f'{w}={len(v)}' for w, v in ids.items())}")

@@ -136,6 +136,41 @@ def test_a_vocabulary_subset_scores_just_its_tokens(model32):
             torch.testing.assert_close(got, want[..., vocab], rtol=1e-5, atol=1e-5)
 
 
+def _huge_kb(address: int) -> int:
+    """AnonHugePages (kB) of the mapping of this process that holds ``address``."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "AnonHugePages:":
+                return int(line.split()[1])
+    return 0
+
+
+def test_the_weights_a_step_streams_sit_in_huge_pages():
+    # Where the kernel can move memory into 2 MB pages (Linux 6.1+ with THP not off), a CPU decoder's streamed
+    # weights are moved there: fewer TLB misses per step. Its logits stay those of the model.
+    probe = torch.ones(5 << 20, dtype=torch.uint8)  # touched, and holding at least one whole 2 MB page
+    if decoder.huge_pages([probe]) == 0:
+        pytest.skip("this kernel does not move memory into huge pages on request")
+    model = tiny_llama(vocab_size=8192, hidden_size=256, layers=1, heads=4, kv_heads=2, dtype=torch.float32, seed=2)
+    want = model(torch.tensor([[1, 2, 3]])).logits
+    lean_model = LeanDecoder(model)
+    ptr = lean_model.lm_head.data_ptr() + (2 << 20)  # inside the 8 MB head
+    # A one-off generation does not wait for the move: it starts after HUGE_PAGES_AFTER forwards, in a thread.
+    steps = [torch.tensor([[1, 2, 3]])] + [torch.tensor([[4]])] * (decoder.HUGE_PAGES_AFTER - 2)
+    got = _feed(lean_model, steps)[0]
+    assert lean_model.huge_job is None and _huge_kb(ptr) == 0
+    _feed(lean_model, [torch.tensor([[5]])])
+    lean_model.huge_job.join()
+    assert _huge_kb(ptr) > 0
+    assert LeanDecoder(model).huge_pages_now() is lean_model.huge_job  # one move per model
+    torch.testing.assert_close(got[0], want, rtol=1e-5, atol=1e-5)
+
+
 def test_copies_past_the_memory_budget_are_not_made(monkeypatch):
     # A model whose transposed copies and packs would add more than CPU_COPY_BUDGET keeps one layout of those
     # weights.
