@@ -13,7 +13,8 @@ by moving a length.
 On a CPU in float32 the weights are also laid out for MKL (see :data:`CPU_LAYOUT`): some stored transposed,
 which MKL multiplies faster, and two kept both ways and packed by MKL as well (:data:`CPU_PACKED`). Against
 the model as loaded, logits then differ in the last bits (the products sum in another order) and greedy
-tokens stay the same (tested).
+tokens stay the same (tested). On Linux a CPU decoder also moves its weights into huge pages
+(:data:`HUGE_PAGES`), which changes where they lie, not their values.
 
 Architectures whose layers have exactly the Llama shape (q/k/v/o projections, optional biases, RMSNorm, gated
 SiLU MLP, rotary positions) take this path; anything else (sliding windows, q/k norms, soft-capping, MoE)
@@ -71,10 +72,11 @@ CPU_COPY_BUDGET = 1 << 30
 # MADV_HUGEPAGE, then MADV_COLLAPSE for pages already there; kernels without them, or with THP off, ignore it).
 # Why: a step reads every weight once, and with 4 KB pages the TLB misses cost as much as the reading. On this
 # CPU (2-core Xeon, THP "madvise") a one-row product over a 7 MB weight took 1.5x less time in huge pages, and
-# SmolLM2-135M's plain decoding 1.17x less. Moving SmolLM2's 1.5 GB (its copies included) takes ~2 s of both
-# cores, which a one-off generation of a few dozen tokens would not win back: a decoder starts it, in a thread,
-# after HUGE_PAGES_AFTER forwards (or when asked: ``LeanDecoder.huge_pages_now``). MKL's packs (CPU_PACKED)
-# are opaque to Python and stay as allocated.
+# SmolLM2-135M's plain decoding 1.17x less. Moving SmolLM2's weights (0.55 GB of them lie in whole 2 MB pages;
+# a weight under 2 MB, such as a layer's o projection, holds none) took ~2 s, which a one-off generation of a
+# few dozen tokens would not win back: a decoder starts it, in a thread, after HUGE_PAGES_AFTER forwards (or
+# when asked: ``LeanDecoder.huge_pages_now``). MKL's packs (CPU_PACKED) are opaque to Python and stay as
+# allocated.
 HUGE_PAGES = sys.platform.startswith("linux")
 HUGE_PAGES_AFTER = 256
 _HUGE = 2 << 20
