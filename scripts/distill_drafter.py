@@ -18,13 +18,14 @@ the target's weights. Stages cache their results under ``--work``:
     python scripts/distill_drafter.py eval                  # greedy agreement on the 32 held-out sequences
     python scripts/distill_drafter.py vocab                 # only (re)writes the draft vocabulary (seconds)
 
-The draft vocabulary's size was measured in decoding (``benchmarks/embedded.py``'s workloads, k = 4): 4096
-and 8192 tokens left every workload's acceptance length as with all 49152 and made fixed-k drafting 1.07-1.13x
-faster on three of four; 8192 keeps more of the rare tokens. The shipped file is what those commands gave (Xeon with AMX, 2 cores, torch 2.13). Greedy top-1
-agreement with the target, teacher-forced on the held-out sequences: 0.00 for the untrained layers; after
-training 0.53 on the prompts and 0.43 on the answers (on training sequences 0.58 and 0.56, so more text would
-help). 8 of the 32 held-out prompts also occur in training: the chat questions and docstrings come from small
-pools. The prompts of the tests and benchmarks that measure the drafter occur in neither. In decoding
+The draft vocabulary's size was measured in decoding (``benchmarks/embedded.py``'s workloads, k = 4): 4096 and
+8192 tokens left every workload's acceptance length as with all 49152, and with 8192 fixed-k drafting ran
+1.07-1.13x faster (rag-summary 1.00 in one of two runs); 8192 keeps more of the rare tokens. The shipped file
+is what those commands gave (Xeon with AMX, 2 cores, torch 2.13). Greedy top-1 agreement with the target,
+teacher-forced on the held-out sequences: 0.00 for the untrained layers; after training 0.53 on the prompts
+and 0.43 on the answers (on training sequences 0.58 and 0.56, so more text would help). 8 of the 32 held-out
+prompts also occur in training: the chat questions and docstrings come from small pools. The prompts of the
+tests and benchmarks that measure the drafter occur in neither. In decoding
 (``tests/runtime/test_smollm2.py``, k = 3) its first draft is accepted on 0.34 of the steps of a code answer
 and 0.13-0.24 of a chat answer, against 0.05-0.13 for the untrained 14-layer cut it replaced, at 4/14 of that
 cut's layers.

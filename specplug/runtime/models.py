@@ -174,7 +174,8 @@ def build_engine(
             raise SpecplugError(
                 f"No default drafter for {model!r}.", "Pass --drafter with a smaller model that shares its tokenizer."
             )
-        draft, _ = load_model(drafter, dev, dt)
+        where = str(model_path(drafter))  # once: for the packaged drafter it hashes the shipped weights
+        draft, _ = load_model(where, dev, dt)
         if draft.config.vocab_size != target.config.vocab_size:
             raise SpecplugError(
                 f"Drafter {drafter!r} has a vocabulary of {draft.config.vocab_size}, the target "
@@ -182,7 +183,7 @@ def build_engine(
                 "A drafter must share the target's tokenizer.",
             )
 
-        vocab = draft_vocab(drafter)
+        vocab = draft_vocab(where)
         try:
             if vocab is not None:
                 vocab_ids(vocab, draft.config.vocab_size)
