@@ -7,7 +7,8 @@ kernels), so a fixed k either wastes passes or leaves tokens on the table. The p
 
     value(w) = sum over rows of (1 + sum_{j < min(k_row, w)} a_row[j])  /  (cost(B * (w + 1)) + w * draft_cost)
 
-``a_row[j]`` is the row's rate of getting draft position j accepted (which implies all before it). A free
+``a_row[j]`` is the row's rate of getting draft position j accepted (which implies all before it). A width
+that drafts is chosen over plain decoding only when its value is ``MARGIN`` higher (estimates are noisy). A free
 proposer (n-gram: no model to run) drafts first, so the pacer sees each row's draft length; its whole draft,
 cut or not, is then scored against the tokens emitted after it (a one-token-per-position draft is accepted at
 j exactly as often as the target emits that token there), so positions past the width sent are learnt too; and
@@ -35,9 +36,18 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 # A width timed once during a burst of load (or only interpolated) could stay excluded for good; every this
-# many steps the width timed longest ago gets this step's pass.
+# many steps the width timed longest ago gets this step's pass. A size re-timed without then turning out the
+# best waits twice as long before its next re-timing, up to REMEASURE_MAX steps: on free chat here (a draft's
+# first token accepted a quarter of the time), re-timing widths 3-4 every 16 steps cost 3% of the time, as much
+# as drafting could win.
 REMEASURE_EVERY = 16
+REMEASURE_MAX = 1024
 MEASURE_UNTIMED_EVERY = 4
+# Drafting must beat plain decoding by this share of expected tokens per second before it is chosen. Why: the
+# rates and costs are noisy estimates, and the width chosen is the one whose estimate came out highest, so its
+# error leans optimistic (the winner's curse). On free chat here the model promised +2-5% for drafting a token
+# or two and delivered -1% to -4%; a loss costs real seconds, while the margin forgoes at most itself.
+MARGIN = 0.05
 # A costly proposer (a draft model) judged useless is only observed when it drafts, so without probes it would
 # never be tried again, whatever the text became. After this many steps without drafting it drafts one token
 # for PROBE_STEPS steps (enough for a row's own rates to outweigh the pool's, see PRIOR_WEIGHT); the wait
@@ -59,6 +69,7 @@ class DraftPacer:
         self.cost: dict[int, float] = {}  # tokens fed per pass -> seconds (moving average)
         self.warmed: set[int] = set()  # pass sizes run once already (see observe_pass)
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
+        self.retime_gap: dict[int, int] = {}  # tokens fed per pass -> steps its next re-timing waits (default 16)
         self.steps = 0
         self.explored_at = 0  # step of the latest width chosen to be measured
         self.measuring = False  # the latest choice was made to measure its cost
@@ -181,8 +192,10 @@ class DraftPacer:
         best_w, best_value = 0, -1.0
         for w in range(widest + 1):
             secs = self.estimate(batch * (w + 1))
-            if secs is not None and (v := value(w, secs)) > best_value:
+            # A width must beat plain decoding by MARGIN (when plain's cost is known), and any better width.
+            if secs is not None and (v := value(w, secs)) > best_value * (1.0 + MARGIN * (best_w == 0 < w)):
                 best_w, best_value = w, v
+        self.retime_gap.pop(batch * (best_w + 1), None)  # the best is timed every step it runs anyway
         # A wider pass costs no less than a plain one at the same batch, and a drafter's cost grows with the batch
         # as the target's does; so a width can only beat plain decoding if its expected tokens beat plain's by
         # the drafter's cost per column in plain passes, whatever the pass costs. Before a batch's plain pass
@@ -191,8 +204,10 @@ class DraftPacer:
         def can_pay(w: int) -> bool:
             return w == 0 or gains[w] > gains[0] * (1.0 + w * self.draft_ratio)
 
-        promising = [w for w in range(widest + 1)
-                     if can_pay(w) and value(w, self._floor(batch * (w + 1))) > best_value]
+        def beats_best(w: int, secs: float) -> bool:
+            return value(w, secs) > best_value * (1.0 + MARGIN * (best_w == 0 < w))
+
+        promising = [w for w in range(widest + 1) if can_pay(w) and beats_best(w, self._floor(batch * (w + 1)))]
         explore = self._to_measure(batch, promising)
         if explore is not None:
             self.explored_at, self.measuring = self.steps, True
@@ -212,7 +227,8 @@ class DraftPacer:
         """Of ``promising`` widths: one whose cost cannot be estimated (the widest first, so one pass brackets
         the rest); else, every ``MEASURE_UNTIMED_EVERY`` steps, one only interpolated so far (a step-shaped cost
         curve can hide a cheap width), and every ``REMEASURE_EVERY`` steps the one timed longest ago (a burst of
-        load may have inflated it)."""
+        load may have inflated it) of those whose own wait (``retime_gap``, doubled by each re-timing that did
+        not make it the best) is over."""
         outside = [w for w in promising if self.estimate(batch * (w + 1)) is None]
         if outside:
             return outside[-1]
@@ -220,8 +236,13 @@ class DraftPacer:
         untimed = [w for w in promising if batch * (w + 1) not in self.timed_at]
         if untimed:
             return untimed[0] if since >= MEASURE_UNTIMED_EVERY else None
-        if promising and since >= REMEASURE_EVERY:
-            return min(promising, key=lambda w: self.timed_at[batch * (w + 1)])
+        due = [w for w in promising
+               if self.steps - self.timed_at[batch * (w + 1)] >= self.retime_gap.get(batch * (w + 1), REMEASURE_EVERY)]
+        if due and since >= REMEASURE_EVERY:
+            w = min(due, key=lambda w: self.timed_at[batch * (w + 1)])
+            size = batch * (w + 1)
+            self.retime_gap[size] = min(2 * self.retime_gap.get(size, REMEASURE_EVERY), REMEASURE_MAX)
+            return w
         return None
 
 

@@ -168,6 +168,38 @@ def test_a_size_timed_slow_below_the_best_is_timed_again():
     assert chosen[-pacing.REMEASURE_EVERY :].count(2) >= pacing.REMEASURE_EVERY - 1
 
 
+def test_drafting_must_beat_plain_decoding_by_a_margin():
+    # Free chat here: a draft's first token accepted about a quarter of the time, and a 2-token pass costing
+    # 1.2x a plain one, so drafting one token promises +2% and delivered less than nothing. Within the margin it
+    # is left alone; beyond it, drafted.
+    cost = {1: 1.0, 2: 1.2}
+    assert _pacer(cost).choose([1], [[0.22]]) == 0  # 1.22 / 1.2: +1.7%
+    assert _pacer(cost).choose([1], [[1.2 * (1 + pacing.MARGIN) - 0.99]]) == 1  # +6%
+    # Between drafting widths there is no margin: the better one wins.
+    assert _pacer(GPU_COST).choose([4], [CODE_EDIT_RATES]) == 4
+
+
+def test_a_width_that_never_wins_its_re_timing_is_re_timed_ever_more_rarely():
+    # Free chat: widths 3 and 4 could beat plain if their passes cost no more than a plain one, so they stayed
+    # candidates for re-timing; re-timed every 16 steps, at 1.6x a plain pass, they cost 3% of the time.
+    weak, chat_cost = [0.2, 0.07, 0.07, 0.0], {1: 1.0, 2: 1.19, 3: 1.27, 4: 1.7, 5: 1.65}  # as measured there
+    p = _pacer(chat_cost)
+    chosen = []
+    steps = 40 * pacing.REMEASURE_EVERY
+    for _ in range(steps):
+        w = p.choose([4], [weak])
+        chosen.append(w)
+        p.observe_pass(w + 1, chat_cost[w + 1])
+    assert 0 < sum(w >= 3 for w in chosen) <= 12  # 40 at a fixed gap
+    assert chosen.count(0) > 0.95 * steps
+    # A re-timing that shows a width is the best now resets its wait: a burst of load had inflated it.
+    q = _pacer({**CPU_COST, 3: 5.0})
+    for _ in range(2 * pacing.REMEASURE_EVERY + 1):
+        w = q.choose([4], [CODE_EDIT_RATES])
+        q.observe_pass(w + 1, CPU_COST[w + 1])
+    assert q.cost[3] == CPU_COST[3] and 3 not in q.retime_gap
+
+
 def test_positions_never_offered_follow_the_trend_not_a_pessimistic_prior():
     """Text that copies long runs: the first two positions are accepted ~90%/80% and the pacer chose width 2
     so far. Positions 3 and 4 must not look hopeless just because they were never offered."""
