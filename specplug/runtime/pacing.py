@@ -189,12 +189,15 @@ class DraftPacer:
         def value(w: int, secs: float) -> float:
             return gains[w] / (secs + w * self.draft_cost) if secs + w * self.draft_cost > 0 else float("inf")
 
+        def beats(w: int, secs: float, best_w: int, best_value: float) -> bool:
+            # A width that drafts must beat plain decoding by MARGIN, and any other width outright.
+            return value(w, secs) > best_value * (1.0 + MARGIN * (best_w == 0 < w))
+
         best_w, best_value = 0, -1.0
         for w in range(widest + 1):
             secs = self.estimate(batch * (w + 1))
-            # A width must beat plain decoding by MARGIN (when plain's cost is known), and any better width.
-            if secs is not None and (v := value(w, secs)) > best_value * (1.0 + MARGIN * (best_w == 0 < w)):
-                best_w, best_value = w, v
+            if secs is not None and beats(w, secs, best_w, best_value):
+                best_w, best_value = w, value(w, secs)
         self.retime_gap.pop(batch * (best_w + 1), None)  # the best is timed every step it runs anyway
         # A wider pass costs no less than a plain one at the same batch, and a drafter's cost grows with the batch
         # as the target's does; so a width can only beat plain decoding if its expected tokens beat plain's by
@@ -204,10 +207,8 @@ class DraftPacer:
         def can_pay(w: int) -> bool:
             return w == 0 or gains[w] > gains[0] * (1.0 + w * self.draft_ratio)
 
-        def beats_best(w: int, secs: float) -> bool:
-            return value(w, secs) > best_value * (1.0 + MARGIN * (best_w == 0 < w))
-
-        promising = [w for w in range(widest + 1) if can_pay(w) and beats_best(w, self._floor(batch * (w + 1)))]
+        promising = [w for w in range(widest + 1)
+                     if can_pay(w) and beats(w, self._floor(batch * (w + 1)), best_w, best_value)]
         explore = self._to_measure(batch, promising)
         if explore is not None:
             self.explored_at, self.measuring = self.steps, True
@@ -236,13 +237,12 @@ class DraftPacer:
         untimed = [w for w in promising if batch * (w + 1) not in self.timed_at]
         if untimed:
             return untimed[0] if since >= MEASURE_UNTIMED_EVERY else None
-        due = [w for w in promising
-               if self.steps - self.timed_at[batch * (w + 1)] >= self.retime_gap.get(batch * (w + 1), REMEASURE_EVERY)]
+        due = [batch * (w + 1) for w in promising]
+        due = [m for m in due if self.steps - self.timed_at[m] >= self.retime_gap.get(m, REMEASURE_EVERY)]
         if due and since >= REMEASURE_EVERY:
-            w = min(due, key=lambda w: self.timed_at[batch * (w + 1)])
-            size = batch * (w + 1)
+            size = min(due, key=self.timed_at.__getitem__)
             self.retime_gap[size] = min(2 * self.retime_gap.get(size, REMEASURE_EVERY), REMEASURE_MAX)
-            return w
+            return size // batch - 1
         return None
 
 
