@@ -4,7 +4,8 @@ Backs ``specplug.runtime.decoder.CPU_LAYOUT``, ``CPU_PACKED`` and ``PACKED_ROWS`
 packaged SmolLM2-135M (or the ``--config`` given), one copy per layer (so that, as in a real forward pass, the
 weights are not in cache), it times ``x @ W.T`` for 1-8 rows of ``x`` with W stored as torch's (out, in),
 transposed (in, out), and packed by MKL where the decoder packs that weight (at the row counts it does, each
-padded to its pack's); interleaved, and prints the median time over all layers. The last lines add the
+padded to its pack's); interleaved, and prints the median time over all layers. As in the decoder, the first two
+forms lie in huge pages (on Linux), the packs do not. The last lines add the
 weights up, torch's layout against the mix specplug uses.
 
     python benchmarks/weight_layout.py [--rows 1,2,3,4,5,6,8] [--repeats 15] [--threads N]
@@ -62,6 +63,8 @@ def main() -> None:
     for k, (o, i, n) in kinds.items():
         forms["torch"][k] = [torch.randn(o, i) * 0.02 for _ in range(n)]
         forms["transposed"][k] = [w.t().contiguous().t() for w in forms["torch"][k]]
+        # In huge pages where the decoder puts them (decoder.HUGE_PAGES); MKL's packs cannot be moved.
+        decoder.huge_pages(forms["torch"][k] + forms["transposed"][k])
         if k in decoder.CPU_PACKED and decoder._mkl_packing():
             forms["packed"][k] = [decoder._Packed(w) for w in forms["torch"][k]]
 

@@ -47,12 +47,13 @@ _GROW = 256  # columns added per reallocation, at least
 # How a float32 decoder on a CPU stores each weight for the product ``x @ W.T`` (benchmarks/weight_layout.py
 # measures it). "torch": as loaded, (out, in). "transposed": (in, out), which MKL multiplies as its "NN"
 # product; the model's parameters view the new storage, so nothing is copied. "both": a transposed copy as well,
-# used except at TORCH_LAYOUT_ROWS rows (and at PACKED_ROWS rows, where a pack exists). Why: for torch's layout
-# MKL's one-row kernel runs well below memory bandwidth and its kernels for 4+ rows are slower still. On
-# SmolLM2-135M's shapes (2-core AVX-512 Xeon),
-# transposed q/k/v and o were as fast or faster at 1-5 rows; gate/up and the LM head 1.2-1.3x faster at 1 and
-# 4-5 rows but 1.1-1.2x slower at 2-3, where a one-token draft is verified; down was slower.
-CPU_LAYOUT = {"qkv": "transposed", "o": "transposed", "gate_up": "both", "down": "torch", "lm_head": "both"}
+# used except at TORCH_LAYOUT_ROWS rows (and at PACKED_ROWS rows, where a pack exists). Why: MKL's kernels for
+# the two layouts win at different row counts. On SmolLM2-135M's shapes (2-core AVX-512 Xeon, weights in huge
+# pages), against torch's layout, the transposed one was 1.05-1.2x faster at 1 row for q/k/v, gate/up and the
+# LM head, and 1.1-1.2x faster at 5 rows for o and the LM head (gate/up and the head are packed there), but
+# 1.2-1.4x slower at 2-3 rows, where one or two drafts are verified, for every weight; down was slower at every
+# row count. (Before the weights lay in huge pages, transposed q/k/v and o had looked as fast at 2-3 rows.)
+CPU_LAYOUT = {"qkv": "both", "o": "both", "gate_up": "both", "down": "torch", "lm_head": "both"}
 TORCH_LAYOUT_ROWS = frozenset({2, 3})
 # Weights also kept in MKL's packed format (cblas_sgemm_pack, as torch's inductor uses it), for passes whose
 # row count is a key of PACKED_ROWS: the wider verification passes at batch 1 (k = 4) and small batches. A pack
@@ -63,9 +64,9 @@ TORCH_LAYOUT_ROWS = frozenset({2, 3})
 # layout, padding included; on the other weights they were slower up to 6 rows and at most 1.3x faster at 8.
 CPU_PACKED = frozenset({"gate_up", "lm_head"})
 PACKED_ROWS = {4: 5, 5: 5, 6: 8, 7: 8, 8: 8}
-# Bytes the "both" copies and the packs may add (SmolLM2-135M: 325 MB, and 325 MB per pack size, beside its
+# Bytes the "both" copies and the packs may add (SmolLM2-135M: 431 MB, and 325 MB per pack size, beside its
 # 540 MB); for a larger model the weights stay as loaded, since memory then matters more than a few percent.
-CPU_COPY_BUDGET = 1 << 30
+CPU_COPY_BUDGET = 5 << 28
 
 
 # On Linux the weights a CPU decode step streams are moved into 2 MB pages (transparent huge pages:
@@ -265,12 +266,14 @@ def _kept(owner: Any, name: str, weight: torch.Tensor, make: Callable[[torch.Ten
 class _Weights:
     in_norm: torch.Tensor
     qkv: torch.Tensor  # q, k and v projections stacked (see _fuse)
+    qkv_t: torch.Tensor  # the same values stored transposed (CPU_LAYOUT "both"), or qkv itself
     qkv_bias: torch.Tensor | None
     o: torch.Tensor
+    o_t: torch.Tensor  # as qkv_t
     ob: torch.Tensor | None
     post_norm: torch.Tensor
     gate_up: torch.Tensor  # gate and up projections stacked
-    gate_up_t: torch.Tensor  # the same values stored transposed (CPU_LAYOUT "both"), or gate_up itself
+    gate_up_t: torch.Tensor  # as qkv_t
     down: torch.Tensor
     in_eps: float
     post_eps: float
@@ -278,7 +281,8 @@ class _Weights:
     rhs: dict[str, torch.Tensor] = field(init=False)  # kind -> the weight's transposed view (see _linear)
 
     def __post_init__(self) -> None:
-        self.rhs = {kind: _rhs(getattr(self, kind)) for kind in ("qkv", "o", "gate_up", "gate_up_t", "down")}
+        kinds = ("qkv", "qkv_t", "o", "o_t", "gate_up", "gate_up_t", "down")
+        self.rhs = {kind: _rhs(getattr(self, kind)) for kind in kinds}
 
 
 def _rhs(weight: torch.Tensor) -> torch.Tensor:
@@ -438,8 +442,9 @@ class LeanDecoder(torch.nn.Module):
             packs = {kind: _pack_of(owner, w, True) for kind, (owner, w) in owned.items() if kind in packed}
             self.weights.append(
                 _Weights(
-                    layer.input_layernorm.weight, qkv, qkv_bias, o, a.o_proj.bias,
-                    layer.post_attention_layernorm.weight, gate_up, _copy_of(m, gate_up, "gate_up" in both), down,
+                    layer.input_layernorm.weight, qkv, _copy_of(a, qkv, "qkv" in both), qkv_bias,
+                    o, _copy_of(a.o_proj, o, "o" in both), a.o_proj.bias, layer.post_attention_layernorm.weight,
+                    gate_up, _copy_of(m, gate_up, "gate_up" in both), down,
                     _eps(layer.input_layernorm), _eps(layer.post_attention_layernorm), packs,
                 )
             )
@@ -448,7 +453,7 @@ class LeanDecoder(torch.nn.Module):
         if head.device.type == "cpu" and HUGE_PAGES:
             self._streamed = [self.lm_head, self.lm_head_t]
             for w in self.weights:
-                self._streamed += [w.qkv, w.o, w.gate_up, w.gate_up_t, w.down]
+                self._streamed += [w.qkv, w.qkv_t, w.o, w.o_t, w.gate_up, w.gate_up_t, w.down]
         self._huge_owner = head_owner
         self._forwards = 0
         self.huge_job: threading.Thread | None = None
@@ -528,7 +533,7 @@ class LeanDecoder(torch.nn.Module):
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
             packs = w.packs if pack else {}
-            qkv = _linear(x, w.rhs["qkv"], packs.get("qkv"), w.qkv_bias).view(b, n, nq + kv, dim)
+            qkv = _linear(x, w.rhs["qkv_t" if alt else "qkv"], packs.get("qkv"), w.qkv_bias).view(b, n, nq + kv, dim)
             # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
             # and one copy puts both into the cache. Same products and sum as out of place.
             qk = qkv[:, :, :nq]
@@ -546,7 +551,7 @@ class LeanDecoder(torch.nn.Module):
                 enable_gqa=gqa and not repeat,
             )
             # In place from here on: h is this forward's own tensor, and in-place ops skip an allocation each.
-            h += _linear(a.transpose(1, 2).reshape(b * n, -1), w.rhs["o"], packs.get("o"), w.ob)
+            h += _linear(a.transpose(1, 2).reshape(b * n, -1), w.rhs["o_t" if alt else "o"], packs.get("o"), w.ob)
             x = self._rms(h, w.post_norm, w.post_eps)
             gu = _linear(x, w.rhs["gate_up_t" if alt else "gate_up"], packs.get("gate_up"))
             g = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])

@@ -113,8 +113,10 @@ def test_decoders_over_one_model_share_its_weights():
         assert a.o.data_ptr() == b.o.data_ptr() == attn.o_proj.weight.data_ptr()
         for kind, w in (("qkv", a.qkv), ("o", a.o), ("gate_up", a.gate_up), ("down", a.down)):
             assert w.t().is_contiguous() == (layout[kind] == "transposed"), kind
-        assert a.gate_up_t.t().is_contiguous() == (layout["gate_up"] != "torch")
-        assert torch.equal(a.gate_up_t, a.gate_up)
+        for kind in ("qkv", "o", "gate_up"):  # the second layout, where CPU_LAYOUT keeps "both"
+            w, alt = getattr(a, kind), getattr(a, f"{kind}_t")
+            assert alt.data_ptr() == getattr(b, f"{kind}_t").data_ptr(), kind
+            assert alt.t().is_contiguous() == (layout[kind] != "torch") and torch.equal(alt, w), kind
         for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
             assert proj.weight.untyped_storage().data_ptr() == a.qkv.untyped_storage().data_ptr()
         for proj in (mlp.gate_proj, mlp.up_proj):
@@ -178,7 +180,8 @@ def test_copies_past_the_memory_budget_are_not_made(monkeypatch):
     model = tiny_llama(layers=2, seed=6, dtype=torch.float32)
     lean_model = LeanDecoder(model)
     assert lean_model.lm_head_t is lean_model.lm_head and lean_model.lm_head_p is None
-    assert all(w.gate_up_t is w.gate_up and not w.packs for w in lean_model.weights)
+    assert all(w.gate_up_t is w.gate_up and w.qkv_t is w.qkv and w.o_t is w.o and not w.packs
+               for w in lean_model.weights)
     assert lean_model.weights[0].qkv.t().is_contiguous() == (decoder.CPU_LAYOUT["qkv"] == "transposed")
 
 
