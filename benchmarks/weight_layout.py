@@ -4,9 +4,9 @@ Backs ``specplug.runtime.decoder.CPU_LAYOUT``, ``CPU_PACKED`` and ``PACKED_ROWS`
 packaged SmolLM2-135M (or the ``--config`` given), one copy per layer (so that, as in a real forward pass, the
 weights are not in cache), it times ``x @ W.T`` for 1-8 rows of ``x`` with W stored as torch's (out, in),
 transposed (in, out), and packed by MKL where the decoder packs that weight (at the row counts it does, each
-padded to its pack's); interleaved, and prints the median time over all layers. As in the decoder, the first two
-forms lie in huge pages (on Linux), the packs do not. The last lines add the
-weights up, torch's layout against the mix specplug uses.
+padded to its pack's); interleaved, and prints the median time over all layers. As in the decoder, the first
+two forms lie in huge pages (on Linux) and the packs do not. The last lines add the weights up, torch's layout
+against the mix specplug uses.
 
     python benchmarks/weight_layout.py [--rows 1,2,3,4,5,6,8] [--repeats 15] [--threads N]
 """

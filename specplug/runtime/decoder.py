@@ -10,8 +10,9 @@ model's own parameters then view (no copy), and RoPE turns q and k in one go. It
 writes new columns into preallocated room instead of concatenating the whole cache each step, and rolls back
 by moving a length.
 
-On a CPU in float32 the weights are also laid out for MKL (see :data:`CPU_LAYOUT`): some stored transposed,
-which MKL multiplies faster, and two kept both ways and packed by MKL as well (:data:`CPU_PACKED`). Against
+On a CPU in float32 the weights are also laid out for MKL (see :data:`CPU_LAYOUT`): most kept transposed as
+well, a layout MKL multiplies faster at some row counts and slower at others, and two packed by MKL too
+(:data:`CPU_PACKED`). Against
 the model as loaded, logits then differ in the last bits (the products sum in another order) and greedy
 tokens stay the same (tested). On Linux a CPU decoder also moves its weights into huge pages
 (:data:`HUGE_PAGES`), which changes where they lie, not their values.
