@@ -279,11 +279,13 @@ class _Weights:
     in_eps: float
     post_eps: float
     packs: dict[str, _Packed]  # kind -> the weight packed for PACKED_ROWS rows (CPU_PACKED), where it is
-    rhs: dict[str, torch.Tensor] = field(init=False)  # kind -> the weight's transposed view (see _linear)
+    # alt (the pass's rows are not TORCH_LAYOUT_ROWS) -> kind -> the stored form to multiply by, as _rhs views
+    rhs: dict[bool, dict[str, torch.Tensor]] = field(init=False)
 
     def __post_init__(self) -> None:
-        kinds = ("qkv", "qkv_t", "o", "o_t", "gate_up", "gate_up_t", "down")
-        self.rhs = {kind: _rhs(getattr(self, kind)) for kind in kinds}
+        plain = {"qkv": self.qkv, "o": self.o, "gate_up": self.gate_up, "down": self.down}
+        alt = {**plain, "qkv": self.qkv_t, "o": self.o_t, "gate_up": self.gate_up_t}
+        self.rhs = {a: {kind: _rhs(w) for kind, w in forms.items()} for a, forms in ((False, plain), (True, alt))}
 
 
 def _rhs(weight: torch.Tensor) -> torch.Tensor:
@@ -298,7 +300,7 @@ def _linear(
     same weight packed by MKL) when given.
 
     The product ``F.linear`` makes for a 2-D input (``mm``, or ``addmm`` with a bias, on ``weight.t()``), so the
-    same floats, without its three dispatches (linear, t, matmul) per call: a decode step makes 120 products.
+    same floats, without its three dispatches (linear, t, matmul) per call: a SmolLM2 step makes 121 products.
     """
     if packed is not None:
         return packed(x, bias)
@@ -534,7 +536,8 @@ class LeanDecoder(torch.nn.Module):
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
             packs = w.packs if pack else {}
-            qkv = _linear(x, w.rhs["qkv_t" if alt else "qkv"], packs.get("qkv"), w.qkv_bias).view(b, n, nq + kv, dim)
+            rhs = w.rhs[alt]
+            qkv = _linear(x, rhs["qkv"], packs.get("qkv"), w.qkv_bias).view(b, n, nq + kv, dim)
             # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
             # and one copy puts both into the cache. Same products and sum as out of place.
             qk = qkv[:, :, :nq]
@@ -552,11 +555,11 @@ class LeanDecoder(torch.nn.Module):
                 enable_gqa=gqa and not repeat,
             )
             # In place from here on: h is this forward's own tensor, and in-place ops skip an allocation each.
-            h += _linear(a.transpose(1, 2).reshape(b * n, -1), w.rhs["o_t" if alt else "o"], packs.get("o"), w.ob)
+            h += _linear(a.transpose(1, 2).reshape(b * n, -1), rhs["o"], packs.get("o"), w.ob)
             x = self._rms(h, w.post_norm, w.post_eps)
-            gu = _linear(x, w.rhs["gate_up_t" if alt else "gate_up"], packs.get("gate_up"))
+            gu = _linear(x, rhs["gate_up"], packs.get("gate_up"))
             g = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
-            h += _linear(g, w.rhs["down"], packs.get("down"))
+            h += _linear(g, rhs["down"], packs.get("down"))
         h = self._rms(h, self.final_norm, self.final_eps).view(b, n, -1)
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
