@@ -28,8 +28,10 @@ Method = Literal[
     "none", "ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator"
 ]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+# Spec-Bench's and SpecDecode-Bench's categories and the names people use for mixed/instruction traffic.
 Workload = Literal[
-    "chat", "code", "code-edit", "rag", "summarization", "math", "reasoning", "translation", "qa", "creative", "agent"
+    "chat", "code", "code-edit", "rag", "summarization", "math", "reasoning", "translation", "qa", "creative", "agent",
+    "instruction", "multi-turn", "long-context", "mixed",
 ]
 WORKLOADS: tuple[str, ...] = Workload.__args__  # type: ignore[attr-defined]
 StackName = Literal["vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded"]
@@ -57,6 +59,9 @@ class WorkloadSpec(Strict):
     input_len: int = Field(1024, ge=1, le=2_000_000, description="Typical prompt length in tokens.")
     output_len: int = Field(256, ge=1, le=1_000_000, description="Typical output length in tokens.")
     temperature: float = Field(0.0, ge=0.0, le=5.0, description="Sampling temperature; 0 is greedy.")
+    traffic: str | None = Field(
+        None, description="JSONL file of logged requests and completions; its measured shape and acceptance replace the type's prior."
+    )
 
 
 class TreeSpec(Strict):
@@ -98,12 +103,32 @@ class ServeSpec(Strict):
     pipeline_parallel_size: int = Field(1, ge=1)
     max_model_len: int | None = Field(None, ge=16)
     max_num_seqs: int | None = Field(None, ge=1)
-    dtype: str = Field("auto", description="Weight dtype: auto, bfloat16, float16, fp8.")
+    dtype: str = Field("auto", description="Activation dtype: auto, bfloat16, float16 (fp8 here means quantization: fp8).")
+    quantization: str | None = Field(
+        None,
+        description="Weight format to serve (fp8, int4-awq, int4-gptq, mxfp4, nvfp4, int8, GGUF q4_k_m ...); default: the checkpoint's own.",
+    )
+    kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto", description="KV-cache dtype; fp8 halves the cache of a 16-bit model."
+    )
     api_key_env: str | None = Field(
         None, description="Name of the environment variable holding the API key (never the key itself)."
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra engine arguments, passed verbatim.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables.")
+
+    @field_validator("quantization")
+    @classmethod
+    def _known_format(cls, v: str | None) -> str | None:
+        if v is None or v.lower() in ("auto", "none"):
+            return None
+        from specplug.catalog.precision import get_weight_format
+        from specplug.errors import CatalogError
+
+        try:
+            return get_weight_format(v).name
+        except CatalogError as exc:
+            raise ValueError(f"{exc.message} {exc.hint}") from None
 
     @field_validator("extra_args")
     @classmethod

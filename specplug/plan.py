@@ -22,6 +22,7 @@ class ModelRef(PlanModel):
     name: str = Field(description="What the user called it (alias, HF id or folder).")
     hf_id: str = Field(description="Hugging Face id, or the absolute folder for local models.")
     local_path: str | None = None
+    weight_format: str = Field("bf16", description="The checkpoint's own weight format (bf16, fp8, mxfp4, int4-awq ...).")
 
 
 class StackRef(PlanModel):

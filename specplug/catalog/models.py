@@ -36,6 +36,8 @@ class Model:
     moe_experts_per_token: int | None = None
     mtp_layers: int = 0
     architecture: str = ""
+    weight_format: str = "bf16"  # the checkpoint's own format (weight_formats.csv name)
+    moe_intermediate_size: int | None = None
     source: str = ""
     confirmed: str = ""
     notes: str = ""
@@ -66,6 +68,21 @@ class Model:
         )
         return 2 * layers * kv_heads * head_dim * dtype_bytes
 
+    @property
+    def embedding_params_b(self) -> float:
+        """Input embeddings plus the LM head (once when tied), in billions."""
+        if not (self.vocab_size and self.hidden_size):
+            return 0.0
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2) / 1e9
+
+    @property
+    def expert_params_b(self) -> float:
+        """Routed-expert parameters (total minus what every token uses), in billions; 0 for dense models."""
+        if not (self.moe_num_experts and self.moe_experts_per_token and self.params_b and self.active_params_b):
+            return 0.0
+        share = self.moe_experts_per_token / self.moe_num_experts
+        return max(self.params_b - self.active_params_b, 0.0) / max(1 - share, 1e-9)
+
     def known_drafters(self, method: str | None = None) -> list[Drafter]:
         return drafters_for(self.hf_id, method)
 
@@ -91,6 +108,8 @@ def _row_to_model(r: dict[str, str]) -> Model:
         moe_experts_per_token=integer(r["moe_experts_per_token"]),
         mtp_layers=integer(r["mtp_layers"]) or 0,
         architecture=r["architecture"],
+        weight_format=(r.get("weight_format") or "").strip() or "bf16",
+        moe_intermediate_size=integer(r.get("moe_intermediate_size")),
         source=r["source"],
         confirmed=r["confirmed"],
         notes=r["notes"],
