@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -38,6 +39,7 @@ class Model:
     architecture: str = ""
     weight_format: str = "bf16"  # the checkpoint's own format (weight_formats.csv name)
     moe_intermediate_size: int | None = None
+    base_model: str = ""  # hf_id of the unquantized checkpoint this one was made from
     source: str = ""
     confirmed: str = ""
     notes: str = ""
@@ -84,7 +86,13 @@ class Model:
         return max(self.params_b - self.active_params_b, 0.0) / max(1 - share, 1e-9)
 
     def known_drafters(self, method: str | None = None) -> list[Drafter]:
-        return drafters_for(self.hf_id, method)
+        """Drafters published for this checkpoint, then those of its base model (a quantized copy keeps the
+        base's vocabulary and hidden states, so the base's draft models and heads apply)."""
+        own = drafters_for(self.hf_id, method)
+        if not self.base_model:
+            return own
+        seen = {(d.method, d.drafter_hf_id) for d in own}
+        return own + [d for d in drafters_for(self.base_model, method) if (d.method, d.drafter_hf_id) not in seen]
 
 
 def _row_to_model(r: dict[str, str]) -> Model:
@@ -110,6 +118,7 @@ def _row_to_model(r: dict[str, str]) -> Model:
         architecture=r["architecture"],
         weight_format=(r.get("weight_format") or "").strip() or "bf16",
         moe_intermediate_size=integer(r.get("moe_intermediate_size")),
+        base_model=(r.get("base_model") or "").strip(),
         source=r["source"],
         confirmed=r["confirmed"],
         notes=r["notes"],
@@ -118,7 +127,15 @@ def _row_to_model(r: dict[str, str]) -> Model:
 
 @cache
 def models() -> tuple[Model, ...]:
-    return tuple(_row_to_model(r) for r in read_rows("models.csv"))
+    rows = [_row_to_model(r) for r in read_rows("models.csv")]
+    by_id = {m.hf_id.lower(): m for m in rows}
+    # A quantized checkpoint keeps its base's tokenizer: the base row is the one place that fact is kept.
+    return tuple(
+        replace(m, tokenizer_family=by_id[m.base_model.lower()].tokenizer_family)
+        if m.base_model and m.base_model.lower() in by_id and by_id[m.base_model.lower()].tokenizer_family
+        else m
+        for m in rows
+    )
 
 
 @cache
@@ -128,6 +145,53 @@ def _index() -> dict[str, Model]:
         for key in [m.hf_id, m.hf_id.split("/", 1)[-1], *m.aliases]:
             idx.setdefault(norm(key), m)
     return idx
+
+
+# Name suffixes of the usual quantized re-uploads, longest first so '-fp8-dynamic' wins over '-fp8'.
+_QUANT_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("-fp8-dynamic", "fp8"),
+    ("-fp8-static", "fp8"),
+    ("-awq-int4", "int4-awq"),
+    ("-int4-awq", "int4-awq"),
+    ("-gptq-int4", "int4-gptq"),
+    ("-gptq-int8", "int8"),
+    ("-w4a16", "int4-gptq"),
+    ("-w8a8", "int8"),
+    ("-nvfp4", "nvfp4"),
+    ("-gptq", "int4-gptq"),
+    ("-int4", "int4-gptq"),
+    ("-int8", "int8"),
+    ("-fp8", "fp8"),
+    ("-fp4", "nvfp4"),
+    ("-awq", "int4-awq"),
+)
+_SUFFIX_RE = re.compile(
+    "(" + "|".join(re.escape(s) for s, _ in _QUANT_SUFFIXES) + ")$", re.IGNORECASE
+)
+
+
+def _from_quant_suffix(name: str) -> Model | None:
+    """'<alias or id>-fp8', '-awq', '-nvfp4' ...: the base model with the suffix's weight format."""
+    folded = name.strip().replace("_", "-")
+    match = _SUFFIX_RE.search(folded)
+    if not match:
+        return None
+    suffix = match.group(1).lower()
+    fmt = dict(_QUANT_SUFFIXES)[suffix]
+    stem = folded[: match.start()]
+    idx = _index()
+    base = idx.get(norm(stem)) or idx.get(norm(stem.rsplit("/", 1)[-1]))
+    if base is None:
+        return None
+    typed = name.strip()
+    return replace(
+        base,
+        hf_id=typed if "/" in typed else base.hf_id + typed[match.start():],
+        aliases=[typed],
+        weight_format=fmt,
+        base_model=base.hf_id,
+        notes=f"weight format {fmt} inferred from the name suffix '{suffix}'; architecture of {base.hf_id}",
+    )
 
 
 def _looks_like_path(name: str) -> bool:
@@ -142,7 +206,7 @@ def get_model(name: str) -> Model:
         raise CatalogError("No model given.", "Pass --model NAME (an alias, a Hugging Face id or a local folder).")
     if _looks_like_path(name):
         return read_local_model(name)
-    m = _index().get(norm(name))
+    m = _index().get(norm(name)) or _from_quant_suffix(name)
     if m is not None:
         return m
     close = difflib.get_close_matches(norm(name), list(_index()), n=3, cutoff=0.6)
@@ -159,15 +223,35 @@ def get_model(name: str) -> Model:
     )
 
 
+def _fold(text: str) -> str:
+    """Lower-case with separators removed, so 'Qwen3-Coder', 'qwen3_coder' and 'qwen3coder' meet."""
+    return re.sub(r"[\s_\-./:]+", "", text.lower())
+
+
 def search_models(text: str) -> list[Model]:
-    """Models whose id, alias or family contains every word of ``text`` (case-insensitive)."""
-    words = [norm(w) for w in text.split() if w.strip()]
-    out = []
-    for m in models():
-        hay = " ".join(norm(x) for x in [m.hf_id, m.family, m.architecture, *m.aliases])
-        if all(w in hay for w in words):
-            out.append(m)
-    return out
+    """Models whose id (with or without org), alias or family contains every word of ``text``, separators
+    folded; an exact alias or id comes first, then names starting with the text, then any other match."""
+    words = [_fold(w) for w in text.split() if _fold(w)]
+    whole = _fold(text)
+    if not words:
+        return []
+    ranked: list[tuple[int, int, Model]] = []
+    for pos, m in enumerate(models()):
+        names = [_fold(x) for x in [m.hf_id, m.hf_id.split("/", 1)[-1], *m.aliases]]
+        names_hay = " ".join(names)
+        hay = " ".join([names_hay, _fold(m.family), _fold(m.architecture)])
+        if not all(w in hay for w in words):
+            continue
+        if whole in names:
+            rank = 0
+        elif any(n.startswith(whole) for n in names):
+            rank = 1
+        elif all(w in names_hay for w in words):
+            rank = 2
+        else:
+            rank = 3  # matched through the family or architecture only
+        ranked.append((rank, pos, m))
+    return [m for _, _, m in sorted(ranked, key=lambda t: (t[0], t[1]))]
 
 
 def read_local_model(path: str) -> Model:
