@@ -15,6 +15,9 @@ from specplug.catalog.drafters import Drafter, drafters_for
 from specplug.errors import CatalogError
 
 
+_MLA_ARCHITECTURES = ("deepseekv2", "deepseekv3", "kimik25", "glmmoedsa")
+
+
 # A plain dataclass, not pydantic: catalog rows are trusted data, and class building is start-up time.
 @dataclass(frozen=True, kw_only=True)
 class Model:
@@ -56,8 +59,10 @@ class Model:
 
     @property
     def uses_mla(self) -> bool:
-        """DeepSeek-V3-style multi-head latent attention caches one compressed latent per token and layer."""
-        return "deepseekv3" in self.architecture.lower() or "deepseekv2" in self.architecture.lower()
+        """DeepSeek-V3-style multi-head latent attention caches one compressed latent per token and layer
+        (DeepSeek-V2/V3/V3.2, Kimi-K2/K2.5 and GLM-5 all use the 512-d latent + 64-d rope key)."""
+        arch = self.architecture.lower()
+        return any(a in arch for a in _MLA_ARCHITECTURES)
 
     def kv_bytes_per_token(self, dtype_bytes: float = 2.0) -> float:
         """KV-cache bytes one token occupies across all layers (MLA: 512-d latent + 64-d rope key)."""
@@ -235,7 +240,7 @@ def search_models(text: str) -> list[Model]:
     whole = _fold(text)
     if not words:
         return []
-    ranked: list[tuple[int, int, Model]] = []
+    ranked: list[tuple[int, int, int, Model]] = []
     for pos, m in enumerate(models()):
         names = [_fold(x) for x in [m.hf_id, m.hf_id.split("/", 1)[-1], *m.aliases]]
         names_hay = " ".join(names)
@@ -250,8 +255,9 @@ def search_models(text: str) -> list[Model]:
             rank = 2
         else:
             rank = 3  # matched through the family or architecture only
-        ranked.append((rank, pos, m))
-    return [m for _, _, m in sorted(ranked, key=lambda t: (t[0], t[1]))]
+        # Within a rank, an original release before its quantized re-uploads.
+        ranked.append((rank, 1 if m.base_model else 0, pos, m))
+    return [t[-1] for t in sorted(ranked, key=lambda t: t[:3])]
 
 
 def read_local_model(path: str) -> Model:

@@ -186,7 +186,7 @@ def test_quantized_rows_inherit_drafters_of_their_base():
             assert base_ids <= {d.drafter_hf_id for d in m.known_drafters()}, m.hf_id
 
 
-@pytest.mark.parametrize(("text", "needle"), [("kimi", "moonshotai/"), ("Qwen3-Coder", "qwen3-coder"), ("glm", "glm")])
+@pytest.mark.parametrize(("text", "needle"), [("kimi", "kimi"), ("Qwen3-Coder", "qwen3-coder"), ("glm", "glm")])
 def test_search_finds_families(text, needle):
     found = search_models(text)
     assert found and all(needle in m.hf_id.lower() or needle in m.family.lower() for m in found[:3])
