@@ -277,9 +277,9 @@ def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
             inp = 8192 if "8192" in r["bs"] or "8000" in r["config"] else (32000 if "32000" in r["config"] else 512)
             if num is None:
                 from specplug.catalog import get_gpu
-                from specplug.policy.engine import weight_bytes
+                from specplug.policy import engine as E
 
-                num = _choose_gpus(pol, m, weight_bytes(dtype), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8)
+                num = _choose_gpus(pol, m, E.arch_of(m, E.serve_format(m, None, dtype)), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8) or 8
             out.append(
                 Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else _k(r["config"]), tree,
                     batch, temp, wl, speedup, tau, dtype, inp, r["dataset"], (r["flag"] or "").lower())
@@ -444,12 +444,11 @@ class Features:
         self.sources = srcs = sorted({r.src for r in rows})
         for i, r in enumerate(rows):
             m = get_model(r.model)
-            wb = E.weight_bytes(r.dtype)
-            target = E.arch_of(m, wb)
-            d = E.resolve_drafter(r.method, r.drafter, m, target, pol, r.stack, wb) if r.drafter else E.DraftChoice(r.method)
+            target = E.arch_of(m, E.serve_format(m, None, r.dtype))
+            d = E.resolve_drafter(r.method, r.drafter, m, target, pol, r.stack) if r.drafter else E.DraftChoice(r.method)
             sf = pol.stacks[r.stack]
             dev = E.device_of(get_gpu(r.gpu), pol)
-            tp = min(r.num_gpus, pol.rules.tp_max)
+            tp, _ = E.split_gpus(r.num_gpus, pol, 8, m)
             prior = pol.prior(r.method)
             ctx = r.input_len + 128
             if r.tree:

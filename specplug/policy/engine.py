@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specplug.catalog import GPU, Model, get_model
+from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight_format
 from specplug.catalog.drafters import Drafter, find_drafter
 from specplug.config import TreeSpec
 from specplug.errors import CatalogError, SpecplugError, StackError
@@ -21,6 +22,7 @@ from specplug.policy.tokenizers import compatible
 
 if TYPE_CHECKING:
     from specplug.policy.calibration import Calibration
+    from specplug.traffic import TrafficProfile
 
 HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator")
 COPY_METHODS = ("ngram", "suffix", "lookahead")
@@ -31,20 +33,28 @@ METHOD_ORDER = ("ngram", "suffix", "mtp", "eagle3", "eagle", "draft_model", "med
 # ------------------------------------------------------------------------------------------- inputs
 
 
-def weight_bytes(dtype: str) -> float:
-    d = (dtype or "auto").lower()
-    if d in ("fp8", "float8", "int8", "w8a8"):
-        return 1.0
-    if d in ("int4", "fp4", "nvfp4", "awq", "gptq", "q4"):
-        return 0.56
-    return 2.0
+# Legacy serve.dtype / estimate(dtype=...) spellings that meant a weight format.
+_DTYPE_FORMATS = {"fp8": "fp8", "float8": "fp8", "int8": "int8", "w8a8": "int8", "int4": "int4-gptq", "awq": "int4-awq",
+                  "gptq": "int4-gptq", "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "q4": "q4_k_m", "q8": "q8_0"}
 
 
-def arch_of(m: Model, wbytes: float = 2.0) -> Arch:
+def serve_format(m: Model, quantization: str | None = None, dtype: str | None = "auto") -> WeightFormat:
+    """The weight format a deployment serves: ``quantization`` when set, else the checkpoint's own."""
+    if quantization:
+        return get_weight_format(quantization)
+    legacy = _DTYPE_FORMATS.get((dtype or "auto").lower())
+    return get_weight_format(legacy or m.weight_format or "bf16")
+
+
+def arch_of(m: Model, fmt: WeightFormat | None = None, kv_bytes: float = 2.0) -> Arch:
+    """The cost model's view of ``m`` served in ``fmt`` (default: its checkpoint format) with a KV cache of
+    ``kv_bytes`` per value: bytes per weight drive both memory fit and the memory-bound step time."""
+    fmt = fmt or get_weight_format(m.weight_format or "bf16")
     params = m.params_b or 7.0
     layers = m.num_layers or max(2, round(32 * (params / 7.0) ** 0.35))
     hidden = m.hidden_size or int(math.sqrt(params * 1e9 / (12 * layers)))
-    kv = m.kv_bytes_per_token() or 2 * layers * hidden * 2.0
+    kv = m.kv_bytes_per_token(kv_bytes) or 2 * layers * hidden * kv_bytes
+    wbytes = effective_bytes(fmt, params, m.embedding_params_b, m.expert_params_b)
     return Arch(
         params_b=params,
         active_params_b=m.active_params_b or params,
@@ -118,13 +128,14 @@ class Context:
     workload: str
     temperature: float
     calibration: Calibration | None = None
+    traffic: TrafficProfile | None = None
     notes: list[str] = field(default_factory=list)
 
     def model_ids(self) -> set[str]:
         return {self.model.hf_id, self.model.name, *self.model.aliases}
 
 
-def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, stack: str, wbytes: float) -> DraftChoice:
+def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, stack: str, kv_bytes: float = 2.0) -> DraftChoice:
     """A user-named drafter: catalog model, catalog head, local folder or unknown HF id (size guessed)."""
     cat = find_drafter(drafter)
     if method != "draft_model":
@@ -134,7 +145,8 @@ def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch,
     except CatalogError:
         dm = None
     if dm is not None:
-        choice = DraftChoice(method, dm.hf_id if not dm.local_path else dm.local_path, dm, arch_of(dm, wbytes), cat)
+        # A draft model is served in its own checkpoint's format (vLLM reads its quantization from its config).
+        choice = DraftChoice(method, dm.hf_id if not dm.local_path else dm.local_path, dm, arch_of(dm, kv_bytes=kv_bytes), cat)
         compat = compatible(target, dm, stack)
         if not compat.ok:
             choice.ruled_out = f"tokenizer mismatch: {compat.reason}"
@@ -146,7 +158,7 @@ def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch,
         method,
         drafter,
         None,
-        guess_arch(size, target_arch, wbytes),
+        guess_arch(size, target_arch),
         cat,
         note=(
             f"Drafter '{drafter}' is not in the model catalog: assumed {size:g}B parameters and the target's tokenizer; "
@@ -155,9 +167,21 @@ def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch,
     )
 
 
+def rates_for(c: Context, d: DraftChoice) -> tuple[float, ...] | None:
+    """Acceptance per draft position measured by replaying the user's traffic (copy-based methods only)."""
+    if c.traffic is None or d.method not in COPY_METHODS:
+        return None
+    rates = c.traffic.position_rates(d.method)
+    return tuple(min(max(r, 0.0), c.policy.acceptance.max_alpha) for r in rates) if rates else None
+
+
 def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
-    """First-position acceptance for a candidate, and 'calibrated' when a calibration entry supplied it."""
+    """First-position acceptance for a candidate, and where it came from: 'calibrated' (a calibration
+    entry), 'traffic' (measured on the user's logs, or the prior moved by their measured shape) or None."""
     prior = c.policy.prior(d.method)
+    rates = rates_for(c, d)
+    if rates:
+        return rates[0], "traffic"
     if c.calibration is not None:
         e = c.calibration.match(c.model_ids(), d.method, c.workload, d.drafter_id, c.stack, c.temperature)
         if e is not None:
@@ -167,7 +191,11 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     ratio = None
     if d.method == "draft_model" and d.drafter_arch is not None:
         ratio = d.drafter_arch.params_b / max(c.target.params_b, 1e-3)
-    return perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio), None
+    a = perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio)
+    if c.traffic is not None and prior.kind == "model":
+        shifted = perf.sigmoid(perf.logit(a) + c.traffic.workload_shift())
+        return min(shifted, c.policy.acceptance.max_alpha), "traffic"
+    return a, None
 
 
 def shapes(c: Context, method: str, k: int | None = None, tree: TreeSpec | None = None) -> list[Shape]:
@@ -179,7 +207,9 @@ def shapes(c: Context, method: str, k: int | None = None, tree: TreeSpec | None 
 
 
 def score(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
-    return perf.best(c.policy, d.method, alpha, c.target, d.drafter_arch, c.device, c.factors, c.tp, batch, c.ctx, cands)
+    return perf.best(
+        c.policy, d.method, alpha, c.target, d.drafter_arch, c.device, c.factors, c.tp, batch, c.ctx, cands, rates_for(c, d)
+    )
 
 
 def speedup_at(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
@@ -302,6 +332,33 @@ def check_model(name: str | None) -> Model:
             "or set 'model:' in specplug.yaml.",
         )
     return get_model(name)
+
+
+def split_gpus(n: int, policy: Policy, per_node: int, model: Model | None = None) -> tuple[int, int]:
+    """Tensor x pipeline sizes for ``n`` GPUs: the largest tensor group within a node that divides ``n``
+    and the attention heads (and whose KV heads split evenly or replicate), pipeline stages for the rest."""
+    heads = (model.num_attention_heads if model else None) or 0
+    kv = (model.num_kv_heads if model else None) or heads
+
+    def ok(tp: int) -> bool:
+        if n % tp:
+            return False
+        if heads and heads % tp:
+            return False
+        return not kv or kv % tp == 0 or tp % kv == 0
+
+    tp = min(n, policy.rules.tp_max, per_node)
+    while tp > 1 and not ok(tp):
+        tp -= 1
+    return tp, n // tp
+
+
+def load_traffic_opt(path: Any, model: Model, **kw: Any) -> TrafficProfile | None:
+    if not path:
+        return None
+    from specplug.traffic import load_traffic
+
+    return load_traffic(path, model, **kw)
 
 
 def load_calibration_opt(path: str | None) -> Calibration | None:

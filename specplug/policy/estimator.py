@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.catalog import get_gpu
+from specplug.catalog.precision import kv_cache_bytes
 from specplug.config import METHODS, WORKLOADS, TreeSpec
 from specplug.errors import SpecplugError
 from specplug.policy import engine as E
@@ -65,6 +66,9 @@ def estimate(
     calibration: str | None = None,
     policy: str | Path | dict[str, Any] | Policy | None = None,
     dtype: str = "auto",
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    traffic: str | Path | None = None,
 ) -> Estimate:
     """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given."""
     if method not in ESTIMATE_METHODS:
@@ -83,12 +87,13 @@ def estimate(
     pol = load_policy(policy)
     m = E.check_model(model)
     g = get_gpu(gpu)
-    wbytes = E.weight_bytes(dtype)
-    target = E.arch_of(m, wbytes)
+    fmt = E.serve_format(m, quantization, dtype)
+    kvb = kv_cache_bytes(kv_cache_dtype)
+    target = E.arch_of(m, fmt, kvb)
     factors = pol.stack(stack)
-    tp = min(num_gpus, pol.rules.tp_max)
-    pp = max(1, num_gpus // tp)
+    tp, pp = E.split_gpus(num_gpus, pol, 8, m)
     dev = E.device_of(g, pol)
+    prof = E.load_traffic_opt(traffic, m)
     c = E.Context(
         policy=pol,
         model=m,
@@ -104,17 +109,18 @@ def estimate(
         workload=workload,
         temperature=temperature,
         calibration=E.load_calibration_opt(calibration),
+        traffic=prof,
     )
     warnings: list[str] = []
     if drafter:
-        d = E.resolve_drafter(method, drafter, m, target, pol, stack, wbytes)
+        d = E.resolve_drafter(method, drafter, m, target, pol, stack, kvb)
     elif method == "draft_model":
         known = m.known_drafters("draft_model")
         if not known:
             raise SpecplugError(
                 f"No known draft model for {m.name}.", "Pass --drafter with a smaller model that shares its tokenizer."
             )
-        d = E.resolve_drafter(method, known[0].drafter_hf_id, m, target, pol, stack, wbytes)
+        d = E.resolve_drafter(method, known[0].drafter_hf_id, m, target, pol, stack, kvb)
     else:
         heads = m.known_drafters(method) if method in E.HEAD_METHODS else []
         d = E.DraftChoice(method, heads[0].drafter_hf_id if heads else None)

@@ -26,7 +26,7 @@ class Arch:
     layers: int
     hidden: int
     vocab: int
-    kv_bytes_per_token: float  # all layers, 16-bit
+    kv_bytes_per_token: float  # all layers, at the served KV-cache dtype
     experts: int = 0
     experts_per_token: int = 0
     weight_bytes: float = 2.0
@@ -160,6 +160,9 @@ def forward_ms(
         msg = n_tokens * arch.hidden * 2
         per = sf.allreduce_latency_us * 1e-6 + 2 * (tp - 1) / tp * msg / (dev.link_gbs * 1e9)
         gpu_s += 2 * layers * per
+    # Kernel latencies a CUDA graph still pays, per layer and whatever the token count: what makes verifying
+    # k+1 tokens nearly free at small batch; MoE layers add routing, permutation and expert dispatch.
+    gpu_s += layers * (sf.layer_latency_us + (sf.moe_layer_latency_us if arch.experts else 0.0)) * 1e-6
     host_s = (sf.forward_overhead_ms + sf.layer_overhead_ms * layers) * 1e-3
     return max(gpu_s, host_s) * 1e3
 
@@ -199,6 +202,7 @@ def draft_arch(method: str, target: Arch, drafter: Arch | None) -> Arch | None:
             target.kv_bytes_per_token / max(target.layers, 1),
             target.experts,
             target.experts_per_token,
+            target.weight_bytes,  # MTP layers ship in the checkpoint's own format
         )
     if method in ("medusa", "mlp_speculator"):
         # A residual block plus an LM head per head/stage; one stage runs per pass.
@@ -268,9 +272,15 @@ def evaluate(
     tp: int,
     batch: int,
     ctx: float,
+    rates: tuple[float, ...] | None = None,
 ) -> Outcome:
+    """Speedup of one shape. ``rates``: measured acceptance per draft position (a traffic replay), which
+    replaces the prior's alpha * decay^i chain where given."""
     prior = policy.prior(method)
-    alphas = position_alphas(alpha, prior.decay, shape.depth, shape.width, policy.acceptance.tree.gain)
+    if rates:
+        alphas = [rates[min(i, len(rates) - 1)] * (prior.decay ** max(0, i - len(rates) + 1)) for i in range(shape.depth)]
+    else:
+        alphas = position_alphas(alpha, prior.decay, shape.depth, shape.width, policy.acceptance.tree.gain)
     tau = acceptance_length(alphas)
     cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx)
     return Outcome(shape, tuple(alphas), tau, tau * cost.baseline_ms / cost.spec_ms, cost)
@@ -303,10 +313,11 @@ def best(
     batch: int,
     ctx: float,
     shapes: list[Shape],
+    rates: tuple[float, ...] | None = None,
 ) -> Outcome:
     top: Outcome | None = None
     for s in shapes:
-        o = evaluate(policy, method, s, alpha, target, drafter, dev, sf, tp, batch, ctx)
+        o = evaluate(policy, method, s, alpha, target, drafter, dev, sf, tp, batch, ctx, rates)
         # Strictly better only: ties keep the smaller (earlier) shape, so choices are stable.
         if top is None or o.speedup > top.speedup * 1.0005:
             top = o

@@ -23,31 +23,25 @@ from specplug.plan import (
 )
 from specplug.policy import engine as E
 from specplug.policy.data import load_policy
-from specplug.policy.perf import Outcome, Shape
+from specplug.policy.perf import Arch, Outcome, Shape
 from specplug.policy.schema import Policy
 
 NGRAM_LOOKUP = (2, 4)
 
 
-def _choose_gpus(policy: Policy, model: Model, wbytes: float, gpu_gb: float, seqs: int, tokens: int, per_node: int) -> int:
+def _choose_gpus(
+    policy: Policy, model: Model, target: Arch, gpu_gb: float, seqs: int, tokens: int, per_node: int
+) -> int | None:
     """Smallest GPU count (1, 2, 4, 8, then whole nodes) whose memory holds the model and its KV cache."""
-    target = E.arch_of(model, wbytes)
     for n in policy.rules.gpu_counts:
-        tp, pp = _split(n, policy, per_node)
+        tp, pp = E.split_gpus(n, policy, per_node, model)
         if E.memory(policy, model, target, gpu_gb, tp, pp, seqs, tokens, None).fits:
             return n
-    return policy.rules.gpu_counts[-1]
-
-
-def _split(n: int, policy: Policy, per_node: int) -> tuple[int, int]:
-    tp = min(n, policy.rules.tp_max, per_node)
-    while n % tp:
-        tp -= 1
-    return tp, n // tp
+    return None
 
 
 def _candidates(
-    c: E.Context, model: Model, stack: str, supported: dict[str, str | None], wbytes: float, version: str | None = None
+    c: E.Context, model: Model, stack: str, supported: dict[str, str | None], kvb: float, version: str | None = None
 ) -> list[E.DraftChoice]:
     out: list[E.DraftChoice] = []
     for method in E.METHOD_ORDER:
@@ -62,7 +56,7 @@ def _candidates(
                 d.ruled_out = f"{model.name} has no MTP layers"
             out.append(d)
         elif method == "draft_model":
-            out.extend(_draft_models(c, model, stack, wbytes, reason, version))
+            out.extend(_draft_models(c, model, stack, kvb, reason, version))
         else:
             heads = model.known_drafters(method)
             if not heads:
@@ -86,7 +80,7 @@ def _candidates(
 
 
 def _draft_models(
-    c: E.Context, model: Model, stack: str, wbytes: float, reason: str | None, version: str | None = None
+    c: E.Context, model: Model, stack: str, kvb: float, reason: str | None, version: str | None = None
 ) -> list[E.DraftChoice]:
     from specplug.catalog import models as all_models
 
@@ -105,7 +99,7 @@ def _draft_models(
         return [E.DraftChoice("draft_model", ruled_out=reason or f"no smaller model with {model.name}'s tokenizer in the catalog (pass --drafter)")]
     out = []
     for i in ids[:4]:
-        d = E.resolve_drafter("draft_model", i, model, c.target, c.policy, stack, wbytes)
+        d = E.resolve_drafter("draft_model", i, model, c.target, c.policy, stack, kvb)
         issue = c.policy.rules.known_issue(d.drafter_id, stack, version)
         d.ruled_out = d.ruled_out or reason or (f"known problem in {stack}: {issue.reason}" if issue else None)
         out.append(d)
@@ -121,17 +115,22 @@ def _tree(c: E.Context, method: str, shape: Shape) -> TreeSpec | None:
 
 
 def _schedule(c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]) -> tuple[list[ScheduleEntry], list[CurvePoint]]:
+    """k per batch size along the policy's batch curve. A bigger batch leaves less idle compute, so k never
+    grows with batch and, once off, stays off: each point only considers shapes no deeper than the last."""
     pts = c.policy.rules.batch_curve
     curve: list[CurvePoint] = []
+    depth_cap: int | None = None
     for b in pts:
-        o = E.score(c, d, alpha, b, cands)
-        on = o.speedup >= c.policy.rules.min_speedup
+        allowed = [s for s in cands if depth_cap is None or s.depth <= depth_cap]
+        o = E.score(c, d, alpha, b, allowed) if allowed else None
+        on = o is not None and o.speedup >= c.policy.rules.min_speedup
+        depth_cap = o.shape.depth if on and o is not None else 0
         curve.append(
             CurvePoint(
                 batch_size=b,
-                speedup=round(o.speedup if on else 1.0, 3),
-                acceptance_length=round(o.acceptance_length if on else 1.0, 3),
-                num_speculative_tokens=o.shape.depth if on else 0,
+                speedup=round(o.speedup if on and o else 1.0, 3),
+                acceptance_length=round(o.acceptance_length if on and o else 1.0, 3),
+                num_speculative_tokens=depth_cap,
             )
         )
     sched: list[ScheduleEntry] = []
@@ -145,44 +144,51 @@ def _schedule(c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]) 
     return sched, curve
 
 
-def _fix_hint(c: E.Context, model: Model, hw_gb: float, per_node: int, seqs: int, tokens: int, wbytes: float, d: E.DraftChoice | None) -> str:
-    """The smallest change that makes the target itself fit first (more GPUs, shorter context, FP8), then
-    what a drafter would add: the model not fitting is the problem, not the drafter."""
-    hints: list[str] = []
-    n = c.tp * c.pp
-    heavy = d is not None and d.method not in E.COPY_METHODS and d.method != "none"
+def _fixes(cfg: Config, plan_kw: dict[str, Any], n: int, fmt_name: str, kv_dtype: str, tokens: int, heavy: bool) -> list[str]:
+    """What would make a plan that does not fit start, each with the plan it would give (predicted by
+    planning it): more GPUs, lighter weights, an FP8 KV cache, a shorter context, a smaller drafter."""
+    from specplug.catalog.precision import get_weight_format
 
-    def gpus_for(drafter: E.DraftChoice | None) -> int | None:
-        for m in c.policy.rules.gpu_counts:
-            if m > n:
-                tp, pp = _split(m, c.policy, per_node)
-                if E.memory(c.policy, model, c.target, hw_gb, tp, pp, seqs, tokens, drafter).fits:
-                    return m
-        return None
-
-    plain = gpus_for(None)
-    if plain is not None:
-        with_d = gpus_for(d) if heavy else plain
-        extra = ""
-        if heavy and with_d != plain:
-            extra = f" ({with_d} to add the {d.method} drafter)" if with_d else f" (the {d.method} drafter does not fit even then)"
-        hints.append(f"use --num-gpus {plain} with n-gram or no drafter{extra}")
-    base = E.memory(c.policy, model, c.target, hw_gb, c.tp, c.pp, seqs, 0, None)
-    if base.fits:
-        mem1 = E.memory(c.policy, model, c.target, hw_gb, c.tp, c.pp, 1, 1, None)
-        fit_tokens = int(base.headroom_gb / max(seqs, 1) / mem1.kv_gb) if mem1.kv_gb > 0 else 0
-        if fit_tokens >= 256:
-            hints.append(
-                f"shorten the context to about {fit_tokens} tokens per request (--input-len/--output-len) "
-                "or serve fewer concurrent requests"
+    hs = cfg.hardware_spec()
+    tries: list[tuple[str, dict[str, Any]]] = []
+    pol = load_policy(plan_kw.get("policy"), cfg.policy or None)
+    more = [m for m in pol.rules.gpu_counts if m > n]
+    if more:
+        tries += [(f"--num-gpus {m}", {"hardware": {**hs.model_dump(), "num_gpus": m}}) for m in more[:3]]
+    if get_weight_format(fmt_name).bits_per_weight > 8.1:
+        tries.append(("--quantization fp8 (FP8 weights)", {"serve": {"quantization": "fp8"}}))
+    if get_weight_format(fmt_name).bits_per_weight > 4.6:
+        tries.append(("--quantization int4-awq (INT4 weights; needs an AWQ checkpoint)", {"serve": {"quantization": "int4-awq"}}))
+    if kv_dtype == "auto":
+        tries.append(("--kv-cache-dtype fp8 (FP8 KV cache)", {"serve": {"kv_cache_dtype": "fp8"}}))
+    for frac in (2, 4):
+        if tokens // frac >= 512:
+            tries.append(
+                (f"--max-model-len {tokens // frac} (shorter context)", {"serve": {"max_model_len": tokens // frac}})
             )
-    if c.target.weight_bytes > 1.0:
-        t8 = E.arch_of(model, 1.0)
-        if E.memory(c.policy, model, t8, hw_gb, c.tp, c.pp, seqs, tokens, None).fits:
-            hints.append("serve FP8 weights (serve.dtype: fp8)")
-    if not hints:
-        hints.append("use a GPU with more memory")
-    return "To fit: " + "; or ".join(hints) + "."
+            break
+    if heavy:
+        tries.append(("speculation: auto (let specplug pick a drafter that fits)", {"speculation": "auto"}))
+    out: list[str] = []
+    seen_gpus = False
+    for label, change in tries:
+        if label.startswith("--num-gpus") and seen_gpus:
+            continue
+        data = cfg.model_dump(exclude_unset=True)
+        for key, val in change.items():
+            data[key] = {**(data.get(key) or {}), **val} if isinstance(val, dict) and isinstance(data.get(key), dict) else val
+        try:
+            p = plan_from_config(Config.model_validate(data), _fixing=True, **plan_kw)
+        except SpecplugError:
+            continue
+        seen_gpus = seen_gpus or label.startswith("--num-gpus")
+        what = (
+            f"{p.speculation.method} k={p.speculation.num_speculative_tokens}, predicted {fmt(p.prediction.speedup)}"
+            if p.speculation.enabled
+            else "no speculation pays there"
+        )
+        out.append(f"{label}: fits, {what}")
+    return out
 
 
 def _budget(mem: E.Memory, hint: str | None) -> MemoryBudget:
@@ -207,13 +213,16 @@ def plan_from_config(
     stack_version: str | None = None,
     policy: str | Path | dict[str, Any] | Policy | None = None,
     calibration: str | None = None,
+    _fixing: bool = False,
 ) -> Plan:
     """Resolve every ``auto`` in ``cfg`` (hardware, stack, speculation) and fill the whole Plan.
 
     An explicit ``speculation:`` is kept as given (its k chosen when missing) and still predicted; a warning
-    says when the policy would choose differently. Same inputs give an identical Plan.
+    says when the policy would choose differently. A deployment that cannot fit in memory is an error that
+    lists the fixes with what each would give. Same inputs give an identical Plan.
     """
     from specplug.adapter import default_stack
+    from specplug.catalog.precision import kv_cache_bytes
     from specplug.probe import resolve_hardware
 
     model = E.check_model(cfg.model)
@@ -236,19 +245,34 @@ def plan_from_config(
     else:
         version, vsource = None, "unknown"
 
-    # ---- workload and hardware
+    # ---- workload, precision and hardware
     wl = cfg.workload
+    prof = E.load_traffic_opt(wl.traffic, model) if wl.traffic else None
     seqs = wl.concurrency
     tokens = wl.input_len + wl.output_len
     if cfg.serve.max_model_len:
         tokens = min(tokens, cfg.serve.max_model_len)
-    wbytes = E.weight_bytes(cfg.serve.dtype)
+    fmt_ = E.serve_format(model, cfg.serve.quantization, cfg.serve.dtype)
+    kvb = kv_cache_bytes(cfg.serve.kv_cache_dtype)
+    target = E.arch_of(model, fmt_, kvb)
+    if fmt_.name != (model.weight_format or "bf16"):
+        reasons.append(f"Weights served as {fmt_.name} ({fmt_.bits_per_weight:g} bits) instead of the checkpoint's {model.weight_format}.")
     hs = cfg.hardware_spec()
     hw = resolve_hardware(hs.gpu, hs.num_gpus, probed)
     gpu = get_gpu(hw.gpu)
     if hs.num_gpus is None and hw.source != "probed" and cfg.serve.tensor_parallel_size is None:
-        n = _choose_gpus(pol, model, wbytes, hw.memory_gb, seqs, tokens, hs.gpus_per_node)
-        msg = f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} and its KV cache"
+        n = _choose_gpus(pol, model, target, hw.memory_gb, seqs, tokens, hs.gpus_per_node)
+        if n is None:
+            top = pol.rules.gpu_counts[-1]
+            raise SpecplugError(
+                f"{model.name} in {fmt_.name} with {seqs} x {tokens} tokens of KV cache does not fit even on {top} x {gpu.name}.",
+                "Serve lighter weights (--quantization fp8 or int4-awq), an FP8 KV cache (--kv-cache-dtype fp8), "
+                "fewer concurrent requests or a shorter context.",
+            )
+        msg = (
+            f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} "
+            f"({fmt_.name} weights) and its KV cache"
+        )
         if hw.source == "default":
             note = hw.note.split(" Planning for the default")[0]
             msg = (
@@ -266,7 +290,7 @@ def plan_from_config(
         tp = cfg.serve.tensor_parallel_size
         pp = max(cfg.serve.pipeline_parallel_size, n // tp) if n >= tp else cfg.serve.pipeline_parallel_size
     else:
-        tp, pp = _split(n, pol, hs.gpus_per_node)
+        tp, pp = E.split_gpus(n, pol, hs.gpus_per_node, model)
     par = Parallelism(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -276,7 +300,6 @@ def plan_from_config(
     device = E.device_of(gpu, pol)
     device = E.Device(device.bw_gbs, device.tflops, hw.memory_gb or device.memory_gb, device.link_gbs)
     factors = pol.stacks[stack]
-    target = E.arch_of(model, wbytes)
     c = E.Context(
         policy=pol,
         model=model,
@@ -292,12 +315,24 @@ def plan_from_config(
         workload=wl.type,
         temperature=wl.temperature,
         calibration=calib,
+        traffic=prof,
     )
+    plan_kw = {"probed": probed, "stack_version": stack_version, "policy": policy, "calibration": calibration}
+
+    # ---- feasibility: the target must fit before any drafter is considered
+    base_mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, None)
+    if not base_mem.fits:
+        fixes = [] if _fixing else _fixes(cfg, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, False)
+        raise SpecplugError(
+            f"{model.name} does not fit on {n} x {gpu.name}: {base_mem.used_gb:.1f} GB needed per GPU "
+            f"({base_mem.target_gb:.1f} GB of {fmt_.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {seqs} x {tokens} tokens), "
+            f"{base_mem.usable_gb:.1f} GB usable.",
+            ("What would fit:\n  " + "\n  ".join(fixes)) if fixes else "Use more GPUs, lighter weights or a shorter context.",
+        )
 
     # ---- candidates
     explicit = cfg.speculation if isinstance(cfg.speculation, SpeculationSpec) else None
-    cands = _candidates(c, model, stack, supported, wbytes, version)
-    base_mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, None)
+    cands = _candidates(c, model, stack, supported, kvb, version)
     scored: list[tuple[E.DraftChoice, float, Outcome]] = []
     candidates: list[Candidate] = []
     for d in cands:
@@ -312,8 +347,9 @@ def plan_from_config(
         cand.speedup = round(o.speedup, 3)
         cand.acceptance_length = round(o.acceptance_length, 3)
         cand.num_speculative_tokens = o.shape.depth
-        if base_mem.fits and not mem.fits:
+        if not mem.fits:
             cand.ruled_out = f"does not fit in memory with the drafter ({mem.used_gb:.1f} of {mem.usable_gb:.1f} GB per GPU)"
+            cand.speedup = None
         elif o.speedup < pol.rules.min_speedup:
             cand.ruled_out = f"loses at batch size {seqs} (predicted {fmt(o.speedup)})"
         else:
@@ -335,7 +371,7 @@ def plan_from_config(
     chosen: tuple[E.DraftChoice, float, Outcome] | None = None
     if explicit is not None and explicit.method != "none":
         d = (
-            E.resolve_drafter(explicit.method, explicit.drafter, model, target, pol, stack, wbytes)
+            E.resolve_drafter(explicit.method, explicit.drafter, model, target, pol, stack, kvb)
             if explicit.drafter
             else next((x for x in cands if x.method == explicit.method and x.drafter_id), E.DraftChoice(explicit.method))
         )
@@ -344,7 +380,7 @@ def plan_from_config(
                 f"speculation.method is {explicit.method} but no drafter is given and none is known for {model.name}.",
                 "Set speculation.drafter (or --drafter) to the head's Hugging Face id.",
             )
-        if d.ruled_out:
+        if d.ruled_out and not d.ruled_out.startswith("tokenizer mismatch"):
             warnings.append(f"The configured drafter may not work: {d.ruled_out}.")
         issue = pol.rules.known_issue(d.drafter_id, stack, version)
         if issue:
@@ -352,7 +388,7 @@ def plan_from_config(
         if supported.get(explicit.method):
             warnings.append(f"The configured method may not work: {supported[explicit.method]}.")
         alpha, _ = E.alpha_for(c, d)
-        shapes = E.shapes(c, d.method, explicit.num_speculative_tokens, explicit.tree)
+        shapes = E.shapes(c, d.method, explicit.num_speculative_tokens or None, explicit.tree)
         o = E.score(c, d, alpha, seqs, shapes)
         chosen = (d, alpha, o)
         reasons.append(f"Speculation is set in the configuration: {explicit.method} kept as given.")
@@ -376,8 +412,15 @@ def plan_from_config(
 
     if chosen is not None:
         d, alpha, o = chosen
-        cand_shapes = E.shapes(c, d.method, explicit.num_speculative_tokens if explicit else None, explicit.tree if explicit else None)
+        cand_shapes = E.shapes(
+            c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
+        )
         sched, curve = _schedule(c, d, alpha, cand_shapes)
+        at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
+        if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
+            # The plan's own batch follows the schedule (k never grows with batch).
+            o = E.score(c, d, alpha, seqs, [s for s in cand_shapes if s.depth <= at.num_speculative_tokens])
+            chosen = (d, alpha, o)
         if explicit is not None and not any(e.num_speculative_tokens for e in sched):
             # The user chose this technique: honour it rather than render a schedule that never drafts.
             warnings.append(
@@ -392,10 +435,11 @@ def plan_from_config(
             curve=curve,
             breakeven_batch_size=E.breakeven(c, d, alpha, cand_shapes),
         )
+        k = explicit.num_speculative_tokens if explicit and explicit.num_speculative_tokens is not None else o.shape.depth
         spec = Speculation(
             method=d.method,  # type: ignore[arg-type]
             drafter=d.drafter_id if d.method not in E.COPY_METHODS else None,
-            num_speculative_tokens=o.shape.depth,
+            num_speculative_tokens=k,
             tree=explicit.tree if explicit and explicit.tree else _tree(c, d.method, o.shape),
             schedule=explicit.schedule if explicit and explicit.schedule else sched,
         )
@@ -414,20 +458,26 @@ def plan_from_config(
             reasons.append(
                 f"Speculation stops paying above batch size {pred.breakeven_batch_size}; the schedule turns it off (k=0) there."
             )
-        if E.alpha_for(c, d)[1] == "calibrated":
+        source = E.alpha_for(c, d)[1]
+        if source == "calibrated":
             reasons.append("Acceptance comes from the calibration file, not the prior.")
         if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not E.stack_schedules(stack, version):
             warnings.append(f"{stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
+    if prof is not None:
+        reasons.append(_traffic_reason(c, prof, wl.traffic))
 
     # ---- memory
     mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, chosen[0] if chosen else None)
-    hint = None if mem.fits else _fix_hint(c, model, device.memory_gb, hs.gpus_per_node, seqs, tokens, wbytes, chosen[0] if chosen else None)
-    budget = _budget(mem, hint)
     if not mem.fits:
-        warnings.insert(
-            0,
-            f"Does not fit: {mem.used_gb:.1f} GB needed per GPU, {mem.usable_gb:.1f} GB usable on {n} x {gpu.name}. {hint}",
+        # Only a configured drafter gets here (chosen ones were checked): the drafter is what does not fit.
+        fixes = [] if _fixing else _fixes(cfg, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, True)
+        raise SpecplugError(
+            f"{model.name} with the {chosen[0].method if chosen else ''} drafter does not fit on {n} x {gpu.name}: "
+            f"{mem.used_gb:.1f} GB needed per GPU ({mem.drafter_gb + mem.drafter_kv_gb:.1f} GB for the drafter), "
+            f"{mem.usable_gb:.1f} GB usable.",
+            ("What would fit:\n  " + "\n  ".join(fixes)) if fixes else "Use a smaller drafter or more GPUs.",
         )
+    budget = _budget(mem, None)
 
     # ---- warnings
     if wl.temperature >= pol.rules.high_temperature and chosen is not None:
@@ -447,20 +497,53 @@ def plan_from_config(
     if vsource == "unknown":
         warnings.append(f"{stack} is not installed here and no version is pinned: method support assumes a recent release.")
 
-    return Plan(
-        model=ModelRef(name=cfg.model or model.hf_id, hf_id=model.local_path or model.hf_id, local_path=model.local_path),
+    serve = cfg.serve
+    plan = Plan(
+        model=ModelRef(
+            name=cfg.model or model.hf_id,
+            hf_id=model.local_path or model.hf_id,
+            local_path=model.local_path,
+            weight_format=model.weight_format or "bf16",
+        ),
         hardware=hw,
         stack=StackRef(name=stack, version=version, version_source=vsource),  # type: ignore[arg-type]
         workload=wl,
         parallelism=par,
         speculation=spec,
-        serve=cfg.serve,
+        serve=serve,
         memory=budget,
         prediction=pred,
         candidates=candidates,
         reasons=reasons,
         warnings=warnings,
     )
+    if prof is not None and "traffic" in Plan.model_fields:
+        plan.traffic = prof.summary()
+    _validate(plan)
+    return plan
+
+
+def _validate(plan: Plan) -> None:
+    """The same checks render, launch and check run, on the Plan every command produces."""
+    try:
+        from specplug.validate import validate_plan
+    except ImportError:  # pragma: no cover - the validator module lands with the adapters' checks
+        return
+    validate_plan(plan)
+
+
+def _traffic_reason(c: E.Context, prof: Any, path: str | None) -> str:
+    parts = [
+        f"Traffic {path}: {prof.requests} requests"
+        + (f" ({prof.malformed} malformed lines skipped)" if prof.malformed else "")
+        + f", {prof.input_len:.0f} tokens in / {prof.output_len:.0f} out on average ({prof.tokenizer})",
+        f"output copies its prompt: {prof.overlap:.0%} of 4-grams; repeats itself: {prof.repetition:.0%}",
+    ]
+    for m in ("ngram", "suffix"):
+        al = prof.acceptance_length(m, 4)
+        if al is not None:
+            parts.append(f"measured {m} acceptance length at k=4: {al:.2f}")
+    return "; ".join(parts) + "."
 
 
 def fmt(x: float) -> str:
@@ -501,6 +584,9 @@ def recommend(
     policy: str | Path | dict[str, Any] | None = None,
     calibration: str | None = None,
     probed: Any = None,
+    traffic: str | Path | None = None,
+    quantization: str | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> Plan:
     """Recommend a speculative-decoding setup (the CLI's ``specplug recommend``); flags override the config.
 
@@ -525,10 +611,20 @@ def recommend(
     wl = dict(data.get("workload") or {})
     if batch_size is not None or concurrency is not None:
         wl["concurrency"] = batch_size if batch_size is not None else concurrency
-    for key, val in (("input_len", input_len), ("output_len", output_len), ("type", workload), ("temperature", temperature)):
+    for key, val in (
+        ("input_len", input_len), ("output_len", output_len), ("type", workload), ("temperature", temperature),
+        ("traffic", str(traffic) if traffic is not None else None),
+    ):
         if val is not None:
             wl[key] = val
     data["workload"] = wl
+    if quantization is not None or kv_cache_dtype is not None:
+        serve = dict(data.get("serve") or {})
+        if quantization is not None:
+            serve["quantization"] = quantization
+        if kv_cache_dtype is not None:
+            serve["kv_cache_dtype"] = kv_cache_dtype
+        data["serve"] = serve
     if drafter:
         spec = data.get("speculation") if isinstance(data.get("speculation"), dict) else None
         if spec is None:

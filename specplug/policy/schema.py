@@ -87,6 +87,12 @@ class StackFactors(_Strict):
         0.0, ge=0.0, description="Extra time per verified token across the batch (rejection sampling, proposer bookkeeping)."
     )
     allreduce_latency_us: float = Field(10.0, ge=0.0, description="Latency of one tensor-parallel all-reduce.")
+    layer_latency_us: float = Field(
+        0.0, ge=0.0, description="GPU time per layer per forward that does not scale with tokens (kernel latencies)."
+    )
+    moe_layer_latency_us: float = Field(
+        0.0, ge=0.0, description="Extra fixed time per MoE layer (routing, token permutation, expert dispatch)."
+    )
     trees: bool = Field(False, description="Drafts token trees (steps/topk/num_draft_tokens).")
     max_batch: int | None = Field(None, ge=1, description="Largest batch the stack serves (hf: 1).")
     spec_max_running_requests: int | None = Field(

@@ -26,10 +26,18 @@ def test_recommend_json_is_the_plan() -> None:
 
 
 def test_recommend_table_shows_choice_memory_and_candidates() -> None:
-    r = _run("recommend", "--model", "llama-3.1-70b", "--gpu", "l4", "--num-gpus", "1", "--stack", "vllm")
+    r = _run("recommend", "--model", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "4", "--stack", "vllm")
     assert r.exit_code == 0
-    assert "DOES NOT FIT" in r.output and "--num-gpus" in r.output
-    assert "candidates" in r.output
+    assert "memory per GPU" in r.output and "candidates" in r.output
+
+
+def test_recommend_that_cannot_fit_exits_1_with_the_fixes_and_no_headline() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "specplug.cli", "recommend", "--model", "llama-3.1-70b", "--gpu", "l4", "--num-gpus", "1"],
+        capture_output=True, text=True,
+    )
+    assert p.returncode == 1 and not p.stdout
+    assert "does not fit" in p.stderr and "--num-gpus 8: fits" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_unknown_model_exits_nonzero_with_a_clean_message() -> None:

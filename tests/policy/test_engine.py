@@ -56,10 +56,19 @@ def test_speedup_falls_with_batch_size() -> None:
 
 
 def test_70b_on_one_l4_does_not_fit_and_says_how_to_fix() -> None:
-    p = specplug.recommend("llama-3.1-70b", gpu="l4", num_gpus=1)
-    assert p.memory is not None and not p.memory.fits
-    assert "--num-gpus" in (p.memory.hint or "")
-    assert any("Does not fit" in w for w in p.warnings)
+    with pytest.raises(SpecplugError) as err:
+        specplug.recommend("llama-3.1-70b", gpu="l4", num_gpus=1)
+    assert "does not fit on 1 x L4" in err.value.message
+    # Each fix is planned: it says what that deployment would run and predicts.
+    assert "--num-gpus 8: fits" in (err.value.hint or "") and "predicted" in (err.value.hint or "")
+
+
+def test_pinned_hardware_that_cannot_hold_the_model_lists_quantized_fixes_with_speedups() -> None:
+    with pytest.raises(SpecplugError) as err:
+        specplug.recommend("llama-3.1-70b", gpu="a100-40gb", num_gpus=2)
+    hint = err.value.hint or ""
+    assert "--quantization int4-awq" in hint and "--num-gpus 8: fits" in hint
+    assert "2.17x" not in str(err.value)  # no headline speedup for the plan that cannot start
 
 
 def test_default_hardware_is_stated_and_sized_to_fit() -> None:
@@ -84,9 +93,15 @@ def test_sglang_gets_a_tree_shape_and_the_request_cap_warning() -> None:
     assert any("caps running requests" in w for w in p.warnings) or p.speculation.method == "none"
 
 
-def test_tokenizer_mismatch_rules_out_draft_model() -> None:
-    p = specplug.recommend("llama-3.1-70b", batch_size=1, drafter="qwen2.5-0.5b", **H100x4)
-    assert any("tokenizer" in w.lower() or "vocab" in w.lower() for w in p.warnings)
+def test_tokenizer_mismatch_of_a_configured_draft_model_is_an_error_naming_compatible_ones() -> None:
+    with pytest.raises(SpecplugError) as err:
+        specplug.recommend("llama-3.1-70b", batch_size=1, drafter="qwen2.5-0.5b", **H100x4)
+    assert "Llama-3.2-1B" in str(err.value) or "llama-3.2-1b" in str(err.value).lower()
+
+
+def test_tokenizer_mismatch_is_never_a_candidate() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, **H100x4)
+    assert all("qwen" not in (c.drafter or "").lower() for c in p.candidates if c.ruled_out is None)
 
 
 def test_mtp_only_for_models_with_mtp_layers() -> None:
@@ -166,6 +181,7 @@ def test_known_issue_respects_fixed_in_version() -> None:
 
 
 def test_does_not_fit_hint_gives_the_smallest_fix_for_the_model_itself() -> None:
-    p = specplug.recommend("llama-3.1-70b", gpu="l4", num_gpus=1)
-    hint = p.memory.hint or ""
-    assert "--num-gpus 8 " in hint and "--num-gpus 16" not in hint
+    with pytest.raises(SpecplugError) as err:
+        specplug.recommend("llama-3.1-70b", gpu="l4", num_gpus=1)
+    hint = err.value.hint or ""
+    assert "--num-gpus 8:" in hint and "--num-gpus 16" not in hint
