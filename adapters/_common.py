@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from specplug.adapter import Problem, raise_problems
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -41,28 +42,52 @@ class Canon:
         return self.method != "none"
 
 
-def canon(plan: Plan, display_name: str) -> Canon:
+def canon_problems(plan: Plan, display_name: str) -> list[Problem]:
+    """What is wrong with the plan's canonical fields on any stack (render refuses all of these)."""
     s, serve = plan.speculation, plan.serve
-    method = s.method
+    out: list[Problem] = []
     if s.method != "none" and s.num_speculative_tokens <= 0 and s.method != "suffix":
-        raise StackError(
-            f"The plan uses '{s.method}' with num_speculative_tokens={s.num_speculative_tokens}.",
+        out.append(Problem(
+            f"The plan uses '{s.method}' with num_speculative_tokens={s.num_speculative_tokens}: nothing would be drafted.",
             "Set num_speculative_tokens (-k) to 1 or more, or method 'none'.",
-        )
+            key="speculation.num_speculative_tokens",
+        ))
     if serve.api_key_env is not None and not _ENV_NAME.match(serve.api_key_env):
-        raise StackError(
+        out.append(Problem(
             f"serve.api_key_env must name an environment variable, got {serve.api_key_env!r}.",
             "Put the key in a variable (export MY_KEY=...) and set api_key_env: MY_KEY; never the key itself.",
-        )
+            key="serve.api_key_env",
+        ))
     for k in serve.env:
         if not _ENV_NAME.match(k):
-            raise StackError(f"serve.env has an invalid variable name {k!r}.", "Use letters, digits and _.")
+            out.append(Problem(f"serve.env has an invalid variable name {k!r}.", "Use letters, digits and _.", key="serve.env"))
     lo, hi = s.prompt_lookup_min, s.prompt_lookup_max
     if lo is not None and hi is not None and lo > hi:
-        raise StackError(
+        out.append(Problem(
             f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi}).",
             "Make prompt_lookup_min <= prompt_lookup_max.",
-        )
+            key="speculation.prompt_lookup_min",
+        ))
+    return out
+
+
+def drafter_problems(plan: Plan, display_name: str, methods: tuple[str, ...]) -> list[Problem]:
+    """A method in ``methods`` needs a drafter (draft model or head) on this stack."""
+    method = plan.speculation.method
+    if method in methods and not plan.speculation.drafter:
+        return [Problem(
+            f"'{method}' on {display_name} needs a drafter (draft model or head), and the plan has none.",
+            "Pass --drafter HF_ID_OR_FOLDER, or pick a drafter-free method such as ngram.",
+            key="speculation.drafter",
+        )]
+    return []
+
+
+def canon(plan: Plan, display_name: str) -> Canon:
+    """The plan's canonical choices; StackError when :func:`canon_problems` finds any."""
+    s, serve = plan.speculation, plan.serve
+    method = s.method
+    raise_problems(canon_problems(plan, display_name))
     tp = serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
     pp = max(serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
     return Canon(
@@ -84,7 +109,7 @@ def canon(plan: Plan, display_name: str) -> Canon:
 
 
 def require_drafter(c: Canon, display_name: str, method: str) -> str:
-    if not c.drafter:
+    if not c.drafter:  # problems() reports this first; kept for adapters that skip it
         raise StackError(
             f"'{method}' on {display_name} needs a drafter (draft model or head), and the plan has none.",
             "Pass --drafter HF_ID_OR_FOLDER, or pick a drafter-free method such as ngram.",
@@ -103,3 +128,114 @@ def url(host: str, port: int, path: str = "") -> str:
 def has_flag(args: list[str], *names: str) -> bool:
     """Whether the user's extra args already set one of ``names`` (then ours must not repeat it)."""
     return any(a == n or a.startswith(n + "=") for a in args for n in names)
+
+
+# ---------------------------------------------------------------------------------------------- precision
+
+# KV dtypes that only name the 16-bit cache a model gets anyway (no stack needs a flag for its own dtype).
+KV_16BIT = ("bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What the plan serves: the checkpoint's own weight format, the one to serve, and the KV-cache dtype."""
+
+    checkpoint: str  # weight_formats.csv name
+    served: str
+    kv_cache_dtype: str
+    checkpoint_bits: float
+    served_bits: float
+    served_kind: str  # float | integer | gguf
+
+    @property
+    def converts(self) -> bool:
+        """True when the stack must produce another format than the checkpoint's (16-bit to 16-bit is not)."""
+        if self.served == self.checkpoint:
+            return False
+        return not (self.served_bits >= 16 and self.checkpoint_bits >= 16)
+
+    @property
+    def quantizes_16bit(self) -> bool:
+        """A 16-bit checkpoint served in a quantized format (the stack quantizes at load)."""
+        return self.converts and self.checkpoint_bits >= 16
+
+    @property
+    def dequantizes(self) -> bool:
+        return self.converts and self.checkpoint_bits < 16 and self.served_bits >= 16
+
+
+def precision(plan: Plan) -> Precision:
+    from specplug.catalog.precision import get_weight_format
+    from specplug.errors import CatalogError
+
+    try:
+        ck = get_weight_format(plan.model.weight_format or "bf16")
+    except CatalogError:
+        ck = get_weight_format("bf16")  # an unknown checkpoint format is read as the usual release format
+    served = get_weight_format(plan.serve.quantization) if plan.serve.quantization else ck
+    return Precision(ck.name, served.name, plan.serve.kv_cache_dtype or "auto", ck.bits_per_weight,
+                     served.bits_per_weight, served.kind)
+
+
+def gguf_types() -> list[str]:
+    from specplug.catalog.precision import weight_formats
+
+    return [f.name for f in weight_formats() if f.kind == "gguf"]
+
+
+def quantization_problems(
+    p: Precision, display_name: str, version: str | None, online: dict[str, str | None], prequantized: tuple[str, ...]
+) -> list[Problem]:
+    """The weight-format checks stacks share.
+
+    ``online``: served format -> None when the stack quantizes a 16-bit checkpoint to it at load at ``version``,
+    else why not; ``prequantized``: formats it serves only from a checkpoint already in them (read from its config).
+    """
+    if not p.converts:
+        return []
+    at = f"{display_name} {version or '(newest)'}"
+    ok_online = [f for f, why in online.items() if why is None]
+    online_hint = f"serve.quantization {' or '.join(ok_online)} (quantized at load)" if ok_online else None
+    if p.served_kind == "gguf":
+        return [Problem(
+            f"{at} does not serve GGUF weights ({p.served}).",
+            "Use stack llamacpp for GGUF files" + (f", or {online_hint}" if online_hint else "") + ".",
+            key="serve.quantization",
+        )]
+    if p.dequantizes:
+        return [Problem(
+            f"{at} cannot turn the {p.checkpoint} checkpoint back into {p.served} weights.",
+            f"Leave serve.quantization unset to serve it as {p.checkpoint}, or point model at an {p.served} checkpoint.",
+            key="serve.quantization",
+        )]
+    if p.quantizes_16bit and online.get(p.served, "") is None:
+        return []
+    why = online.get(p.served)
+    reason = f" ({why})" if why else ""
+    if p.served in prequantized:
+        lead = f"{at} serves {p.served} only from a checkpoint already quantized that way (it reads the format from the checkpoint's config){reason}; {p.checkpoint} is the model's own format."
+    elif p.quantizes_16bit:
+        lead = f"{at} cannot quantize the {p.checkpoint} checkpoint to {p.served}{reason}."
+    else:
+        lead = f"{at} cannot convert the {p.checkpoint} checkpoint to {p.served}."
+    fixes = ["leave serve.quantization unset to serve the checkpoint as it is",
+             f"point model at an {p.served} checkpoint (and leave serve.quantization unset)"]
+    if online_hint and p.checkpoint_bits >= 16:
+        fixes.append(f"use {online_hint}")
+    return [Problem(lead, "What works: " + "; or ".join(fixes) + ".", key="serve.quantization")]
+
+
+def kv_problems(kv: str, display_name: str, version: str | None, table: dict, extra: str = "") -> list[Problem]:
+    """serve.kv_cache_dtype against a stack's table (canonical dtype -> windows of its spelling)."""
+    from specplug.adapter import describe_windows, spelling
+
+    if kv == "auto" or spelling(table, kv, version) is not None:
+        return []
+    windows = table.get(kv, ())
+    ok = [d for d in table if spelling(table, d, version) is not None]
+    why = f"it needs {display_name} {describe_windows(windows)}" if windows else f"{display_name} has no such cache type"
+    return [Problem(
+        f"{display_name} {version or '(newest)'} cannot keep the KV cache as {kv}: {why}{extra}.",
+        f"serve.kv_cache_dtype there: {', '.join(ok)}.",
+        key="serve.kv_cache_dtype",
+    )]

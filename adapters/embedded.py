@@ -13,10 +13,9 @@ import importlib.util
 import sys
 from typing import ClassVar
 
-from specplug.adapters._common import HUB_SECRETS, canon, has_flag, url
+from specplug.adapters._common import HUB_SECRETS, KV_16BIT, canon, has_flag, precision, url
 
-from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window
-from specplug.errors import StackError
+from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window
 from specplug.plan import Plan
 
 # What the runtime does natively.
@@ -98,10 +97,40 @@ class EmbeddedAdapter(BaseAdapter):
                 ),
                 # The runtime is one process on one device: the stack's GPU layout no longer applies.
                 "parallelism": plan.parallelism.model_copy(update={"tensor_parallel_size": 1, "pipeline_parallel_size": 1}),
-                "serve": plan.serve.model_copy(update={"tensor_parallel_size": None, "pipeline_parallel_size": 1}),
+                # ... and it serves the checkpoint as it is, with a cache in the model's dtype.
+                "serve": plan.serve.model_copy(update={"tensor_parallel_size": None, "pipeline_parallel_size": 1,
+                                                       "quantization": None, "kv_cache_dtype": "auto"}),
                 "reasons": reasons + list(plan.reasons),
             }
         )
+
+    def method_problems(self, method: str, version: str | None) -> list[Problem]:
+        return []  # every method runs: the ones it lacks are mapped to ngram, with a note (map_method)
+
+    def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        out: list[Problem] = []
+        tp = plan.serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
+        pp = max(plan.serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
+        if tp > 1 or pp > 1:
+            out.append(Problem(
+                f"The plan splits the model over {tp * pp} GPUs; the embedded runtime runs on one device.",
+                "Plan with --num-gpus 1 for the embedded runtime, or launch a serving stack.",
+                key="serve.tensor_parallel_size",
+            ))
+        p = precision(plan)
+        if p.converts:
+            out.append(Problem(
+                f"The embedded runtime serves checkpoints as they are (16/32-bit weights), not as {p.served}.",
+                "Leave serve.quantization unset, or launch a serving stack that quantizes (vLLM, SGLang: fp8).",
+                key="serve.quantization",
+            ))
+        if p.kv_cache_dtype not in ("auto", *KV_16BIT):
+            out.append(Problem(
+                f"The embedded runtime keeps the KV cache in the model's dtype, not {p.kv_cache_dtype}.",
+                "Set serve.kv_cache_dtype auto, or launch a serving stack with an fp8 cache.",
+                key="serve.kv_cache_dtype",
+            ))
+        return out
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:
         c = canon(plan, self.display_name)
@@ -133,11 +162,6 @@ class EmbeddedAdapter(BaseAdapter):
                 c.notes.append("The embedded runtime drafts one chain, not a tree; the tree shape is ignored.")
         else:
             argv += ["--method", "none"]
-        if c.tp > 1 or c.pp > 1:
-            raise StackError(
-                f"The plan splits the model over {c.tp * c.pp} GPUs; the embedded runtime runs on one device.",
-                "Plan with --num-gpus 1 for the embedded runtime, or launch a serving stack.",
-            )
         values = {
             "--host": c.host,
             "--port": str(c.port),

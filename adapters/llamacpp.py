@@ -11,9 +11,28 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from specplug.adapters._common import Canon, canon, has_flag, require_drafter, url
+from specplug.adapters._common import (
+    Canon,
+    Precision,
+    canon,
+    drafter_problems,
+    gguf_types,
+    has_flag,
+    precision,
+    require_drafter,
+    url,
+)
 
-from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, program_output, version_at_least
+from specplug.adapter import (
+    BaseAdapter,
+    LaunchSpec,
+    Problem,
+    StackImage,
+    Window,
+    program_output,
+    spelling,
+    version_at_least,
+)
 from specplug.plan import Plan
 
 NEW_FLAGS_SINCE = "b10576"
@@ -68,8 +87,9 @@ GGUF_REPO_SUFFIX = "-GGUF"
 QUANT_TAGS = {"q4": "Q4_K_M", "q5": "Q5_K_M", "q8": "Q8_0", "int4": "Q4_K_M", "int8": "Q8_0"}
 
 
-def _model_args(ref: str, local_flag: str, hf_flag: str, dtype: str, notes: list[str]) -> list[str]:
-    """-m for a .gguf path (or bare name), else -hf with the GGUF repository for that model id."""
+def _model_args(ref: str, local_flag: str, hf_flag: str, quant: str | None, notes: list[str]) -> list[str]:
+    """-m for a .gguf path (or bare name), else -hf with the GGUF repository for that model id (':QUANT' when
+    ``quant`` names the GGUF type to fetch)."""
     if _is_gguf_path(ref) or "/" not in ref:
         return [local_flag, ref]
     repo = ref.split(":", 1)[0]
@@ -79,11 +99,79 @@ def _model_args(ref: str, local_flag: str, hf_flag: str, dtype: str, notes: list
             f"llama.cpp needs GGUF weights: {ref} is fetched from {repo} (the publisher's GGUF repository by "
             "convention); pass --model/--drafter with a .gguf path or a GGUF repository id to choose another."
         )
-    quant = ref.split(":", 1)[1] if ":" in ref else QUANT_TAGS.get(dtype.lower())
+    quant = ref.split(":", 1)[1] if ":" in ref else quant
     return [hf_flag, f"{repo}:{quant}" if quant else repo]
 
 
 OLD_FLAGS_SINCE_NUM = int(OLD_FLAGS_SINCE.lstrip("b"))
+
+# A GGUF type as publishers write it in file names and '-hf REPO:QUANT' tags (qwen2.5-32b-q4_k_m.gguf, :Q4_K_M).
+GGUF_TYPE_IN_NAME = re.compile(r"(?i)(?<![a-z0-9])(i?q\d_(?:k(?:_[sml])?|[01]|xxs|xs|s|m|nl)|bf16|f16|f32)(?![a-z0-9])")
+KV_FLAGS = ("--cache-type-k", "--cache-type-v")
+# canonical serve.kv_cache_dtype -> the --cache-type-k/-v value (common/arg.cpp kv_cache_types: f32 f16 bf16 q8_0
+# q4_0 q4_1 iq4_nl q5_0 q5_1; f16 is the default, so auto and float16 render nothing). llama.cpp has no fp8
+# cache: "fp8" (one byte a value) becomes q8_0, its 8-bit cache (8.5 bits a value).
+KV_CACHE_TYPES: dict[str, tuple[Window, ...]] = {
+    "fp8": (Window("q8_0", OLD_FLAGS_SINCE, source="quantized KV cache since llama.cpp PR #4312 (Dec 2023)"),),
+    "bfloat16": (Window("bf16", NEW_FLAGS_SINCE, source="bf16 in kv_cache_types of current common/arg.cpp; older builds unconfirmed"),),
+}
+
+
+def gguf_type_of(name: str) -> str | None:
+    """The GGUF type a file name or '-hf' tag names (lower case, as weight_formats.csv spells it), or None."""
+    found = GGUF_TYPE_IN_NAME.findall(name.rsplit("/", 1)[-1])
+    return found[-1].lower() if found else None
+
+
+def precision_problems(plan: Plan, version: str | None) -> list[Problem]:
+    p = precision(plan)
+    out: list[Problem] = []
+    types = gguf_types()
+    model = plan.model.local_path or plan.model.hf_id
+    if plan.serve.quantization and p.served_kind != "gguf":
+        out.append(Problem(
+            f"llama.cpp serves GGUF files; serve.quantization {p.served} is not a GGUF type.",
+            f"Use one of {', '.join(types)} (or leave it unset), or serve {p.served} with vLLM, SGLang or TensorRT-LLM.",
+            key="serve.quantization",
+        ))
+    elif plan.serve.quantization:
+        have = gguf_type_of(model.split(":", 1)[1] if (":" in model and not _is_gguf_path(model)) else model)
+        if have is not None and have != p.served:
+            out.append(Problem(
+                f"The model {model} is a {have} GGUF, but serve.quantization asks for {p.served}.",
+                f"Point model at the {p.served} file (…-{p.served.upper()}.gguf), or set serve.quantization {have}.",
+                key="serve.quantization",
+            ))
+    kv = p.kv_cache_dtype
+    if kv not in ("auto", "float16") and spelling(KV_CACHE_TYPES, kv, version) is None:
+        ok = ["auto", "float16"] + [d for d in KV_CACHE_TYPES if spelling(KV_CACHE_TYPES, d, version)]
+        why = ("it has no fp8 encodings; serve.kv_cache_dtype fp8 renders its 8-bit q8_0 cache" if kv.startswith("fp8_")
+               else f"bf16 caches need build {NEW_FLAGS_SINCE} or newer")
+        out.append(Problem(f"llama.cpp {version or '(newest)'} cannot keep the KV cache as {kv}: {why}.",
+                           f"serve.kv_cache_dtype there: {', '.join(ok)}.", key="serve.kv_cache_dtype"))
+    return out
+
+
+def _quant_tag(p: Precision, plan: Plan) -> str | None:
+    """The '-hf REPO:QUANT' tag for the served GGUF type (None: llama.cpp's own pick)."""
+    if plan.serve.quantization and p.served_kind == "gguf":
+        return p.served.upper()
+    return QUANT_TAGS.get((plan.serve.dtype or "").lower())
+
+
+def _kv_args(p: Precision, version: str | None, extra: list[str], notes: list[str]) -> list[str]:
+    w = spelling(KV_CACHE_TYPES, p.kv_cache_dtype, version) if p.kv_cache_dtype not in ("auto", "float16") else None
+    if w is None:
+        return []
+    out: list[str] = []
+    for flag in KV_FLAGS:
+        if not has_flag(extra, flag):
+            out += [flag, w.value]
+    if w.value == "q8_0":
+        notes.append("KV cache fp8 is served as llama.cpp's q8_0 cache (8.5 bits a value; llama.cpp has no fp8 cache).")
+        if not version_at_least(version or NEW_FLAGS_SINCE, NEW_FLAGS_SINCE):
+            notes.append("A quantized V cache needs flash attention: add --extra-arg -fa if this build does not turn it on itself.")
+    return out
 
 
 class LlamaCppAdapter(BaseAdapter):
@@ -115,11 +203,20 @@ class LlamaCppAdapter(BaseAdapter):
     def runs_without_gpu(self, version: str | None) -> bool:
         return True  # llama.cpp serves on CPUs as a matter of course
 
+    def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        out = precision_problems(plan, version)
+        if plan.speculation.method != "none":
+            out += drafter_problems(plan, self.display_name, ("draft_model", "eagle3"))
+        return out
+
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:
         c = canon(plan, self.display_name)
         new = version is None or version_at_least(version, NEW_FLAGS_SINCE)
+        p = precision(plan)
         argv = ["llama-server"]
-        argv += _model_args(c.model, "-m", "-hf", plan.serve.dtype, c.notes)
+        argv += _model_args(c.model, "-m", "-hf", _quant_tag(p, plan), c.notes)
+        if plan.serve.quantization and _is_gguf_path(c.model) and gguf_type_of(c.model) is None:
+            c.notes.append(f"{c.model} does not name its GGUF type; serve.quantization expects a {p.served} file.")
         # -ngl is harmless on a CPU-only build (no GPU backend to offload to)
         gpu = plan.hardware.num_gpus > 0
         values = {
@@ -135,6 +232,7 @@ class LlamaCppAdapter(BaseAdapter):
                 argv += [flag, str(v)]
         if not has_flag(c.extra_args, "--metrics"):
             argv.append("--metrics")  # Prometheus /metrics, where the spec-decode counters live
+        argv += _kv_args(p, version, c.extra_args, c.notes)
         if c.tp > 1:
             c.notes.append("llama.cpp splits layers across visible GPUs itself; tensor parallel size is not rendered.")
         env_from: dict[str, str] = {}
@@ -159,7 +257,7 @@ class LlamaCppAdapter(BaseAdapter):
 
     def _drafter_args(self, c: Canon, flags: dict[str, str], method: str) -> list[str]:
         d = require_drafter(c, "llama.cpp", method)
-        return _model_args(d, flags["drafter"], flags["drafter_hf"], c.dtype or "", c.notes)
+        return _model_args(d, flags["drafter"], flags["drafter_hf"], QUANT_TAGS.get((c.dtype or "").lower()), c.notes)
 
     def _old(self, plan: Plan, c: Canon, gpu: bool) -> list[str]:
         out = self._drafter_args(c, OLD, c.method) + [OLD["k"], str(c.k), OLD["k_min"], "0"]

@@ -9,10 +9,20 @@ from __future__ import annotations
 import shlex
 from typing import ClassVar
 
-from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
+from specplug.adapters._common import (
+    HUB_SECRETS,
+    Canon,
+    canon,
+    drafter_problems,
+    has_flag,
+    kv_problems,
+    precision,
+    quantization_problems,
+    require_drafter,
+    url,
+)
 
-from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window
-from specplug.errors import StackError
+from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, describe_windows, spelling
 from specplug.plan import Plan
 
 DIST_PORT = 20000  # where the nodes of a multi-node group rendezvous
@@ -39,6 +49,26 @@ UNSUPPORTED = {
 ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3", "STANDALONE")
 # SGLang silently caps running requests at 48 once speculation is on (PR #34290, issue #33199): always explicit.
 SPEC_DEFAULT_RUNNING = 48
+
+# Served weight format -> --quantization value that quantizes a 16-bit checkpoint at load. Read from sglang
+# 0.5.23's QUANTIZATION_CHOICES (srt/arg_groups/choices.py: "fp8  # MOE + linear online quantization",
+# "nvfp4_online"); fp8 is in 0.4.1's choices too.
+ONLINE_QUANTIZATION: dict[str, tuple[Window, ...]] = {
+    "fp8": (Window("fp8", "0.4.1"),),
+    "nvfp4": (Window("nvfp4_online", "0.5.23", source="seen in 0.5.23; earlier releases unconfirmed"),),
+}
+# Served only from a checkpoint already in the format (SGLang reads its quantization_config): awq(_marlin),
+# gptq(_marlin), w8a8_int8 / w8a8_fp8 (compressed-tensors), mxfp4, modelopt_fp4.
+PREQUANTIZED = ("int4-awq", "int4-gptq", "int8", "fp8", "mxfp4", "nvfp4")
+# canonical serve.kv_cache_dtype -> --kv-cache-dtype (0.5.23 choices: auto fp8_e5m2 fp8_e4m3 mxfp8 bf16 bfloat16
+# nvfp4 fp4_mx_block16, srt/arg_groups/fields/model.py); SGLang has no bare "fp8" and no float16 cache.
+KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
+    "fp8": (Window("fp8_e4m3", "0.4.1", source="SGLang names the fp8 encoding; e4m3 is the usual one"),),
+    "fp8_e4m3": (Window("fp8_e4m3", "0.4.1"),),
+    "fp8_e5m2": (Window("fp8_e5m2", "0.4.1"),),
+    "bfloat16": (Window("bfloat16", "0.5.23", source="in 0.5.23's choices; earlier releases unconfirmed"),),
+}
+DRAFTER_METHODS = ("eagle", "eagle3", "draft_model")
 
 SERVE_FLAGS = {
     "host": "--host",
@@ -85,15 +115,39 @@ class SGLangAdapter(BaseAdapter):
 
         return distribution_version(self.distributions, ("sglang",))
 
-    def build(self, plan: Plan, version: str | None) -> LaunchSpec:
-        c = canon(plan, self.display_name)
-        if c.api_key_env:
-            raise StackError(
+    def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        out: list[Problem] = []
+        if plan.serve.api_key_env:
+            out.append(Problem(
                 "SGLang takes its API key only as --api-key VALUE, which would put the secret in the command line.",
                 "Leave serve.api_key_env unset and put an authenticating proxy in front, or use vLLM/TGI/llama.cpp.",
-            )
+                key="serve.api_key_env",
+            ))
+        p = precision(plan)
+        online = {f: None if spelling(ONLINE_QUANTIZATION, f, version) else
+                  f"at load only in SGLang {describe_windows(w)}" for f, w in ONLINE_QUANTIZATION.items()}
+        out += quantization_problems(p, self.display_name, version, online, PREQUANTIZED)
+        out += kv_problems(p.kv_cache_dtype, self.display_name, version, KV_CACHE_DTYPES)
+        if plan.speculation.method == "none":
+            return out
+        out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
+        tree = plan.speculation.tree
+        w = spelling(METHODS, plan.speculation.method, version)
+        tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD")
+        if tree is not None and tree_algorithm and tree.topk > 1 and tree.num_draft_tokens > tree.steps * tree.topk + 1:
+            most = tree.steps * tree.topk + 1
+            out.append(Problem(
+                f"A tree of {tree.steps} steps x topk {tree.topk} holds at most {most} draft tokens, not {tree.num_draft_tokens}.",
+                f"Lower num_draft_tokens to {most} or less.",
+                key="speculation.tree.num_draft_tokens",
+            ))
+        return out
+
+    def build(self, plan: Plan, version: str | None) -> LaunchSpec:
+        c = canon(plan, self.display_name)
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", c.model]
         argv += self._serve_args(c)
+        argv += _precision_args(plan, c, version)
         if c.speculating:
             w = self.require_method(c.method, version)
             assert w is not None
@@ -167,12 +221,21 @@ class SGLangAdapter(BaseAdapter):
         if topk == 1 and ndraft != steps + 1:
             c.notes.append(f"num_draft_tokens set to steps+1={steps + 1} (SGLang forces it when topk is 1).")
             ndraft = steps + 1
-        if topk > 1 and ndraft > steps * topk + 1:
-            raise StackError(
-                f"A tree of {steps} steps x topk {topk} holds at most {steps * topk + 1} draft tokens, not {ndraft}.",
-                f"Lower num_draft_tokens to {steps * topk + 1} or less.",
-            )
-        return steps, topk, ndraft
+        return steps, topk, ndraft  # a tree too small for ndraft is refused by stack_problems
+
+
+def _precision_args(plan: Plan, c: Canon, version: str | None) -> list[str]:
+    p = precision(plan)
+    out: list[str] = []
+    if p.quantizes_16bit and not has_flag(c.extra_args, "--quantization"):
+        w = spelling(ONLINE_QUANTIZATION, p.served, version)
+        assert w is not None  # stack_problems refused it otherwise
+        out += ["--quantization", w.value]
+    if p.kv_cache_dtype != "auto" and not has_flag(c.extra_args, "--kv-cache-dtype"):
+        w = spelling(KV_CACHE_DTYPES, p.kv_cache_dtype, version)
+        assert w is not None
+        out += ["--kv-cache-dtype", w.value]
+    return out
 
 
 adapter = SGLangAdapter()

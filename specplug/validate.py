@@ -1,0 +1,208 @@
+"""One validator for every command: what would make a plan fail on its stack, found before anything runs.
+
+:func:`plan_problems` lists every problem of a :class:`~specplug.plan.Plan` (each with what would work);
+:func:`validate_plan` raises :class:`InvalidPlan` (a SpecplugError: exit 1, no traceback) carrying them all.
+render, launch (dry runs included) and check call it; the rules are:
+
+1. a separate draft model must share the target's vocabulary on the chosen stack (tokenizers.compatible),
+   unless the adapter says that stack and version take mismatched vocabularies;
+2. a drafting method needs k >= 1 (suffix excepted) and a schedule that drafts somewhere; the stack's own k and
+   tree limits come from the adapter;
+3. tensor parallel size must divide the attention heads, and the KV heads (or be a multiple of them: vLLM and
+   SGLang replicate KV heads); pipeline size may not exceed the layer count;
+4. everything the stack's adapter refuses in render (``adapter.problems(plan, version)``: method support,
+   per-version fields, schedules, precision), so render and validate run the same checks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specplug.adapter import Problem, get_adapter
+from specplug.errors import SpecplugError
+
+if TYPE_CHECKING:
+    from specplug.catalog import Model
+    from specplug.plan import Plan
+
+__all__ = ["InvalidPlan", "Problem", "plan_problems", "validate_plan"]
+
+# Stacks that shard attention heads across tensor-parallel ranks (llama.cpp splits layers; embedded is one device).
+HEAD_SHARDING_STACKS = ("vllm", "sglang", "trtllm", "tgi")
+# Drafters worth naming: catalog models sharing the target's tokenizer, 1/200 to 1/6 of its size.
+DRAFT_SIZE_RANGE = (1 / 200, 1 / 6)
+MAX_SUGGESTIONS = 6
+
+
+class InvalidPlan(SpecplugError):
+    """The plan cannot be served as asked; ``problems`` lists every reason and what would work."""
+
+    def __init__(self, message: str, hint: str | None = None, problems: list[Problem] | None = None) -> None:
+        super().__init__(message, hint)
+        self.problems = list(problems or [])
+
+
+def validate_plan(plan: Plan) -> None:
+    """Raise :class:`InvalidPlan` with every problem of ``plan`` (nothing when it can be served)."""
+    problems = plan_problems(plan)
+    if not problems:
+        return
+    where = f"{plan.model.name} on {plan.stack.name} {plan.stack.version or '(newest)'}"
+    if len(problems) == 1:
+        p = problems[0]
+        raise InvalidPlan(p.message, p.hint, problems)
+    lines = [f"The plan for {where} has {len(problems)} problems:"]
+    for p in problems:
+        lines.append(f"- {p.message}")
+        if p.hint:
+            lines.append(f"  fix: {p.hint}")
+    raise InvalidPlan("\n".join(lines), "Change specplug.yaml (or the flags) as above and run again.", problems)
+
+
+def plan_problems(plan: Plan) -> list[Problem]:
+    """Every reason ``plan`` would fail on its stack and version, each with what would work (rules 1-4)."""
+    try:
+        adapter = get_adapter(plan.stack.name)
+    except SpecplugError as exc:
+        return [Problem(exc.message, exc.hint, key="stack.name")]
+    version = plan.stack.version
+    out: list[Problem] = []
+    out += _draft_vocab_problems(plan, adapter)
+    out += _k_problems(plan)
+    out += _parallel_problems(plan)
+    own = getattr(adapter, "problems", None)
+    if own is not None:
+        out += own(plan, version)
+    else:  # a third-party adapter without problems(): check what every stack needs, then let render speak
+        from specplug.adapters._common import canon_problems
+
+        out += canon_problems(plan, getattr(adapter, "display_name", adapter.name))
+        why = adapter.methods(version).get(plan.speculation.method) if plan.speculation.method != "none" else None
+        if why:
+            out.append(Problem(f"{adapter.name} {version or '(newest)'} cannot run '{plan.speculation.method}': {why}",
+                               "Pick another method or stack.", key="speculation.method"))
+    return _unique(out)
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen: set[str] = set()
+    out = []
+    for p in problems:
+        if p.message not in seen:
+            seen.add(p.message)
+            out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- rule 1
+
+
+def _catalog_model(ref: str | None) -> Model | None:
+    from specplug.catalog import get_model
+
+    if not ref:
+        return None
+    try:
+        return get_model(ref)
+    except SpecplugError:
+        return None  # outside the catalog and not a readable folder: nothing to compare
+
+
+def _draft_vocab_problems(plan: Plan, adapter: object) -> list[Problem]:
+    from specplug.policy.tokenizers import compatible
+
+    s = plan.speculation
+    if s.method != "draft_model" or not s.drafter:
+        return []
+    target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+    draft = _catalog_model(s.drafter)
+    if target is None or draft is None:
+        return []
+    verdict = compatible(target, draft, plan.stack.name)
+    accepts = getattr(adapter, "accepts_mismatched_vocab", None)
+    if verdict.ok or (accepts is not None and accepts(plan.stack.version)):
+        return []
+    names = compatible_drafters(target, plan.stack.name)
+    hint = (f"Drafters that share {target.hf_id}'s vocabulary: {', '.join(names)}." if names
+            else f"No catalog drafter shares {target.hf_id}'s vocabulary; use a drafter-free method (ngram, suffix) or an EAGLE/MTP head.")
+    return [Problem(f"Draft model {s.drafter} cannot draft for {target.hf_id}: {verdict.reason}.", hint,
+                    key="speculation.drafter")]
+
+
+def compatible_drafters(target: Model, stack: str) -> list[str]:
+    """Separate draft models for ``target`` on ``stack``: catalog draft_model drafters for it, then catalog models of
+    its tokenizer family 1/200 to 1/6 of its size (largest first), all passing the vocabulary check."""
+    from specplug.catalog import drafters_for, get_model, models
+    from specplug.policy.tokenizers import compatible
+
+    out: list[str] = []
+    for d in drafters_for(target.hf_id, "draft_model"):
+        try:
+            ok = compatible(target, get_model(d.drafter_hf_id), stack).ok
+        except SpecplugError:
+            ok = True  # a listed drafter outside the models catalog: the drafters catalog vouches for it
+        if ok and d.drafter_hf_id not in out:
+            out.append(d.drafter_hf_id)
+    if target.params_b and target.tokenizer_family:
+        lo, hi = (target.params_b * f for f in DRAFT_SIZE_RANGE)
+        family = [m for m in models() if m.tokenizer_family == target.tokenizer_family and m.hf_id != target.hf_id
+                  and m.params_b is not None and lo <= m.params_b <= hi and compatible(target, m, stack).ok]
+        for m in sorted(family, key=lambda m: -(m.params_b or 0)):
+            if m.hf_id not in out:
+                out.append(m.hf_id)
+    return out[:MAX_SUGGESTIONS]
+
+
+# ---------------------------------------------------------------------------------------------- rule 2
+
+
+def _k_problems(plan: Plan) -> list[Problem]:
+    s = plan.speculation
+    if s.method == "none" or not s.schedule:
+        return []
+    if all(e.num_speculative_tokens == 0 for e in s.schedule):
+        return [Problem(
+            f"The per-batch-size schedule sets k=0 at every batch size: '{s.method}' would never draft.",
+            "Give at least one batch range k >= 1, or set method 'none'.", key="speculation.schedule",
+        )]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------- rule 3
+
+
+def _divisors_note(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0 and d <= 64)
+
+
+def _parallel_problems(plan: Plan) -> list[Problem]:
+    tp = plan.serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
+    pp = max(plan.serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
+    if tp == 1 and pp == 1:
+        return []
+    model = _catalog_model(plan.model.local_path or plan.model.hf_id)
+    if model is None:
+        return []
+    out: list[Problem] = []
+    heads, kv = model.num_attention_heads, model.num_kv_heads
+    if tp > 1 and plan.stack.name in HEAD_SHARDING_STACKS and heads:
+        if heads % tp:
+            out.append(Problem(
+                f"Tensor parallel size {tp} does not divide {model.hf_id}'s {heads} attention heads.",
+                f"Use a tensor parallel size that divides {heads} ({_divisors_note(heads)}), e.g. with --num-gpus.",
+                key="serve.tensor_parallel_size",
+            ))
+        elif kv and not model.uses_mla and kv % tp and tp % kv:
+            # KV heads are split when tp <= kv and replicated when tp is a multiple of kv; anything else fails.
+            out.append(Problem(
+                f"Tensor parallel size {tp} neither divides {model.hf_id}'s {kv} KV heads nor is a multiple of them.",
+                f"Use a tensor parallel size that divides {kv} or is a multiple of {kv}, and divides {heads}.",
+                key="serve.tensor_parallel_size",
+            ))
+    layers = model.num_layers
+    if pp > 1 and layers and pp > layers:
+        out.append(Problem(
+            f"Pipeline parallel size {pp} is larger than {model.hf_id}'s {layers} layers.",
+            f"Use a pipeline parallel size of at most {layers}.", key="serve.pipeline_parallel_size",
+        ))
+    return out
