@@ -47,26 +47,59 @@ def search(text: tuple[str, ...], output: str) -> None:
 @click.argument("name")
 @output_option
 def show(name: str, output: str) -> None:
-    """Show one model (alias, HF id or local folder) with its known drafters."""
+    """Show one model (alias, HF id or local folder) with its known drafters and where they load."""
     from specplug.catalog import get_model
     from specplug.output import to_plain
 
     m = get_model(name)
     data = to_plain(m)
-    data["known_drafters"] = [to_plain(d) for d in m.known_drafters()]
+    data["known_drafters"] = [_drafter_plain(d) for d in _drafters_of(m)]
 
     def render(d):
         facts = [(k, v) for k, v in d.items() if k not in ("known_drafters", "source", "notes") and v not in (None, "", [], {})]
         out = [table(m.hf_id, ["field", "value"], facts)]
         if d["known_drafters"]:
-            out.append(
-                table(
-                    "known drafters",
-                    ["method", "drafter", "params (B)", "stacks known to load it"],
-                    [(x["method"], x["drafter_hf_id"], x["params_b"], x["stacks_known_to_load_it"]) for x in d["known_drafters"]],
-                )
-            )
+            out.append(table("known drafters", _DRAFTER_COLS, [_drafter_row(x) for x in d["known_drafters"]]))
+            basis = [f"  {x['drafter_hf_id']}: {x['acceptance_length']:g} ({x['acceptance_basis']})" for x in d["known_drafters"] if x["acceptance_length"]]
+            if basis:
+                out.append("published acceptance (tokens per target pass):\n" + "\n".join(basis))
+            if any(x["confirmed"] == "no" for x in d["known_drafters"]):
+                out.append("[dim]confirmed 'no': repository not confirmed to exist; listed for reference, never picked by the planner[/dim]")
         out.append(f"[dim]source: {m.source}[/dim]")
         return out
 
     emit(data, output, render)
+
+
+_DRAFTER_COLS = ["method", "format", "drafter", "params (B)", "draft vocab", "stacks (first version)", "acceptance", "confirmed"]
+
+
+def _drafters_of(m) -> list:
+    """The model's drafters (its base model's included), then placeholder rows, which planners never see."""
+    from specplug.catalog.drafters import drafters_for
+
+    known = m.known_drafters()
+    seen = {(d.method, d.drafter_hf_id) for d in known}
+    unconfirmed = [d for d in drafters_for(m.hf_id, include_unconfirmed=True) if d.confirmed == "no" and (d.method, d.drafter_hf_id) not in seen]
+    return known + unconfirmed
+
+
+def _drafter_plain(d) -> dict:
+    from specplug.output import to_plain
+
+    out = to_plain(d)
+    # Machine readers get the stacks both ways: the parsed map and the version-qualified list.
+    out["stacks_text"] = _stacks_text(d.stacks)
+    return out
+
+
+def _stacks_text(stacks: dict) -> str:
+    return ", ".join(name if ver is None else f"{name}>={ver}" for name, ver in stacks.items())
+
+
+def _drafter_row(x: dict) -> tuple:
+    vocab = x["draft_vocab_size"] or ""
+    if vocab and x["vocab_size"]:
+        vocab = f"{vocab} of {x['vocab_size']}"
+    acc = "" if x["acceptance_length"] is None else f"{x['acceptance_length']:g}"
+    return (x["method"], x["format"], x["drafter_hf_id"], x["params_b"], vocab, x["stacks_text"] or "-", acc, x["confirmed"])
