@@ -11,7 +11,9 @@ What counts as an input (each digested separately, so drift can say which one mo
 - ``policy``: the merged, validated policy (shipped priors + ``policy:`` overrides);
 - ``calibration``: the bytes of the calibration file, when one is named;
 - ``catalog``: the bytes of the shipped model, drafter and GPU catalogs;
-- ``hardware``: the hardware planned for (probed when ``hardware: auto``), as a fingerprint.
+- ``hardware``: the hardware planned for (probed when ``hardware: auto``), as a fingerprint;
+- ``traffic``: the bytes of the traffic file (``workload.traffic`` or ``specplug plan --traffic``), when one is
+  named; its path is kept in ``traffic_file`` (relative to the lock's folder) so ``check`` can re-read it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class LockInputs(_LockModel):
     calibration: str | None = None
     catalog: str
     hardware: str
+    traffic: str | None = None
+    traffic_file: str | None = Field(None, description="The traffic file planned from, relative to the lock's folder.")
 
 
 class HardwareFingerprint(_LockModel):
@@ -138,7 +142,40 @@ def hardware_fingerprint(hw: Hardware) -> HardwareFingerprint:
     )
 
 
-def compute_inputs(cfg: Config, config_path: str | Path | None, hardware: Hardware) -> LockInputs:
+def resolve_traffic(name: str | None, config_path: str | Path | None) -> Path | None:
+    """The traffic file ``name``, relative to the config's folder first (where the lock lives), then the cwd."""
+    if not name:
+        return None
+    p = Path(name).expanduser()
+    if not p.is_absolute() and config_path is not None:
+        beside = Path(config_path).parent / p
+        if beside.is_file():
+            return beside
+    if not p.is_file():
+        raise ConfigError(
+            f"workload.traffic: file '{name}' does not exist.",
+            "Point it at a JSONL log of requests and completions, or remove 'traffic:' from the workload.",
+        )
+    return p
+
+
+def _traffic_name(path: Path, config_path: str | Path | None) -> str:
+    # Kept relative to the lock's folder where it can be, so the lock reads the same on every checkout.
+    import os
+
+    if config_path is None or path.is_absolute() and not Path(config_path).is_absolute():
+        return str(path)
+    try:
+        return Path(os.path.relpath(path.resolve(), Path(config_path).resolve().parent)).as_posix()
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+def compute_inputs(
+    cfg: Config, config_path: str | Path | None, hardware: Hardware, traffic: str | Path | None = None
+) -> LockInputs:
+    from specplug.traffic import file_digest
+
     cal = resolve_calibration(cfg, config_path)
     parts = {
         "config": _digest(spec_data(cfg)),
@@ -147,7 +184,13 @@ def compute_inputs(cfg: Config, config_path: str | Path | None, hardware: Hardwa
         "catalog": catalog_digest(),
         "hardware": hardware_fingerprint(hardware).fingerprint,
     }
-    return LockInputs(hash=_digest(parts), **parts)
+    tpath = resolve_traffic(str(traffic) if traffic else cfg.workload.traffic, config_path)
+    extra = {}
+    if tpath is not None:
+        # Only present when a traffic file is named, so locks planned without one keep their hash.
+        parts["traffic"] = file_digest(tpath)
+        extra["traffic_file"] = _traffic_name(tpath, config_path)
+    return LockInputs(hash=_digest(parts), **parts, **extra)
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -181,13 +224,13 @@ def summarize(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def build_lock(cfg: Config, config_path: str | Path, plan: Plan) -> Lock:
+def build_lock(cfg: Config, config_path: str | Path, plan: Plan, traffic: str | Path | None = None) -> Lock:
     from specplug import __version__
 
     return Lock(
         specplug_version=__version__,
         config_file=Path(config_path).name,
-        inputs=compute_inputs(cfg, config_path, plan.hardware),
+        inputs=compute_inputs(cfg, config_path, plan.hardware, traffic),
         hardware=hardware_fingerprint(plan.hardware),
         summary=summarize(plan),
         spec=spec_data(cfg),
@@ -199,6 +242,12 @@ def dump_lock(lock: Lock) -> str:
     import yaml
 
     data = lock.model_dump(mode="json")
+    # Traffic fields are left out when unset: locks planned without a traffic file read as they always did.
+    for key in ("traffic", "traffic_file"):
+        if data["inputs"].get(key) is None:
+            data["inputs"].pop(key, None)
+    if data["plan"].get("traffic") is None:
+        data["plan"].pop("traffic", None)
     # Top-level order is for reading (what and why first); everything below is sorted for stable diffs.
     ordered = {k: (_sorted(data[k]) if k != "summary" else data[k]) for k in Lock.model_fields}
     body = yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=100, default_flow_style=False)
@@ -241,23 +290,50 @@ def read_lock(path: str | Path) -> Lock:
     return parse_lock(text, str(p))
 
 
-def plan_fresh(cfg: Config, config_path: str | Path, *, probed: Any = None, stack_version: str | None = None) -> Plan:
+def plan_fresh(
+    cfg: Config,
+    config_path: str | Path,
+    *,
+    probed: Any = None,
+    stack_version: str | None = None,
+    traffic: str | Path | None = None,
+) -> Plan:
     from specplug.policy import plan_from_config
 
     cal = resolve_calibration(cfg, config_path)
     if cal is not None and str(cal) != cfg.calibration:
         # The policy reads the file relative to the cwd; hand it the path as the lock resolved it.
         cfg = cfg.model_copy(update={"calibration": str(cal)})
-    return plan_from_config(cfg, probed=probed, stack_version=stack_version)
+    named = str(traffic) if traffic else cfg.workload.traffic
+    tpath = resolve_traffic(named, config_path)
+    if tpath is not None:
+        cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"traffic": str(tpath)})})
+    plan = plan_from_config(cfg, probed=probed, stack_version=stack_version)
+    if tpath is not None:
+        # The plan names the file as the lock does (relative to its folder), not as this cwd reached it.
+        rel = _traffic_name(tpath, config_path)
+        update: dict[str, Any] = {"workload": plan.workload.model_copy(update={"traffic": rel})}
+        if plan.traffic is not None:
+            update["traffic"] = {**plan.traffic, "file": rel}
+        plan = plan.model_copy(update=update)
+    return plan
 
 
 def write_lock(
-    config_path: str | Path, *, probed: Any = None, stack_version: str | None = None, output: str | Path | None = None
+    config_path: str | Path,
+    *,
+    probed: Any = None,
+    stack_version: str | None = None,
+    output: str | Path | None = None,
+    traffic: str | Path | None = None,
 ) -> tuple[Lock, Path, bool]:
-    """Plan ``config_path`` and write its lock (atomically). Returns the lock, its path and whether it changed."""
+    """Plan ``config_path`` and write its lock (atomically). Returns the lock, its path and whether it changed.
+
+    ``traffic`` names a traffic file in place of the config's ``workload.traffic``.
+    """
     cfg = load_config(config_path)
-    plan = plan_fresh(cfg, config_path, probed=probed, stack_version=stack_version)
-    lock = build_lock(cfg, config_path, plan)
+    plan = plan_fresh(cfg, config_path, probed=probed, stack_version=stack_version, traffic=traffic)
+    lock = build_lock(cfg, config_path, plan, traffic)
     target = Path(output) if output else lock_path_for(config_path)
     text = dump_lock(lock)
     old = target.read_text(encoding="utf-8") if target.is_file() else None
@@ -308,8 +384,25 @@ def drift(cfg: Config, config_path: str | Path, lock: Lock, config_text: str | N
     hw = Hardware(
         gpu=lock.hardware.gpu, num_gpus=lock.hardware.num_gpus, memory_gb=lock.hardware.memory_gb, source=lock.hardware.source
     )
-    now = compute_inputs(cfg, config_path, hw)
     out: list[Drift] = []
+    # The traffic file: the config's, else the one the lock was planned with (specplug plan --traffic).
+    tname = cfg.workload.traffic or lock.inputs.traffic_file
+    tpath: Path | None = None
+    if tname:
+        try:
+            tpath = resolve_traffic(tname, config_path)
+        except ConfigError:
+            out.append(Drift(
+                file=cfg_file if cfg.workload.traffic else lock_file,
+                key="workload.traffic",
+                line=_line_for(config_text, "workload.traffic") if cfg.workload.traffic else None,
+                locked=lock.inputs.traffic,
+                message=f"the traffic file '{tname}' the lock was planned with is missing",
+            ))
+    base = cfg
+    if tname and tpath is None:  # reported above; digest the rest without it
+        base = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"traffic": None})})
+    now = compute_inputs(base, config_path, hw, tpath)
     if now.config != lock.inputs.config:
         old, new = _flatten(lock.spec), _flatten(spec_data(cfg))
         changed = sorted(k for k in set(old) | set(new) if old.get(k, "<unset>") != new.get(k, "<unset>"))
@@ -344,6 +437,23 @@ def drift(cfg: Config, config_path: str | Path, lock: Lock, config_text: str | N
                 message="the calibration file changed since the lock was planned",
             )
         )
+    if tpath is not None and now.traffic != lock.inputs.traffic:
+        out.append(
+            Drift(
+                file=str(tpath),
+                key="workload.traffic",
+                locked=lock.inputs.traffic,
+                current=now.traffic,
+                message=(
+                    "the traffic file changed since the lock was planned" if lock.inputs.traffic
+                    else "a traffic file is named now, but the lock was planned without one"
+                )
+                + f" ({(lock.inputs.traffic or 'none')[:19]} -> {(now.traffic or '')[:19]}): its measured acceptance may differ",
+            )
+        )
+    elif tpath is None and not tname and lock.inputs.traffic:
+        out.append(Drift(file=lock_file, key="workload.traffic", locked=lock.inputs.traffic,
+                         message="the lock was planned with a traffic file, but none is named now"))
     if now.catalog != lock.inputs.catalog:
         out.append(
             Drift(

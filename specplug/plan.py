@@ -112,3 +112,6 @@ class Plan(PlanModel):
     candidates: list[Candidate] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list, description="Why this choice, in plain sentences.")
     warnings: list[str] = Field(default_factory=list)
+    traffic: dict | None = Field(
+        None, description="The traffic file planned from (workload.traffic / --traffic): its path, digest and measured figures."
+    )

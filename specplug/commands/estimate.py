@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from specplug.config import WORKLOADS
@@ -28,29 +30,37 @@ _STACKS = ("vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded", "hf")
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file.")
 @click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None, help="Policy overrides (YAML).")
+@click.option("--traffic", type=click.Path(dir_okay=False), default=None,
+              help="JSONL log of requests and completions: measured shape and acceptance replace the workload's prior.")
+@click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
+              help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
 @output_option
-def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, input_len, output_len, calibration, policy_path, output) -> None:
+def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, input_len, output_len, calibration, policy_path, traffic, traffic_map, output) -> None:
     """Estimate speedup and acceptance length for one configuration."""
     from specplug.policy import estimate as run
+    from specplug.traffic.records import using_field_map
 
-    est = run(
-        model,
-        method,
-        drafter=drafter,
-        num_speculative_tokens=num_speculative_tokens,
-        tree_topk=tree_topk,
-        num_draft_tokens=num_draft_tokens,
-        gpu=gpu,
-        num_gpus=num_gpus,
-        batch_size=batch_size,
-        workload=workload,
-        temperature=temperature,
-        stack=stack,
-        input_len=input_len,
-        output_len=output_len,
-        calibration=calibration,
-        policy=policy_path,
-    )
+    extra = {"traffic": traffic} if traffic else {}
+    with using_field_map(traffic_map, progress=sys.stderr.isatty()):
+        est = run(
+            model,
+            method,
+            drafter=drafter,
+            num_speculative_tokens=num_speculative_tokens,
+            tree_topk=tree_topk,
+            num_draft_tokens=num_draft_tokens,
+            gpu=gpu,
+            num_gpus=num_gpus,
+            batch_size=batch_size,
+            workload=workload,
+            temperature=temperature,
+            stack=stack,
+            input_len=input_len,
+            output_len=output_len,
+            calibration=calibration,
+            policy=policy_path,
+            **extra,
+        )
 
     def render(e):
         from specplug.output import table

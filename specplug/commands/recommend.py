@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from specplug.commands._common import config_option
@@ -24,18 +26,40 @@ from specplug.output import emit, output_option
 @click.option("--drafter", default=None, help="Use this draft model or head (HF id, catalog alias or folder).")
 @click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None, help="Policy overrides (YAML).")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file from 'specplug calibrate'.")
+@click.option("--traffic", type=click.Path(dir_okay=False), default=None,
+              help="JSONL log of requests and completions: measured shape and acceptance replace the workload's prior.")
+@click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
+              help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
 @config_option
 @output_option
-def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature, stack, stack_version, drafter, policy_path, calibration, config_path, output) -> None:
+def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature, stack, stack_version, drafter, policy_path, calibration, traffic, traffic_map, config_path, output) -> None:
     """Recommend a speculative-decoding setup: technique, drafter, k, schedule, memory and predicted speedup.
 
     Exit status 0 with the plan even when it does not fit (the plan says so and how to fix it).
     """
     from specplug.commands._common import read_config
     from specplug.policy import recommend as run
+    from specplug.traffic.records import using_field_map
 
     cfg, _ = read_config(config_path)
-    plan = run(
+    with using_field_map(traffic_map, progress=sys.stderr.isatty()):
+        plan = _run(run, model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature,
+                    stack, stack_version, drafter, cfg, policy_path, calibration, traffic)
+    from specplug.policy.render import plan_tables
+
+    emit(plan, output, plan_tables)
+
+
+def _run(run, model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature, stack,
+         stack_version, drafter, cfg, policy_path, calibration, traffic):
+    if traffic is None:
+        # --traffic given nowhere: the config's workload.traffic, if any, is the planner's to read.
+        return run(
+            model, gpu=gpu, num_gpus=num_gpus, batch_size=batch_size, concurrency=concurrency, input_len=input_len,
+            output_len=output_len, workload=workload, temperature=temperature, stack=stack,
+            stack_version=stack_version, drafter=drafter, config=cfg, policy=policy_path, calibration=calibration,
+        )
+    return run(
         model,
         gpu=gpu,
         num_gpus=num_gpus,
@@ -51,7 +75,5 @@ def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_l
         config=cfg,
         policy=policy_path,
         calibration=calibration,
+        traffic=traffic,
     )
-    from specplug.policy.render import plan_tables
-
-    emit(plan, output, plan_tables)

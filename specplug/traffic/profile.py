@@ -9,7 +9,7 @@ from typing import Any
 
 from specplug.catalog import Model
 from specplug.errors import SpecplugError
-from specplug.traffic.records import FORMATS_HELP, ReadStats, parse_field_map, read_records
+from specplug.traffic.records import DEFAULT_FIELD_MAP, DEFAULT_PROGRESS, FORMATS_HELP, ReadStats, parse_field_map, read_records
 from specplug.traffic.replay import NgramReplay, SuffixReplay, Tally
 
 REPLAYED = ("ngram", "suffix")
@@ -88,7 +88,7 @@ class TrafficProfile:
                 continue
             out[method] = {
                 "position_rates": [round(r, 4) for r in rates],
-                "acceptance_length": {k: round(self.acceptance_length(method, k) or 1.0, 4) for k in range(1, self.k_max + 1)},
+                "acceptance_length": [round(self.acceptance_length(method, k) or 1.0, 4) for k in range(1, self.k_max + 1)],  # k = 1..k_max
             }
         if self.malformed_lines:
             out["malformed_lines"] = list(self.malformed_lines)
@@ -139,7 +139,8 @@ def load_traffic(
         raise SpecplugError(f"Traffic file {p} does not exist.", "Pass a JSONL file of logged requests and completions.")
     if not 1 <= k_max <= 64:
         raise SpecplugError(f"k_max={k_max} is outside 1..64.")
-    fmap = parse_field_map(field_map)
+    fmap = parse_field_map(field_map) if field_map is not None else DEFAULT_FIELD_MAP.get()
+    progress = progress or DEFAULT_PROGRESS.get()
     tok = choose(model)
     ngram = NgramReplay(k_max, prompt_lookup_min, prompt_lookup_max)
     suffix = SuffixReplay(k_max)

@@ -17,8 +17,10 @@ out; they add nothing a copy-based drafter could copy).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,24 @@ FORMATS_HELP = (
 )
 MAP_KEYS = ("prompt", "completion", "messages")
 MAX_LISTED = 20
+
+# The field map a command line gave (--traffic-map): load_traffic falls back to it when called without one,
+# so the map reaches the reader through the policy code that calls load_traffic(path, model).
+DEFAULT_FIELD_MAP: ContextVar[dict[str, str] | None] = ContextVar("specplug_traffic_field_map", default=None)
+DEFAULT_PROGRESS: ContextVar[bool] = ContextVar("specplug_traffic_progress", default=False)
+
+
+@contextlib.contextmanager
+def using_field_map(text: str | dict[str, str] | None, progress: bool = False) -> Iterator[None]:
+    """Make ``text`` (``prompt=a.b,completion=c``) the field map of every load_traffic call inside, and show
+    their progress bars when ``progress``."""
+    token = DEFAULT_FIELD_MAP.set(parse_field_map(text))
+    ptoken = DEFAULT_PROGRESS.set(progress)
+    try:
+        yield
+    finally:
+        DEFAULT_FIELD_MAP.reset(token)
+        DEFAULT_PROGRESS.reset(ptoken)
 
 
 @dataclass
