@@ -36,20 +36,57 @@ def predict(rows: list[F.Row], policy) -> list[float]:
     return [estimate(r.model, r.method, policy=policy, **r.estimate_kwargs()).speedup for r in rows]
 
 
-def scores(rows: list[F.Row], preds: list[float]) -> dict[str, float]:
+TIE = 0.03  # measured speedups within 3% are one result: SDB figures are read off plots to about +-0.05
+
+
+def bucket(batch: int) -> str:
+    return "1" if batch == 1 else "2-8" if batch <= 8 else "9-32" if batch <= 32 else ">32"
+
+
+def _median_abs(v: list[float]) -> float:
+    a = sorted(abs(x) for x in v)
+    return a[len(a) // 2] if a else float("nan")
+
+
+def breakdown(rows: list[F.Row], preds: list[float]) -> dict[str, dict[str, tuple[int, float]]]:
+    """Median |ln(pred/actual)| per batch bucket and per stack: (rows, error)."""
+    out: dict[str, dict[str, list[float]]] = {"batch": defaultdict(list), "stack": defaultdict(list)}
+    for r, p in zip(rows, preds, strict=True):
+        e = math.log(p / r.speedup)
+        out["batch"][bucket(r.batch)].append(e)
+        out["stack"][r.stack].append(e)
+    return {k: {g: (len(v), _median_abs(v)) for g, v in d.items()} for k, d in out.items()}
+
+
+def constant_ranking(rows: list[F.Row]) -> dict[str, float]:
+    """The per-method guess a fit must beat: each method's mean ln(speedup) over ``rows``."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.speedup:
+            acc[r.method].append(math.log(r.speedup))
+    return {m: sum(v) / len(v) for m, v in acc.items()}
+
+
+def scores(rows: list[F.Row], preds: list[float], guess: dict[str, float] | None = None) -> dict[str, float]:
     act = [r.speedup for r in rows]
     err = sorted(abs(math.log(p / a)) for p, a in zip(preds, act, strict=True))
     groups: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r, p in zip(rows, preds, strict=True):
         key = (r.src, r.model, r.gpu, r.stack, r.batch, r.temperature, r.workload, r.dataset)
         groups[key][r.method].append((p, r.speedup))
-    agree = total = 0
+    agree = total = tied = const = 0
     for g in groups.values():
         if len(g) < 2:
             continue
         mean = {m: (sum(x for x, _ in v) / len(v), sum(y for _, y in v) / len(v)) for m, v in g.items()}
         total += 1
-        agree += max(mean, key=lambda m: mean[m][0]) == max(mean, key=lambda m: mean[m][1])
+        best = max(mean, key=lambda m: mean[m][1])
+        pick = max(mean, key=lambda m: mean[m][0])
+        agree += pick == best
+        tied += mean[pick][1] >= mean[best][1] * (1 - TIE)
+        if guess is not None:
+            cpick = max(mean, key=lambda m: guess.get(m, -9.0))
+            const += cpick == best
     signs = [(p > 1.0) == (a > 1.0) for p, a in zip(preds, act, strict=True)]
     return {
         "rows": len(rows),
@@ -57,6 +94,8 @@ def scores(rows: list[F.Row], preds: list[float]) -> dict[str, float]:
         "within_25pct": sum(e <= math.log(1.25) for e in err) / max(len(err), 1),
         "spearman": _spearman(preds, act),
         "top1_agreement": agree / total if total else float("nan"),
+        "top1_within_tie": tied / total if total else float("nan"),
+        "top1_constant_guess": const / total if total and guess is not None else float("nan"),
         "top1_groups": total,
         "sign_accuracy": sum(signs) / max(len(signs), 1),
     }
@@ -65,16 +104,18 @@ def scores(rows: list[F.Row], preds: list[float]) -> dict[str, float]:
 _FEATURES: F.Features | None = None
 
 
-def _loso_one(args: tuple[str, list[F.Row]]) -> tuple[str, list[F.Row], list[float]]:
-    """Refit from the default priors without ``src`` (fast numpy path), score its rows with estimate()."""
+def _loso_one(args: tuple[str, list[F.Row]]) -> tuple[str, list[F.Row], list[float], list[float]]:
+    """Refit from the default priors without ``src`` (fast numpy path), score its rows with estimate();
+    also the constant per-method guess from the same training rows, for the ranking baseline."""
     src, rows = args
     assert _FEATURES is not None
     train = [i for i, r in enumerate(rows) if r.src != src]
     test = [r for r in rows if r.src == src and r.speedup]
     if not test:
-        return src, [], []
+        return src, [], [], []
     x = F.fit([rows[i] for i in train], features=_FEATURES.subset(train))
-    return src, test, predict(test, F.make_policy(x))
+    guess = constant_ranking([rows[i] for i in train])
+    return src, test, predict(test, F.make_policy(x)), [guess.get(r.method, -9.0) for r in test]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ) + skipped.get("draft model not named", 0)
     from specplug.policy.data import load_policy
 
-    ins = scores(scored, predict(scored, load_policy()))
+    ins = scores(scored, predict(scored, load_policy()), constant_ranking(scored))
     print(f"published_results.csv: {len(rows)} rows mapped, left out: {skipped}")
     print(f"coverage: {len(scored)}/{eligible} = {len(scored) / max(eligible, 1):.1%} of rows with a speedup whose model and GPU are in the catalogs")
     _print("in-sample (shipped policy)", ins)
@@ -103,10 +144,16 @@ def main(argv: list[str] | None = None) -> int:
 
         with get_context("fork").Pool(2) as pool:
             parts = pool.map(_loso_one, [(s, rows) for s in srcs])
-        test = [r for _, t, _ in parts for r in t]
-        preds = [p for _, _, pr in parts for p in pr]
-        _print("leave-one-source-out", scores(test, preds))
-        for src, t, pr in parts:
+        test = [r for _, t, _, _ in parts for r in t]
+        preds = [p for _, _, pr, _ in parts for p in pr]
+        # The constant guess, like the fit, only knows the other sources: score it group by group.
+        cg = [g for _, _, _, gs in parts for g in gs]
+        s = scores(test, preds)
+        s["top1_constant_guess"] = scores(test, [math.exp(g) for g in cg])["top1_agreement"]
+        _print("leave-one-source-out", s)
+        for kind, table in breakdown(test, preds).items():
+            print(f"  by {kind}: " + "  ".join(f"{g} n={n} {e:.3f}" for g, (n, e) in sorted(table.items())))
+        for src, t, pr, _ in parts:
             if t:
                 s = scores(t, pr)
                 print(
@@ -120,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
 def _print(title: str, s: dict[str, float]) -> None:
     print(
         f"{title}: n={s['rows']}  median|ln(pred/actual)|={s['median_abs_ln_err']:.3f}  within 25%={s['within_25pct']:.1%}  "
-        f"Spearman={s['spearman']:.3f}  top-1 technique={s['top1_agreement']:.1%} ({s['top1_groups']} groups)  "
-        f"sign accuracy={s['sign_accuracy']:.1%}"
+        f"Spearman={s['spearman']:.3f}  top-1 technique={s['top1_agreement']:.1%} ({s['top1_groups']} groups; "
+        f"{s['top1_within_tie']:.1%} within {TIE:.0%} of the measured best; constant per-method guess "
+        f"{s['top1_constant_guess']:.1%})  sign accuracy={s['sign_accuracy']:.1%}"
     )
 
 

@@ -439,7 +439,7 @@ class Features:
         self.stacks = sorted(pol.stacks)
         cols: dict[str, list[float]] = {k: [] for k in (
             "row", "m", "wl", "temp", "lratio", "decay", "depth", "width", "lt", "stack", "passes", "ld", "ntok",
-            "step", "pertok", "isdm", "e0", "src", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
+            "step", "pertok", "isdm", "e0", "src", "batch", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
         maxd = 1
         self.sources = srcs = sorted({r.src for r in rows})
         for i, r in enumerate(rows):
@@ -479,7 +479,7 @@ class Features:
                     temp=min(r.temperature, 1.0), lratio=lratio, decay=prior.decay, depth=s.depth, width=s.width,
                     lt=target.layers, stack=self.stacks.index(r.stack), passes=passes, ld=ld,
                     ntok=b * s.verify_tokens, step=sf.step_overhead_ms, pertok=sf.spec_overhead_per_token_ms,
-                    isdm=float(r.method == "draft_model"), e0=sf.flops_efficiency, src=srcs.index(r.src),
+                    isdm=float(r.method == "draft_model"), e0=sf.flops_efficiency, src=srcs.index(r.src), batch=b,
                 )
                 parts = dict(zip(GPU_TERMS, (gbase, _gpu_parts(target, dev, sf, tp, nv, b, ctx), gd, gd2), strict=True))
                 for t, (gm, gc, ga) in parts.items():
@@ -528,11 +528,12 @@ class Features:
         """(forward_overhead, layer_overhead, spec_overhead) per stack, default.yaml merged with ``p``."""
         import numpy as np
 
-        out = np.zeros((len(self.stacks), 5))
+        out = np.zeros((len(self.stacks), 6))
         for j, s in enumerate(self.stacks):
             sd = {**self.base["stacks"][s], **p["stacks"].get(s, {})}
             out[j] = (sd.get("forward_overhead_ms", 0.0), sd.get("layer_overhead_ms", 0.0), sd.get("spec_overhead_ms", 0.5),
-                      sd.get("flops_efficiency", 0.6), sd.get("spec_overhead_per_token_ms", 0.0))
+                      sd.get("flops_efficiency", 0.6), sd.get("spec_overhead_per_token_ms", 0.0),
+                      sd.get("spec_overhead_per_seq_ms", 0.0))
         return out
 
     def predict(self, x: list[float]) -> tuple[Any, Any]:
@@ -563,7 +564,7 @@ class Features:
         host_d = st[:, 0] + st[:, 1] * a["ld"]
         draft = a["passes"] * np.maximum(gpu("draft"), host_d) + a["isdm"] * 0.5 * np.maximum(gpu("draft2"), host_d)
         draft = np.where(a["passes"] > 0, draft, 0.0)
-        sp = tau * base / (verify + draft + st[:, 2] + st[:, 4] * a["ntok"])
+        sp = tau * base / (verify + draft + st[:, 2] + st[:, 4] * a["ntok"] + st[:, 5] * a["batch"])
         # The best candidate per row: estimate() optimises the shape where the row does not fix it.
         best = np.full(self.n, -np.inf)
         np.maximum.at(best, a["row"], sp)

@@ -247,7 +247,7 @@ def step_cost(
         if method == "draft_model":
             # The drafter also reads in the accepted tokens before drafting again.
             draft += forward_ms(d, dev, sf, dtp, batch * 2, batch, ctx) * 0.5
-    overhead = sf.spec_overhead_ms + sf.spec_overhead_per_token_ms * batch * shape.verify_tokens
+    overhead = sf.spec_overhead_ms + sf.spec_overhead_per_seq_ms * batch + sf.spec_overhead_per_token_ms * batch * shape.verify_tokens
     return StepCost(base, verify, draft, overhead)
 
 

@@ -86,6 +86,9 @@ class StackFactors(_Strict):
     spec_overhead_per_token_ms: float = Field(
         0.0, ge=0.0, description="Extra time per verified token across the batch (rejection sampling, proposer bookkeeping)."
     )
+    spec_overhead_per_seq_ms: float = Field(
+        0.0, ge=0.0, description="Extra time per running request per step when speculating (proposer, sampler metadata)."
+    )
     allreduce_latency_us: float = Field(10.0, ge=0.0, description="Latency of one tensor-parallel all-reduce.")
     layer_latency_us: float = Field(
         0.0, ge=0.0, description="GPU time per layer per forward that does not scale with tokens (kernel latencies)."
