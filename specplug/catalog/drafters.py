@@ -53,6 +53,10 @@ class Drafter:
     acceptance_length: float | None = None  # published mean tokens per target pass (bonus token included)
     acceptance_basis: str = ""  # dataset, k / tree, temperature and source of acceptance_length
 
+    # A catalog row is identified by what it drafts for and with; the stacks dict alone would make it unhashable.
+    def __hash__(self) -> int:
+        return hash((self.target_hf_id, self.method, self.drafter_hf_id))
+
     def loads_in(self, stack: str, version: str | None = None) -> bool | None:
         """Whether ``stack`` (at ``version``, if given) is known to load this drafter; None when unknown.
 

@@ -208,3 +208,8 @@ def test_mtp_targets_in_the_catalog_have_mtp_layers() -> None:
         if m is None or m.confirmed == "no":
             continue
         assert m.mtp_layers >= 1, f"{d.target_hf_id} has an MTP drafter row but models.csv records no MTP layers"
+
+
+def test_rows_hash_by_identity() -> None:
+    # Callers put drafters in sets and dict keys; the parsed stacks dict must not make a row unhashable.
+    assert len(set(drafters())) == len(drafters())
