@@ -14,7 +14,7 @@ from specplug.catalog._csv import aliases, integer, norm, num, read_rows
 from specplug.catalog.drafters import Drafter, drafters_for
 from specplug.errors import CatalogError
 
-
+# Architectures whose attention caches MLA's compressed latent (see Model.uses_mla).
 _MLA_ARCHITECTURES = ("deepseekv2", "deepseekv3", "kimik25", "glmmoedsa")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specplug.catalog import get_model, models, search_models
-from specplug.catalog._csv import read_rows
+from specplug.catalog._csv import norm, read_rows
 from specplug.catalog.precision import weight_formats
 
 ROWS = read_rows("models.csv")
@@ -68,6 +68,14 @@ def _computed(r: dict[str, str]) -> bool:
 def test_catalog_is_large_and_ids_are_unique():
     assert len(ROWS) >= 125
     assert len(BY_ID) == len(ROWS)
+
+
+def test_names_resolve_to_one_model_each():
+    owners: dict[str, set[str]] = {}
+    for m in models():
+        for key in {norm(x) for x in [m.hf_id, m.hf_id.split("/", 1)[-1], *m.aliases]}:
+            owners.setdefault(key, set()).add(m.hf_id)
+    assert not {k: v for k, v in owners.items() if len(v) > 1}
 
 
 def test_every_weight_format_is_a_known_format():
