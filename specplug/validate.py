@@ -1,7 +1,8 @@
 """One validator for every command: what would make a plan fail on its stack, found before anything runs.
 
 :func:`plan_problems` lists every problem of a :class:`~specplug.plan.Plan` (each with what would work);
-:func:`validate_plan` raises :class:`InvalidPlan` (a SpecplugError: exit 1, no traceback) carrying them all.
+:func:`validate_plan` raises :class:`InvalidPlan` (a StackError, so a SpecplugError: exit 1, no traceback)
+carrying them all.
 render, launch (dry runs included) and check call it; the rules are:
 
 1. a separate draft model must share the target's vocabulary on the chosen stack (tokenizers.compatible),
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specplug.adapter import Problem, get_adapter
-from specplug.errors import SpecplugError
+from specplug.errors import SpecplugError, StackError
 
 if TYPE_CHECKING:
     from specplug.catalog import Model
@@ -34,8 +35,10 @@ DRAFT_SIZE_RANGE = (1 / 200, 1 / 6)
 MAX_SUGGESTIONS = 6
 
 
-class InvalidPlan(SpecplugError):
-    """The plan cannot be served as asked; ``problems`` lists every reason and what would work."""
+class InvalidPlan(StackError):
+    """The plan cannot be served as asked on its stack; ``problems`` lists every reason and what would work.
+
+    A StackError (so a SpecplugError, exit 1) but never a StackUnavailable: no fallback stands in for it."""
 
     def __init__(self, message: str, hint: str | None = None, problems: list[Problem] | None = None) -> None:
         super().__init__(message, hint)

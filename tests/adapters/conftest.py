@@ -21,6 +21,7 @@ def make_plan(
     tp: int = 1,
     gpu: str = "H100-SXM",
     num_gpus: int = 1,
+    weight_format: str = "bf16",
     **speculation,
 ):
     """A Plan as the policy engine would hand it over, with every choice explicit."""
@@ -30,7 +31,7 @@ def make_plan(
 
     serve = speculation.pop("serve", {})
     return Plan(
-        model=ModelRef(name=model, hf_id=model),
+        model=ModelRef(name=model, hf_id=model, weight_format=weight_format),
         hardware=Hardware(gpu=gpu, num_gpus=num_gpus, memory_gb=80.0, source="named"),
         stack=StackRef(name=stack, version=version, version_source="flag" if version else "unknown"),
         workload=WorkloadSpec(),

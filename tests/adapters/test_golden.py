@@ -50,6 +50,17 @@ CASES = {
     "llamacpp-b10576-ngram": ("llamacpp", "b10576", dict(model="/models/qwen2.5-32b-q4_k_m.gguf", method="ngram", k=8, prompt_lookup_max=3, serve={"api_key_env": "LLAMA_KEY"})),
     # TGI: --speculate N; Medusa checkpoints as the model id
     "tgi-3.3.7-ngram": ("tgi", "3.3.7", dict(model="mistralai/Mistral-7B-Instruct-v0.2", method="ngram", k=2, tp=2)),
+    # precision: each stack's own spelling of the served weight format and KV-cache dtype
+    "vllm-0.32.0-fp8-kv-fp8": ("vllm", "0.32.0", dict(model=L8, method="eagle3", drafter=E3, k=3,
+                                                      serve={"quantization": "fp8", "kv_cache_dtype": "fp8"})),
+    "sglang-0.5.23-fp8-kv-fp8": ("sglang", "0.5.23", dict(model=L8, method="eagle3", drafter=E3, k=3,
+                                                          serve={"quantization": "fp8", "kv_cache_dtype": "fp8"})),
+    "trtllm-1.2.0-eagle3-kv-fp8": ("trtllm", "1.2.0", dict(model=L8, method="eagle3", drafter=E3, k=3,
+                                                           serve={"kv_cache_dtype": "fp8"})),
+    "llamacpp-b10576-hf-q5-kv-q8": ("llamacpp", "b10576", dict(model="Qwen/Qwen2.5-32B-Instruct", method="ngram", k=8,
+                                                               serve={"quantization": "q5_k_m", "kv_cache_dtype": "fp8"})),
+    "tgi-3.3.7-fp8": ("tgi", "3.3.7", dict(model="mistralai/Mistral-7B-Instruct-v0.2", method="ngram", k=2,
+                                           serve={"quantization": "fp8", "kv_cache_dtype": "fp8_e5m2"})),
     "tgi-3.3.7-medusa": ("tgi", "3.3.7", dict(model="mistralai/Mistral-7B-Instruct-v0.2", method="medusa", drafter="text-generation-inference/Mistral-7B-Instruct-v0.2-medusa", k=3)),
 }
 
