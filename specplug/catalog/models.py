@@ -189,12 +189,14 @@ def _from_quant_suffix(name: str) -> Model | None:
     if base is None:
         return None
     typed = name.strip()
+    root = base.base_model or base.hf_id  # a suffix on a quantized row still points at the original release
     return replace(
         base,
         hf_id=typed if "/" in typed else base.hf_id + typed[match.start():],
         aliases=[typed],
         weight_format=fmt,
-        base_model=base.hf_id,
+        base_model=root,
+        confirmed="inferred",
         notes=f"weight format {fmt} inferred from the name suffix '{suffix}'; architecture of {base.hf_id}",
     )
 

@@ -7,6 +7,7 @@ import pytest
 from specplug.catalog import get_model, models, search_models
 from specplug.catalog._csv import norm, read_rows
 from specplug.catalog.precision import weight_formats
+from specplug.errors import CatalogError
 
 ROWS = read_rows("models.csv")
 BY_ID = {r["hf_id"].lower(): r for r in ROWS}
@@ -171,7 +172,7 @@ def test_quantized_suffixes_resolve_to_the_base_model(typed, base, fmt):
     m = get_model(typed)
     assert m.base_model == base and m.weight_format == fmt
     assert m.hf_id.startswith(base + "-") and m.aliases == [typed]
-    assert "inferred from the name" in m.notes
+    assert "inferred from the name" in m.notes and m.confirmed == "inferred"
     assert m.tokenizer_family == get_model(base).tokenizer_family
 
 
@@ -179,6 +180,23 @@ def test_suffixed_hf_id_keeps_the_typed_id():
     m = get_model("RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic")
     assert m.hf_id == "RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic"
     assert m.base_model == "meta-llama/Llama-3.1-8B-Instruct" and m.weight_format == "fp8"
+
+
+def test_suffix_on_a_quantized_row_points_at_the_original_release():
+    m = get_model("nvidia/Llama-3.1-70B-Instruct-FP8-w8a8")
+    assert m.base_model == "meta-llama/Llama-3.1-70B-Instruct" and m.weight_format == "int8"
+
+
+def test_unknown_stem_with_a_suffix_is_still_an_unknown_model():
+    with pytest.raises(CatalogError):
+        get_model("no-such-model-7b-awq")
+
+
+def test_quantized_rows_resolve_by_their_own_id():
+    m = get_model("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4")
+    assert m.weight_format == "int4-awq" and m.base_model == "meta-llama/Llama-3.1-70B-Instruct"
+    assert get_model("qwen3-235b-a22b-fp8").hf_id == "Qwen/Qwen3-235B-A22B-FP8"
+    assert get_model("nvidia/DeepSeek-R1-FP4").weight_format == "nvfp4"
 
 
 def test_inferred_variant_keeps_the_base_models_drafters():
