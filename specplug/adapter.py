@@ -378,11 +378,16 @@ class BaseAdapter:
             self.known_version(version)
         except StackError as exc:
             return [Problem(exc.message, exc.hint, key="stack.version")]
+        method = self.method_problems(plan.speculation.method, version)
+        if method:
+            return method  # the stack's own checks assume a method it runs
         out = canon_problems(plan, self.display_name)
-        out += self.method_problems(plan.speculation.method, version)
-        if out:
-            return out  # the stack's own checks assume a method it runs and sane fields
-        return self.stack_problems(plan, version)
+        try:
+            out += self.stack_problems(plan, version)
+        except StackError as exc:  # a stack check that needs the canonical fields sane: they are reported above
+            if not out:
+                out.append(Problem(exc.message, exc.hint))
+        return out
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         """This stack's own reasons to refuse ``plan`` (default: none)."""

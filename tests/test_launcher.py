@@ -252,3 +252,18 @@ def test_api_key_env_is_copied_at_launch_and_never_in_argv(stub, monkeypatch):
     monkeypatch.delenv("MY_KEY")
     with pytest.raises(Exception, match="MY_KEY is not set"):
         launcher.child_env(spec)
+
+
+def test_an_invalid_plan_is_refused_before_preflight_even_in_a_dry_run(monkeypatch):
+    from specplug.validate import InvalidPlan
+
+    plan = make_plan("vllm", "0.32.0", method="draft_model", drafter="Qwen/Qwen2.5-0.5B-Instruct", k=4, tp=3)
+    monkeypatch.setattr(launcher, "preflight", lambda *a, **k: pytest.fail("preflight ran for an invalid plan"))
+    out = io.StringIO()
+    with pytest.raises(InvalidPlan) as exc:
+        launcher.launch("vllm", plan=plan, dry_run=True, out=out)
+    assert len(exc.value.problems) == 2 and "different tokenizers" in exc.value.message
+    assert out.getvalue() == ""  # nothing described, nothing started
+    # an invalid plan is not "unavailable": no fallback stands in for it
+    with pytest.raises(InvalidPlan):
+        launcher.launch("vllm", plan=plan, dry_run=True, fallback="embedded", out=io.StringIO())

@@ -111,3 +111,15 @@ def test_done_means_dry_run_prints_a_command_for_every_stack(run_cli, stack):
     assert argv[0] in {"vllm", "python3", "trtllm-serve", "llama-server", "text-generation-launcher"}
     assert "dry run: nothing started." in res.stdout
     assert "127.0.0.1" in argv
+
+
+def test_render_validates_an_explicit_plan_and_writes_nothing(tmp_path):
+    from specplug.rendering import render
+    from specplug.validate import InvalidPlan
+    from tests.adapters.conftest import make_plan
+
+    plan = make_plan("sglang", "0.5.23", method="ngram", k=0, serve={"kv_cache_dtype": "float16"})
+    with pytest.raises(InvalidPlan) as exc:
+        render("sglang", plan=plan, output_dir=str(tmp_path / "out"))
+    assert {p.key for p in exc.value.problems} == {"speculation.num_speculative_tokens", "serve.kv_cache_dtype"}
+    assert not (tmp_path / "out").exists()
