@@ -382,6 +382,9 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
     stacks: dict[str, dict[str, float]] = {}
     for (s, f, lo, hi), v in zip(STACK_PARAMS, x[i:], strict=True):
         stacks.setdefault(s, {})[f] = round(min(max(math.exp(v), lo), hi), 4)
+    # No SGLang rows are calibration data: it is a CUDA-graph engine of vLLM's class, so it takes vLLM's fitted
+    # speculation overhead rather than keeping an optimistic hand-set one.
+    stacks.setdefault("sglang", {})["spec_overhead_ms"] = stacks.get("vllm", {}).get("spec_overhead_ms", 1.0)
     return {
         "acceptance": {
             "methods": methods,

@@ -17,6 +17,12 @@ Schema (YAML)::
         measured_speedup: 1.8                     # optional, informational
         batch_size: 1                             # optional, informational
         measured_at: "2026-01-01"                 # optional, informational
+        position_rates: [0.71, 0.9, 0.93]         # optional: measured P(position i accepted | earlier ones were)
+        source: bench                             # optional: 'bench' or 'traffic <file> <digest>'
+
+``specplug calibrate --from/--endpoint`` writes entries from a bench; ``specplug calibrate --traffic FILE``
+writes ngram and suffix entries from replaying a traffic log (no stack: they match any; temperature 0, since
+replay measures greedy acceptance). Both merge into one file: an entry replaces only one of the same setup.
 
 A matching entry's acceptance becomes the first-position alpha (acceptance_length, with its k, is inverted
 through the method's decay; acceptance_rate, the mean over drafted positions, is inverted likewise). When
@@ -48,6 +54,8 @@ class CalibrationEntry(BaseModel):
     measured_speedup: float | None = Field(None, gt=0.0)
     batch_size: int | None = Field(None, ge=1)
     measured_at: str | None = None
+    position_rates: list[float] | None = Field(None, description="Measured conditional acceptance per draft position.")
+    source: str | None = None
 
     @model_validator(mode="after")
     def _has_measurement(self) -> CalibrationEntry:
@@ -102,6 +110,47 @@ def first_alpha_from(entry: CalibrationEntry, decay: float) -> float:
         return rate
     # acceptance_rate is accepted/drafted = (tau - 1) / k over the chain; invert that.
     return solve_alpha(1.0 + rate * k, k, decay)
+
+
+def same_setup(a: CalibrationEntry, b: CalibrationEntry) -> bool:
+    """Entries that describe one setup: a new measurement of it replaces the old."""
+    keys = ("model", "method", "workload", "drafter", "stack", "temperature")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def merge_into(path: str | Path, entries: list[CalibrationEntry]) -> Calibration:
+    """Merge ``entries`` into the calibration file at ``path`` (created if missing) and write it atomically."""
+    from specplug.fileio import write_atomic
+    from specplug.output import dump_yaml
+
+    p = Path(path)
+    merged = load_calibration(p) if p.exists() else Calibration()
+    for e in entries:
+        merged = Calibration(entries=[x for x in merged.entries if not same_setup(x, e)] + [e])
+    text = "# Written by 'specplug calibrate': measured acceptance replaces the policy's prior for this setup.\n"
+    text += dump_yaml(merged.model_dump(mode="json", exclude_none=True))
+    write_atomic(p, text)
+    return merged
+
+
+def entries_from_traffic(prof, model_id: str, workload: str, k: int, methods: tuple[str, ...] = ("ngram", "suffix")) -> list[CalibrationEntry]:
+    """Calibration entries from a TrafficProfile: replayed acceptance at draft length ``k`` per method."""
+    import datetime
+
+    out = []
+    for method in methods:
+        tau = prof.acceptance_length(method, k)
+        rates = prof.position_rates(method)
+        if tau is None or rates is None:
+            continue
+        rate = min(max((tau - 1.0) / k, 1e-3), 0.999)  # the schema's open interval
+        out.append(CalibrationEntry(
+            model=model_id, method=method, workload=workload, temperature=0.0, num_speculative_tokens=k,
+            acceptance_rate=round(rate, 4), acceptance_length=round(max(tau, 1.0), 4),
+            position_rates=[round(r, 4) for r in rates], measured_at=datetime.date.today().isoformat(),
+            source=f"traffic {Path(prof.path).name} {prof.digest[:19]} ({prof.replayed} requests replayed)",
+        ))
+    return out
 
 
 def load_calibration(path: str | Path) -> Calibration:

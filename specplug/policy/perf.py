@@ -146,13 +146,21 @@ def forward_ms(
         share = arch.experts_per_token / arch.experts
         expert = (total - active) / (1 - share)
         shared = total - expert
-        touched = 1 - (1 - share) ** n_tokens
+        # Tokens of one sequence in a verification pass are consecutive positions of one text and route
+        # mostly to the experts its first token uses: only a (1 - locality) share of them routes afresh.
+        routed = n_seqs + max(n_tokens - n_seqs, 0) * (1 - sf.moe_draft_locality)
+        touched = 1 - (1 - share) ** routed
         weights = (shared + expert * touched) * arch.weight_bytes
     else:
         weights = total * arch.weight_bytes
     kv = n_seqs * ctx * arch.kv_bytes_per_token
     mem_s = (weights + kv) / (tp * dev.bw_gbs * 1e9 * sf.bw_efficiency)
     flops = 2 * active * n_tokens + 4 * layers * arch.hidden * ctx * n_tokens
+    if arch.experts and arch.experts_per_token and total > active:
+        # Routed experts multiply many small, ragged matrices: their FLOPs run at a fraction of dense speed.
+        share = arch.experts_per_token / arch.experts
+        expert_active = (total - active) / (1 - share) * share
+        flops += 2 * expert_active * n_tokens * (1 / sf.moe_flops_scale - 1)
     comp_s = flops / (tp * dev.tflops * 1e12 * sf.flops_efficiency)
     # Smooth roofline: the larger term dominates, both count near the ridge.
     gpu_s = (mem_s**3 + comp_s**3) ** (1 / 3)

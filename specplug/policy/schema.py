@@ -86,6 +86,12 @@ class StackFactors(_Strict):
     spec_overhead_per_token_ms: float = Field(
         0.0, ge=0.0, description="Extra time per verified token across the batch (rejection sampling, proposer bookkeeping)."
     )
+    moe_flops_scale: float = Field(
+        1.0, gt=0.0, le=1.0, description="Share of the dense FLOP rate that routed-expert matrix products reach."
+    )
+    moe_draft_locality: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of a sequence's extra verified tokens routed to experts it already uses."
+    )
     spec_overhead_per_seq_ms: float = Field(
         0.0, ge=0.0, description="Extra time per running request per step when speculating (proposer, sampler metadata)."
     )
