@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from specplug.commands.bench import load_prompt_set, parse_concurrency
@@ -18,8 +20,14 @@ from specplug.output import FORMATS
 @click.option("--num-prompts", type=click.IntRange(1, 100000), default=8, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1, 131072), default=128, show_default=True)
 @click.option("--api-key-env", default=None, metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--traffic", type=click.Path(dir_okay=False), default=None,
+              help="A JSONL log of requests and completions: replay n-gram and suffix decoding over it.")
+@click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
+              help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
 @click.option("--model", "-m", required=True, help="The target model (catalog alias, HF id or local folder).")
-@click.option("--method", required=True, help="The speculative method the endpoint runs (ngram, eagle3, ...).")
+@click.option("--method", default=None,
+              help="The speculative method the endpoint runs (ngram, eagle3, ...); with --traffic only: ngram or suffix "
+                   "(default: both).")
 @click.option("--workload", default=None, help="Workload type (default: the bench's built-in workload).")
 @click.option("--drafter", default=None, help="The drafter the endpoint uses (makes the entry specific to it).")
 @click.option("--num-speculative-tokens", "-k", type=click.IntRange(1, 64), default=None,
@@ -32,20 +40,38 @@ from specplug.output import FORMATS
 @click.option("--save-bench", type=click.Path(file_okay=False), default=None, help="Also keep the short bench here.")
 @click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True)
 def calibrate(from_path, endpoint, baseline, served_model, concurrency, prompts_file, num_prompts, max_tokens,
-              api_key_env, model, method, workload, drafter, num_speculative_tokens, gpu, num_gpus, stack, out_path,
-              save_bench, output) -> None:
+              api_key_env, traffic, traffic_map, model, method, workload, drafter, num_speculative_tokens, gpu, num_gpus,
+              stack, out_path, save_bench, output) -> None:
     """Compare measured acceptance and speedup with 'specplug estimate' and write a calibration file.
 
-    Reads a bench record (--from DIR/bench.json) or runs a short bench (--endpoint, --baseline), then shows
-    predicted (before), measured, and predicted with the new calibration (after), side by side.
+    Reads a bench record (--from DIR/bench.json) or runs a short bench (--endpoint, --baseline), and/or replays
+    n-gram and suffix decoding over a traffic log (--traffic FILE), then shows predicted (before), measured,
+    and predicted with the new calibration (after), side by side. Every source merges into the one file.
     """
     from specplug.bench.calibrate import calibrate as run_calibrate
     from specplug.bench.calibrate import render
     from specplug.errors import SpecplugError
     from specplug.output import emit
 
-    if bool(from_path) == bool(endpoint):
-        raise SpecplugError("Give either --from DIR/bench.json or --endpoint URL (to run a short bench).")
+    if from_path and endpoint:
+        raise SpecplugError("Give either --from DIR/bench.json or --endpoint URL (to run a short bench), not both.")
+    if not (from_path or endpoint or traffic):
+        raise SpecplugError("Nothing to calibrate from.",
+                            "Give --from DIR/bench.json, --endpoint URL (to run a short bench) or --traffic FILE.jsonl.")
+    reports = []
+    if traffic:
+        from specplug.traffic.calibrate import calibrate_traffic
+
+        reports += calibrate_traffic(
+            traffic, model=model, method=method if not (from_path or endpoint) else None, workload=workload,
+            out=out_path, gpu=gpu, num_gpus=num_gpus, num_speculative_tokens=num_speculative_tokens,
+            field_map=traffic_map, progress=sys.stderr.isatty(),
+        )
+        if not (from_path or endpoint):
+            emit(reports, output, lambda rs: [x for r in rs for x in render(r)])
+            return
+    if not method:
+        raise SpecplugError("Which speculative method did the endpoint run? Pass --method (ngram, eagle3, ...).")
     if from_path:
         from specplug.bench.record import load_record
 
@@ -73,4 +99,7 @@ def calibrate(from_path, endpoint, baseline, served_model, concurrency, prompts_
         record, model=model, method=method, workload=workload, out=out_path, gpu=gpu, stack=stack, drafter=drafter,
         num_speculative_tokens=num_speculative_tokens, num_gpus=num_gpus,
     )
-    emit(rep, output, render)
+    if reports:
+        emit([*reports, rep], output, lambda rs: [x for r in rs for x in render(r)])
+    else:
+        emit(rep, output, render)

@@ -9,11 +9,22 @@ from typing import Any
 
 from specplug.catalog import Model
 from specplug.errors import SpecplugError
-from specplug.traffic.records import DEFAULT_FIELD_MAP, DEFAULT_PROGRESS, FORMATS_HELP, ReadStats, parse_field_map, read_records
+from specplug.traffic.records import (
+    DEFAULT_FIELD_MAP,
+    DEFAULT_PROGRESS,
+    FORMATS_HELP,
+    ReadStats,
+    parse_field_map,
+    read_records,
+)
 from specplug.traffic.replay import NgramReplay, SuffixReplay, Tally
 
 REPLAYED = ("ngram", "suffix")
 BATCH = 256  # records tokenized per call: big enough for the Rust tokenizer's parallelism, small for memory
+# Requests replayed in full. A larger file replays evenly spaced blocks of BATCH consecutive requests (each
+# block keeps its own recent history for the suffix index), so a 100k-request log takes well under a minute;
+# 10,000 requests (a few million output positions) pin per-position acceptance to about +-0.005.
+MAX_REPLAY = 10_000
 GRAM = 4
 
 # workload_shift's reference shape: chat traffic (little copied from the prompt, little repeated).
@@ -36,6 +47,7 @@ class TrafficProfile:
     k_max: int
     prompt_lookup_min: int
     prompt_lookup_max: int
+    replayed: int = 0  # requests tokenized and replayed (all of them up to MAX_REPLAY; see load_traffic)
     tallies: dict[str, Tally] = field(default_factory=dict, repr=False)
 
     def position_rates(self, method: str) -> list[float] | None:
@@ -75,6 +87,7 @@ class TrafficProfile:
             "digest": self.digest,
             "tokenizer": self.tokenizer,
             "requests": self.requests,
+            "replayed": self.replayed,
             "malformed": self.malformed,
             "input_len": round(self.input_len, 1),
             "output_len": round(self.output_len, 1),
@@ -127,10 +140,13 @@ def load_traffic(
     prompt_lookup_max: int = 4,
     progress: bool = False,
     field_map: str | dict[str, str] | None = None,
+    max_replay: int | None = MAX_REPLAY,
 ) -> TrafficProfile:
     """Read a JSONL traffic log (streamed), tokenize it for ``model`` and replay n-gram and suffix decoding.
 
-    Malformed lines are counted and listed (the first 20); only a file with no usable line is an error.
+    Malformed lines are counted and listed (the first 20); only a file with no usable line is an error. Every
+    line is parsed and counted; at most ``max_replay`` requests (None: all) are tokenized and replayed, in
+    evenly spaced blocks, and the lengths, overlap and acceptance are theirs.
     """
     from specplug.traffic.tokens import choose
 
@@ -146,10 +162,16 @@ def load_traffic(
     suffix = SuffixReplay(k_max)
     stats = ReadStats()
     sha = hashlib.sha256()
-    in_tokens = out_tokens = grams = overlap = repeated = 0
+    in_tokens = out_tokens = grams = overlap = repeated = replayed = 0
+    stride = 1
+    if max_replay:
+        with p.open("rb") as fh:  # a newline count is cheap next to parsing: it fixes the sampling stride
+            lines_total = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 22), b""))
+        stride = max(1, -(-lines_total // max_replay))
 
     def run(batch: list) -> None:
-        nonlocal in_tokens, out_tokens, grams, overlap, repeated
+        nonlocal in_tokens, out_tokens, grams, overlap, repeated, replayed
+        replayed += len(batch)
         enc = tok.encode_batch([r.prompt for r in batch] + [r.completion for r in batch])
         n = len(batch)
         for prompt, out in zip(enc[:n], enc[n:], strict=True):
@@ -189,11 +211,15 @@ def load_traffic(
         try:
             lines = _Hashing(fh, bar, task if bar is not None else None)
             batch: list = []
+            block = 0
             for rec in read_records(lines, stats, fmap):
-                batch.append(rec)
-                if len(batch) >= BATCH:
-                    run(batch)
-                    batch = []
+                if block % stride == 0:
+                    batch.append(rec)
+                    if len(batch) >= BATCH:
+                        run(batch)
+                        batch = []
+                if stats.records % BATCH == 0:
+                    block += 1
             if batch:
                 run(batch)
         finally:
@@ -207,12 +233,13 @@ def load_traffic(
             + (f": {why}{where}." if why else " (it is empty)."),
             f"Traffic files are {FORMATS_HELP}.",
         )
-    n = stats.records
+    n = replayed
     return TrafficProfile(
         path=str(path),
         digest="sha256:" + sha.hexdigest(),
         tokenizer=tok.name,
-        requests=n,
+        requests=stats.records,
+        replayed=replayed,
         malformed=stats.malformed,
         malformed_lines=list(stats.malformed_lines),
         input_len=in_tokens / n,

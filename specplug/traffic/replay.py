@@ -15,6 +15,7 @@ Token sequences are strings (one character per token id, see tokens.py) so every
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import repeat
 
 SUFFIX_MAX_DEPTH = 24  # vLLM's suffix_decoding_max_tree_depth default
 SUFFIX_SPEC_FACTOR = 1.0  # suffix_decoding_max_spec_factor default: draft at most factor * match length tokens
@@ -39,41 +40,63 @@ class Tally:
         if length < 2:
             return
         k_max = self.k_max
-        steps, tokens, trials, accepts = self.steps, self.tokens, self.trials, self.accepts
+        steps, tokens = self.steps, self.tokens
         if not nz:
             for k in range(1, k_max + 1):
                 steps[k] += length - 1
                 tokens[k] += length - 1
-            trials[1] += length - 1
+            self.trials[1] += length - 1
             return
+        dense = 2 * len(nz) > length
         n_nz = len(nz)
         for k in range(1, k_max + 1):
-            p, s, j = 1, 0, 0
-            full = k == k_max
-            while p < length:
-                j = bisect_left(nz, p, j)
-                q = nz[j] if j < n_nz else length
-                if q > p:  # a run of positions with nothing confirmed: one rejected step each
-                    s += q - p
-                    if full:
-                        trials[1] += q - p
-                    p = q
-                    if p >= length:
-                        break
-                a = m[p]
-                if a > k:
-                    a = k
-                s += 1
-                if full:
-                    r = length - p  # positions that can still be checked against the log
-                    top = min(a + 1, k, r)
-                    for i in range(1, top + 1):
-                        trials[i] += 1
-                    for i in range(1, a + 1):
-                        accepts[i] += 1
-                p += a + 1
+            p, s = 1, 0
+            if dense:  # mostly drafts that land: step through
+                while p < length:
+                    a = m[p]
+                    s += 1
+                    p += (a if a < k else k) + 1
+            else:  # mostly nothing confirmed: jump over the runs of zeros
+                j = 0
+                while p < length:
+                    j = bisect_left(nz, p, j)
+                    q = nz[j] if j < n_nz else length
+                    if q > p:
+                        s += q - p
+                        p = q
+                        if p >= length:
+                            break
+                    a = m[p]
+                    s += 1
+                    p += (a if a < k else k) + 1
             steps[k] += s
             tokens[k] += p - 1
+        self._positions(m, length)
+
+    def _positions(self, m: list[int], length: int) -> None:
+        # Per-position counts at k_max, from a histogram of the steps' accepted counts and checkable depths.
+        k_max = self.k_max
+        acc_hist = [0] * (k_max + 1)
+        top_hist = [0] * (k_max + 1)
+        p = 1
+        while p < length:
+            a = m[p]
+            if a > k_max:
+                a = k_max
+            top = a + 1  # positions tried: the accepted ones and the first rejected one ...
+            if top > k_max:
+                top = k_max
+            if top > length - p:  # ... unless the log ends first
+                top = length - p
+            acc_hist[a] += 1
+            top_hist[top] += 1
+            p += a + 1
+        run_a = run_t = 0
+        for i in range(k_max, 0, -1):
+            run_a += acc_hist[i]
+            run_t += top_hist[i]
+            self.accepts[i] += run_a
+            self.trials[i] += run_t
 
     def position_rates(self) -> list[float]:
         """P(position i accepted | positions < i accepted), i = 1..k_max (0 where never reached)."""
@@ -114,24 +137,51 @@ class NgramReplay:
         s = prompt + out
         plen, length = len(prompt), len(out)
         k_max, nmin, nmax = self.k_max, self.nmin, self.nmax
-        find = s.find
         m = [0] * length
-        for p in range(1, length):
-            t = plen + p
-            if t <= nmin:
-                continue
-            # An occurrence must end before the last token (start <= t - n - 1): search s[0:t-1].
-            at = find(s[t - nmin:t], 0, t - 1)
-            if at < 0:
-                continue  # no earlier occurrence of the shortest n-gram, so none of any longer one
-            n = nmin
-            for cand in range(min(nmax, t - 1), nmin, -1):
-                hit = find(s[t - cand:t], 0, t - 1)
-                if hit >= 0:
-                    at, n = hit, cand
-                    break
-            start = at + n
-            m[p] = _confirmed(s, start, min(start + k_max, t), t)
+        # Output positions p = 1..length-1 with a context of t = plen + p tokens; the shortest n-gram first,
+        # for all of them at once (map runs the searches in C): without it no longer n-gram can match either.
+        ts = [t for t in range(plen + 1, plen + length) if t > nmin]
+        if not ts:
+            return m
+        # An occurrence must end before the last token (start <= t - n - 1): search s[0:t-1].
+        hits = list(map(s.find, [s[t - nmin:t] for t in ts], repeat(0), [t - 1 for t in ts]))
+        live = [(t, h) for t, h in zip(ts, hits, strict=True) if h >= 0]
+        found = {t: (h, nmin) for t, h in live}
+        todo = [t for t, _ in live]
+        for n in range(nmax, nmin, -1):  # longest first: a position keeps the first n that matches
+            todo = [t for t in todo if t > n]
+            if not todo:
+                break
+            got = list(map(s.find, [s[t - n:t] for t in todo], repeat(0), [t - 1 for t in todo]))
+            rest = []
+            for t, h in zip(todo, got, strict=True):
+                if h >= 0:
+                    found[t] = (h, n)
+                else:
+                    rest.append(t)
+            todo = rest  # positions matched at a longer n are settled; shorter n are tried on the rest
+        slen = len(s)
+        pt = ps = pm = pd = -9  # the previous position's t, draft start, confirmed count and draft length
+        for t, (h, n) in found.items():  # in order of t
+            start = h + n  # <= t - 1: the draft's first token is in the context
+            end = start + k_max
+            if end > t:
+                end = t
+            dl = end - start
+            if t == pt + 1 and start == ps + 1 and pm > 0:
+                # The same source run one token on: the previous comparisons carry over, shifted by one.
+                if pm < pd:
+                    a = pm - 1 if pm - 1 < dl else dl
+                else:
+                    a = pd - 1 if pd - 1 < dl else dl
+                    while a < dl and t + a < slen and s[start + a] == s[t + a]:
+                        a += 1
+            elif s[start] != s[t]:
+                a = 0
+            else:
+                a = _confirmed(s, start, end, t)
+            m[t - plen] = a
+            pt, ps, pm, pd = t, start, a, dl
         return m
 
     def add(self, prompt: str, out: str) -> None:
@@ -163,16 +213,21 @@ class SuffixReplay:
 
     def confirmed(self, prompt: str, out: str) -> list[int]:
         s = prompt + out
-        plen, length = len(prompt), len(out)
+        plen, length, slen = len(prompt), len(out), len(prompt) + len(out)
         k_max, depth, factor = self.k_max, self.depth, self.factor
         rfind = s.rfind
         g = GLOBAL_GRAM
-        use_global = bool(self._new or self._old)
+        lookup = self._global if (self._new or self._old) else None
         m = [0] * length
         cur = depth  # the match at position t+1 is at most one longer than at t: start high, then shrink
+        psrc, ps, pm, pd = None, -9, 0, 0  # the previous position's draft source, start, confirmed, length
         for p in range(1, length):
             t = plen + p
-            n = min(cur + 1, depth, t - 1)
+            n = cur + 1
+            if n > depth:
+                n = depth
+            if n > t - 1:
+                n = t - 1
             at = -1
             while n > 0:
                 at = rfind(s[t - n:t], 0, t - 1)
@@ -180,35 +235,50 @@ class SuffixReplay:
                     break
                 n -= 1
             cur = n
-            src, start, mlen = s, at + n, n
-            if use_global and t >= g and n < depth:
-                hit = self._global(s[t - g:t])
+            src, start, mlen, lim = s, at + n, n, t  # a local draft may not run past the context
+            # The global index only matters when the local match is too short for a full-length draft.
+            if lookup is not None and n < k_max and t >= g:
+                hit = lookup(s[t - g:t])
                 if hit is not None:
                     gs, gend = hit
                     # Extend the 4-gram match backwards (up to depth) to get the cross-request match length.
                     gl = g
-                    lim = min(depth, t, gend)
-                    while gl < lim and gs[gend - gl - 1] == s[t - gl - 1]:
+                    top = depth if depth < gend else gend
+                    if top > t:
+                        top = t
+                    while gl < top and gs[gend - gl - 1] == s[t - gl - 1]:
                         gl += 1
                     if gl > n:
-                        src, start, mlen = gs, gend, gl
+                        src, start, mlen, lim = gs, gend, gl, len(gs)
             if mlen <= 0:
+                psrc = None
                 continue
-            cap = min(k_max, int(factor * mlen))
-            if cap <= 0:
+            cap = int(factor * mlen)
+            if cap > k_max:
+                cap = k_max
+            end = start + cap
+            if end > lim:
+                end = lim
+            dl = end - start
+            if dl <= 0:
+                psrc = None
                 continue
-            if src is s:
-                m[p] = _confirmed(s, start, min(start + cap, t), t)
-            else:
-                d = src[start:start + cap]
-                f = s[t:t + len(d)]
-                if d == f:
-                    m[p] = len(d)
+            if src is psrc and start == ps + 1 and pm > 0:
+                # The same source run one token on: the previous comparisons carry over, shifted by one.
+                if pm < pd:
+                    a = pm - 1 if pm - 1 < dl else dl
                 else:
-                    a, nn = 0, min(len(d), len(f))
-                    while a < nn and d[a] == f[a]:
+                    a = pd - 1 if pd - 1 < dl else dl
+                    while a < dl and t + a < slen and src[start + a] == s[t + a]:
                         a += 1
-                    m[p] = a
+            elif src[start] != s[t]:
+                a = 0
+            else:
+                a = 0
+                while a < dl and t + a < slen and src[start + a] == s[t + a]:
+                    a += 1
+            m[p] = a
+            psrc, ps, pm, pd = src, start, a, dl
         return m
 
     def remember(self, out: str) -> None:
@@ -217,8 +287,8 @@ class SuffixReplay:
         if len(out) < g:
             return
         new = self._new
-        for i in range(g, len(out) + 1):
-            new[out[i - g:i]] = (out, i)
+        # Later occurrences overwrite earlier ones: the index keeps each 4-gram's most recent place.
+        new.update(zip([out[i - g:i] for i in range(g, len(out) + 1)], zip(repeat(out), range(g, len(out) + 1)), strict=True))
         if len(new) > GLOBAL_KEYS:
             self._old, self._new = new, {}
 

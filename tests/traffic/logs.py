@@ -14,12 +14,16 @@ from pathlib import Path
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "specplug" / "bench" / "workloads"
 
-_WORDS = (
-    "morning garden answer river simple usually before window quiet careful market season gentle reason "
-    "kitchen travel history music bright letter family weather corner follow moment island paper evening "
-    "station silver open thought because winter coffee village summer circle rather slowly people number "
-    "yellow friend money street often little mountain story across orange forest dinner between picture"
-).split()
+# Free text: common function words between content words made of syllables (some 6,000 of them), so that
+# little repeats beyond what prose repeats, and nothing comes from the prompt.
+_FUNCTION = ["the", "a", "of", "and", "to", "in", "is", "that", "for", "it", "with", "as", "on", "be", "at", "by"]
+_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+
+
+def _word(rng: random.Random) -> str:
+    if rng.random() < 0.4:
+        return rng.choice(_FUNCTION)
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 3)))
 
 
 def prompts(workload: str) -> list[str]:
@@ -44,7 +48,7 @@ def edit_answer(prompt: str, rng: random.Random) -> str:
         r = rng.random()
         if r < 0.08 and line.strip():
             indent = line[: len(line) - len(line.lstrip())]
-            out.append(f"{indent}# {rng.choice(_WORDS)} {rng.choice(_WORDS)}")
+            out.append(f"{indent}# {_word(rng)} {_word(rng)}")
         if r > 0.95:
             line = line.replace("self", "this")
         out.append(line)
@@ -55,7 +59,7 @@ def chat_answer(rng: random.Random, words: int = 180) -> str:
     sentences, n = [], 0
     while n < words:
         k = rng.randint(6, 16)
-        s = " ".join(rng.choice(_WORDS) for _ in range(k))
+        s = " ".join(_word(rng) for _ in range(k))
         sentences.append(s[0].upper() + s[1:] + rng.choice([".", ".", "!", "?"]))
         n += k
     return " ".join(sentences)

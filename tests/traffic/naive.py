@@ -1,0 +1,53 @@
+"""A direct, deliberately simple replay (lists, nested loops) to check specplug.traffic.replay against."""
+
+from __future__ import annotations
+
+
+def ngram_propose(ctx: list[int], k: int, nmin: int, nmax: int) -> list[int]:
+    """vLLM's rule read plainly: the longest n in [nmin, nmax] whose last n tokens occur earlier (ending
+    before the last token), the earliest such occurrence, and up to k tokens after it within the context."""
+    total = len(ctx)
+    for n in range(min(nmax, total - 1), nmin - 1, -1):
+        pat = ctx[total - n:]
+        for i in range(0, total - n):  # occurrence ctx[i:i+n], ending at i+n-1 <= total-2
+            if ctx[i:i + n] == pat:
+                start = i + n
+                return ctx[start:min(start + k, total)]
+    return []
+
+
+def replay(prompt: list[int], out: list[int], k: int, nmin: int = 2, nmax: int = 4) -> tuple[int, int]:
+    """(steps, tokens emitted) for greedy acceptance of n-gram drafts at draft length k; steps start after the
+    first output token (the prefill's)."""
+    p, steps, tokens = 1, 0, 0
+    while p < len(out):
+        draft = ngram_propose(prompt + out[:p], k, nmin, nmax)
+        a = 0
+        while a < len(draft) and p + a < len(out) and draft[a] == out[p + a]:
+            a += 1
+        steps += 1
+        tokens += a + 1
+        p += a + 1
+    return steps, tokens
+
+
+def suffix_confirmed_local(prompt: list[int], out: list[int], k: int, depth: int = 24) -> list[int]:
+    """Per output position: confirmed tokens of the suffix-decoding draft from this request alone (longest
+    suffix of the context, up to depth, that occurs earlier; its most recent occurrence; at most
+    min(k, match length) tokens, within the context)."""
+    res = [0] * len(out)
+    for p in range(1, len(out)):
+        ctx = prompt + out[:p]
+        total = len(ctx)
+        for n in range(min(depth, total - 1), 0, -1):
+            pat = ctx[total - n:]
+            occ = [i for i in range(0, total - n) if ctx[i:i + n] == pat]
+            if occ:
+                start = occ[-1] + n
+                draft = ctx[start:min(start + min(k, n), total)]
+                a = 0
+                while a < len(draft) and p + a < len(out) and draft[a] == out[p + a]:
+                    a += 1
+                res[p] = a
+                break
+    return res
