@@ -208,7 +208,10 @@ def _looks_like_path(name: str) -> bool:
 
 
 def get_model(name: str) -> Model:
-    """Resolve an alias ('llama-3.1-70b'), an HF id ('meta-llama/Llama-3.1-70B-Instruct') or a local folder."""
+    """Resolve an alias ('llama-3.1-70b'), an HF id ('meta-llama/Llama-3.1-70B-Instruct') or a local folder.
+
+    A name that is not a catalog row but ends in a quantization suffix ('llama-3.1-70b-awq',
+    'RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic') resolves to its base model with that weight format."""
     if not name or not name.strip():
         raise CatalogError("No model given.", "Pass --model NAME (an alias, a Hugging Face id or a local folder).")
     if _looks_like_path(name):
