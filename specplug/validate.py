@@ -185,7 +185,7 @@ def _parallel_problems(plan: Plan) -> list[Problem]:
         return []
     model = _catalog_model(plan.model.local_path or plan.model.hf_id)
     if model is None:
-        return []
+        return _draft_tp_problems(plan, tp)
     out: list[Problem] = []
     heads, kv = model.num_attention_heads, model.num_kv_heads
     if tp > 1 and plan.stack.name in HEAD_SHARDING_STACKS and heads:
@@ -202,6 +202,7 @@ def _parallel_problems(plan: Plan) -> list[Problem]:
                 f"Use a tensor parallel size that divides {kv} or is a multiple of {kv}, and divides {heads}.",
                 key="serve.tensor_parallel_size",
             ))
+    out += _draft_tp_problems(plan, tp)
     layers = model.num_layers
     if pp > 1 and layers and pp > layers:
         out.append(Problem(
@@ -209,3 +210,25 @@ def _parallel_problems(plan: Plan) -> list[Problem]:
             f"Use a pipeline parallel size of at most {layers}.", key="serve.pipeline_parallel_size",
         ))
     return out
+
+
+def _draft_tp_problems(plan: Plan, tp: int) -> list[Problem]:
+    """A separate draft model is sharded too: at draft_tensor_parallel_size on vLLM (unset: the target's size),
+    at the target's size on SGLang; its heads must split as the target's do."""
+    s = plan.speculation
+    if s.method != "draft_model" or not s.drafter or plan.stack.name not in ("vllm", "sglang"):
+        return []
+    dtp = (s.draft_tensor_parallel_size or tp) if plan.stack.name == "vllm" else tp
+    draft = _catalog_model(s.drafter)
+    if dtp == 1 or draft is None or not draft.num_attention_heads:
+        return []
+    heads, kv = draft.num_attention_heads, draft.num_kv_heads
+    if heads % dtp == 0 and (not kv or draft.uses_mla or kv % dtp == 0 or dtp % kv == 0):
+        return []
+    hint = ("Set speculation.draft_tensor_parallel_size: 1 (the drafter on one GPU)" if plan.stack.name == "vllm"
+            else "Pick a drafter whose heads divide by the tensor parallel size")
+    return [Problem(
+        f"The draft model {s.drafter} runs at tensor parallel size {dtp}, which does not split its {heads} attention"
+        f" heads ({kv} KV heads).",
+        hint + ".", key="speculation.draft_tensor_parallel_size" if plan.stack.name == "vllm" else "speculation.drafter",
+    )]

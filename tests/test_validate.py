@@ -27,7 +27,8 @@ def keys(plan) -> set[str | None]:
 
 
 def test_a_draft_model_of_another_tokenizer_is_refused_with_compatible_drafters_named():
-    plan = make_plan("vllm", "0.32.0", model=L70, method="draft_model", drafter=QWEN_SMALL, k=4, tp=4)
+    plan = make_plan("vllm", "0.32.0", model=L70, method="draft_model", drafter=QWEN_SMALL, k=4, tp=4,
+                     draft_tensor_parallel_size=1)
     problems = plan_problems(plan)
     assert [p.key for p in problems] == ["speculation.drafter"]
     p = problems[0]
@@ -128,6 +129,16 @@ def test_llamacpp_splits_layers_so_heads_do_not_matter():
     assert "serve.tensor_parallel_size" not in keys(plan)
 
 
+def test_a_draft_model_is_sharded_like_the_target():
+    # Qwen2.5-0.5B: 14 heads, 2 KV heads; at the target's tp=4 its heads do not split
+    qwen72, small = "Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
+    plan = make_plan("vllm", "0.32.0", model=qwen72, method="draft_model", drafter=small, k=4, tp=4)
+    found = [p for p in plan_problems(plan) if p.key == "speculation.draft_tensor_parallel_size"]
+    assert found and "14 attention heads" in found[0].message and "draft_tensor_parallel_size: 1" in found[0].hint
+    ok = make_plan("vllm", "0.32.0", model=qwen72, method="draft_model", drafter=small, k=4, tp=4, draft_tensor_parallel_size=1)
+    assert not [p for p in plan_problems(ok) if p.key == "speculation.draft_tensor_parallel_size"]
+
+
 def test_pipeline_size_above_the_layer_count_is_refused():
     plan = make_plan("vllm", "0.32.0", model="meta-llama/Llama-3.2-1B-Instruct", method="none",
                      serve={"pipeline_parallel_size": 17})
@@ -168,7 +179,7 @@ def test_render_refuses_exactly_what_validate_reports(stack, version, kw, needle
 
 def test_every_problem_is_reported_at_once():
     plan = make_plan("vllm", "0.32.0", model=L70, method="draft_model", drafter=QWEN_SMALL, k=4, tp=3,
-                     serve={"quantization": "int4-awq"})
+                     draft_tensor_parallel_size=1, serve={"quantization": "int4-awq"})
     with pytest.raises(InvalidPlan) as exc:
         validate_plan(plan)
     assert len(exc.value.problems) == 3
