@@ -87,7 +87,11 @@ def container_plan(plan: Plan) -> Plan:
 
 
 def launch_spec(plan: Plan):
-    return get_adapter(plan.stack.name).render(container_plan(plan))
+    from specplug.validate import validate_plan
+
+    plan = container_plan(plan)
+    validate_plan(plan)  # the same refusals as render and launch, every problem at once
+    return get_adapter(plan.stack.name).render(plan)
 
 
 def gpu_count(plan: Plan) -> int:

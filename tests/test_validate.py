@@ -216,3 +216,11 @@ def test_a_plugin_without_problems_gets_the_common_checks(monkeypatch):
 def test_problem_text_joins_message_and_hint():
     assert Problem("a.", "b.").text() == "a. b."
     assert Problem("a.").text() == "a."
+
+
+def test_deploy_renders_through_the_validator_too():
+    from specplug import deploy
+
+    plan = make_plan("vllm", "0.32.0", model=L70, method="ngram", k=3, tp=3)
+    with pytest.raises(InvalidPlan, match="64 attention heads"):
+        deploy.launch_spec(plan)
