@@ -149,17 +149,17 @@ class NgramReplay:
         found = {t: (h, nmin) for t, h in live}
         todo = [t for t, _ in live]
         for n in range(nmax, nmin, -1):  # longest first: a position keeps the first n that matches
-            todo = [t for t in todo if t > n]
-            if not todo:
-                break
-            got = list(map(s.find, [s[t - n:t] for t in todo], repeat(0), [t - 1 for t in todo]))
-            rest = []
-            for t, h in zip(todo, got, strict=True):
+            fits = [t for t in todo if t > n]  # an n-gram needs n + 1 tokens of context to occur earlier
+            if not fits:
+                continue
+            got = list(map(s.find, [s[t - n:t] for t in fits], repeat(0), [t - 1 for t in fits]))
+            settled = set()
+            for t, h in zip(fits, got, strict=True):
                 if h >= 0:
                     found[t] = (h, n)
-                else:
-                    rest.append(t)
-            todo = rest  # positions matched at a longer n are settled; shorter n are tried on the rest
+                    settled.add(t)
+            if settled:  # shorter n are tried on the rest only
+                todo = [t for t in todo if t not in settled]
         slen = len(s)
         pt = ps = pm = pd = -9  # the previous position's t, draft start, confirmed count and draft length
         for t, (h, n) in found.items():  # in order of t

@@ -51,3 +51,22 @@ def suffix_confirmed_local(prompt: list[int], out: list[int], k: int, depth: int
                 res[p] = a
                 break
     return res
+
+
+def position_counts(prompt: list[int], out: list[int], k: int, nmin: int = 2, nmax: int = 4) -> tuple[list[int], list[int]]:
+    """(trials, accepts) per draft position 1..k of the n-gram replay at draft length k: a position is tried
+    when every earlier one was accepted and the log still has a token there."""
+    trials, accepts = [0] * (k + 1), [0] * (k + 1)
+    p = 1
+    while p < len(out):
+        draft = ngram_propose(prompt + out[:p], k, nmin, nmax)
+        a = 0
+        while a < len(draft) and p + a < len(out) and draft[a] == out[p + a]:
+            a += 1
+        for i in range(1, k + 1):
+            if p + i - 1 >= len(out) or i > a + 1:
+                break
+            trials[i] += 1
+            accepts[i] += i <= a
+        p += a + 1
+    return trials, accepts

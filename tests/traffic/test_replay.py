@@ -1,0 +1,106 @@
+"""The proposer replays against plain, independent implementations, and on hand-built cases."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from specplug.traffic.replay import NgramReplay, SuffixReplay
+from tests.traffic import naive
+
+
+def _s(ids: list[int]) -> str:
+    return "".join(map(chr, ids))
+
+
+def _cases(seed: int, n: int):
+    rng = random.Random(seed)
+    for _ in range(n):
+        vocab = rng.choice([2, 3, 5, 12, 60])
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(0, 45))]
+        out = [rng.randrange(vocab) for _ in range(rng.randrange(1, 45))]
+        if prompt and rng.random() < 0.5:  # copy a stretch of the prompt, then go on freely
+            out = prompt[rng.randrange(len(prompt)):] + out[: rng.randrange(8)]
+        yield prompt, out
+
+
+@pytest.mark.parametrize(("nmin", "nmax"), [(2, 4), (1, 1), (3, 5), (5, 5)])
+def test_ngram_matches_a_plain_replay_at_every_k(nmin, nmax) -> None:
+    for prompt, out in _cases(nmin * 10 + nmax, 250):
+        r = NgramReplay(8, nmin, nmax)
+        r.add(_s(prompt), _s(out))
+        for k in (1, 2, 5, 8):
+            assert (r.tally.steps[k], r.tally.tokens[k]) == naive.replay(prompt, out, k, nmin, nmax), (prompt, out, k)
+        trials, accepts = naive.position_counts(prompt, out, 8, nmin, nmax)
+        assert r.tally.trials == trials and r.tally.accepts == accepts, (prompt, out)
+
+
+def test_suffix_local_drafts_match_a_plain_search() -> None:
+    for prompt, out in _cases(7, 300):
+        for depth in (3, 24):
+            r = SuffixReplay(8, depth=depth)
+            assert r.confirmed(_s(prompt), _s(out)) == naive.suffix_confirmed_local(prompt, out, 8, depth), (prompt, out)
+
+
+def test_copying_the_prompt_accepts_nearly_everything() -> None:
+    prompt = list(range(1000, 1300))
+    for replay in (NgramReplay(8), SuffixReplay(8)):
+        replay.add(_s(prompt), _s(prompt[40:240]))
+        rates = replay.tally.position_rates()
+        assert rates[0] > 0.95 and min(rates) > 0.85
+        assert replay.tally.acceptance_length(8) > 7.0
+        assert replay.tally.acceptance_length(1) == pytest.approx(2.0, abs=0.02)
+
+
+def test_free_text_accepts_almost_nothing() -> None:
+    rng = random.Random(0)
+    prompt = [rng.randrange(50_000) for _ in range(300)]
+    out = [rng.randrange(50_000) for _ in range(300)]
+    for replay in (NgramReplay(8), SuffixReplay(8)):
+        replay.add(_s(prompt), _s(out))
+        assert replay.tally.position_rates()[0] < 0.02
+        assert replay.tally.acceptance_length(4) < 1.02
+
+
+def test_no_match_counts_as_a_position_one_rejection() -> None:
+    r = NgramReplay(4)
+    r.add(_s([1, 2, 3]), _s([7, 8, 9, 10]))
+    assert r.tally.trials[1] == 3 and r.tally.accepts[1] == 0 and r.tally.trials[2] == 0
+    assert r.tally.acceptance_length(4) == 1.0
+
+
+def test_ngram_takes_the_earliest_occurrence() -> None:
+    # [5, 6] occurs twice before the end: vLLM's proposer continues the first one (7), not the later one (8).
+    prompt = [5, 6, 7, 1, 5, 6, 8, 2, 5]
+    r = NgramReplay(1, 2, 2)
+    assert r.confirmed(_s(prompt), _s([6, 7])) == [0, 1]
+    assert r.confirmed(_s(prompt), _s([6, 8])) == [0, 0]
+
+
+def test_suffix_learns_from_earlier_outputs_in_the_file() -> None:
+    rng = random.Random(1)
+    answer = [rng.randrange(50_000) for _ in range(120)]
+    r = SuffixReplay(8)
+    r.add(_s([1, 2, 3]), _s(answer))
+    first = r.tally.acceptance_length(8)
+    r.add(_s([4, 5, 6]), _s(answer))  # the same answer again, to a different prompt
+    n_first = len(answer) - 1
+    steps_second = r.tally.steps[8] - n_first
+    assert first == pytest.approx(1.0)
+    assert (len(answer) - 1) / steps_second > 5.0  # copied from the global index
+    # n-gram decoding sees one request at a time: nothing to copy.
+    ng = NgramReplay(8)
+    ng.add(_s([4, 5, 6]), _s(answer))
+    assert ng.tally.acceptance_length(8) == pytest.approx(1.0)
+
+
+def test_global_index_memory_is_bounded(monkeypatch) -> None:
+    from specplug.traffic import replay
+
+    monkeypatch.setattr(replay, "GLOBAL_KEYS", 100)
+    r = SuffixReplay(4)
+    rng = random.Random(2)
+    for _ in range(50):
+        r.remember(_s([rng.randrange(50_000) for _ in range(60)]))
+        assert len(r._new) <= 160 and len(r._old) <= 160
