@@ -158,6 +158,7 @@ class Row:
         kw: dict[str, Any] = dict(
             drafter=self.drafter, gpu=self.gpu, num_gpus=self.num_gpus, batch_size=self.batch, workload=self.workload,
             temperature=self.temperature, stack=self.stack, input_len=self.input_len, output_len=256, dtype=self.dtype,
+            require_fit=False,  # a published row ran, whatever memory rule a stack would apply today
         )
         if self.tree:
             kw.update(num_speculative_tokens=self.tree[0], tree_topk=self.tree[1], num_draft_tokens=self.tree[2])

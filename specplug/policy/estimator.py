@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.catalog import get_gpu
 from specplug.catalog.precision import kv_cache_bytes
-from specplug.config import METHODS, WORKLOADS, TreeSpec
+from specplug.config import METHODS, STACKS, WORKLOADS, TreeSpec, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.policy import engine as E
 from specplug.policy.data import load_policy
@@ -69,6 +69,7 @@ def estimate(
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
     traffic: str | Path | None = None,
+    require_fit: bool = True,
 ) -> Estimate:
     """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given."""
     if method not in ESTIMATE_METHODS:
@@ -128,6 +129,9 @@ def estimate(
             warnings.append(f"No published {method} head for {m.name} is known: the estimate assumes a typical one.")
         if method == "mtp" and not m.mtp_layers:
             warnings.append(f"{m.name} has no MTP layers: the estimate assumes it had one.")
+    if stack in STACKS:
+        _validate(m, g.name, g.memory_gb or 0.0, num_gpus, stack, tp, pp, method, d.drafter_id, num_speculative_tokens,
+                  quantization, kv_cache_dtype)
     if d.ruled_out:
         warnings.append(d.ruled_out)
     if d.note:
@@ -145,8 +149,16 @@ def estimate(
     if tree is None and o.shape.steps:
         tree = TreeSpec(steps=o.shape.steps, topk=o.shape.topk, num_draft_tokens=o.shape.tokens)
     mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, batch_size, input_len + output_len, d)
-    if not mem.fits:
+    if not mem.fits and not require_fit:
         warnings.append(f"Does not fit: {mem.used_gb:.1f} GB needed per GPU, {mem.usable_gb:.1f} GB usable.")
+    elif not mem.fits:
+        # No speedup is shown for a deployment that cannot start.
+        raise SpecplugError(
+            f"{m.name} with {method} does not fit on {num_gpus} x {g.name}: {mem.used_gb:.1f} GB needed per GPU, "
+            f"{mem.usable_gb:.1f} GB usable.",
+            f"'specplug recommend --model {m.name} --gpu {gpu} --num-gpus {num_gpus}' lists what would fit "
+            "(more GPUs, --quantization, --kv-cache-dtype fp8, a shorter context).",
+        )
     r = lambda x: round(x, 4)  # noqa: E731
     return Estimate(
         model=m.hf_id,
@@ -173,3 +185,23 @@ def estimate(
         fits=mem.fits,
         warnings=warnings,
     )
+
+
+def _validate(m: Any, gpu: str, gpu_gb: float, n: int, stack: str, tp: int, pp: int, method: str, drafter: str | None,
+              k: int | None, quantization: str | None, kv_cache_dtype: str) -> None:
+    """The checks every command runs (specplug.validate), on the Plan this estimate stands for."""
+    from specplug.config import ServeSpec
+    from specplug.plan import ModelRef, Parallelism, Plan, Speculation, StackRef
+    from specplug.probe import Hardware
+    from specplug.validate import validate_plan
+
+    plan = Plan(
+        model=ModelRef(name=m.name, hf_id=m.local_path or m.hf_id, local_path=m.local_path, weight_format=m.weight_format),
+        hardware=Hardware(gpu=gpu, num_gpus=n, memory_gb=gpu_gb, source="named"),
+        stack=StackRef(name=stack),  # type: ignore[arg-type]
+        workload=WorkloadSpec(),
+        parallelism=Parallelism(tensor_parallel_size=tp, pipeline_parallel_size=pp),
+        speculation=Speculation(method=method, drafter=drafter, num_speculative_tokens=k or 1),  # type: ignore[arg-type]
+        serve=ServeSpec(quantization=quantization, kv_cache_dtype=kv_cache_dtype),  # type: ignore[arg-type]
+    )
+    validate_plan(plan)

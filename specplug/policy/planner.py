@@ -163,6 +163,12 @@ def _fixes(cfg: Config, plan_kw: dict[str, Any], n: int, fmt_name: str, kv_dtype
         tries.append(("--quantization fp8 (FP8 weights)", {"serve": {"quantization": "fp8"}}))
     if get_weight_format(fmt_name).bits_per_weight > 4.6:
         tries.append(("--quantization int4-awq (INT4 weights; needs an AWQ checkpoint)", {"serve": {"quantization": "int4-awq"}}))
+    from specplug.catalog import models as all_models
+
+    # Published quantized checkpoints of this model: the usual way to serve lighter weights.
+    base = E.check_model(cfg.model).hf_id.lower()
+    for q in sorted((m for m in all_models() if m.base_model.lower() == base), key=lambda m: -get_weight_format(m.weight_format).bits_per_weight):
+        tries.append((f"--model {q.hf_id} ({q.weight_format} checkpoint)", {"model": q.hf_id}))
     if kv_dtype == "auto":
         tries.append(("--kv-cache-dtype fp8 (FP8 KV cache)", {"serve": {"kv_cache_dtype": "fp8"}}))
     for frac in (2, 4):

@@ -67,7 +67,7 @@ def test_pinned_hardware_that_cannot_hold_the_model_lists_quantized_fixes_with_s
     with pytest.raises(SpecplugError) as err:
         specplug.recommend("llama-3.1-70b", gpu="a100-40gb", num_gpus=2)
     hint = err.value.hint or ""
-    assert "--quantization int4-awq" in hint and "--num-gpus 8: fits" in hint
+    assert "AWQ-INT4 (int4-awq checkpoint): fits" in hint and "--num-gpus 8: fits" in hint
     assert "2.17x" not in str(err.value)  # no headline speedup for the plan that cannot start
 
 
