@@ -218,11 +218,11 @@ def quantization_problems(
         lead = f"{at} cannot quantize the {p.checkpoint} checkpoint to {p.served}{reason}."
     else:
         lead = f"{at} cannot convert the {p.checkpoint} checkpoint to {p.served}."
-    fixes = ["leave serve.quantization unset to serve the checkpoint as it is",
+    fixes = ["Leave serve.quantization unset to serve the checkpoint as it is",
              f"point model at an {p.served} checkpoint (and leave serve.quantization unset)"]
     if online_hint and p.checkpoint_bits >= 16:
         fixes.append(f"use {online_hint}")
-    return [Problem(lead, "What works: " + "; or ".join(fixes) + ".", key="serve.quantization")]
+    return [Problem(lead, ", ".join(fixes[:-1]) + ", or " + fixes[-1] + ".", key="serve.quantization")]
 
 
 def kv_problems(kv: str, display_name: str, version: str | None, table: dict, extra: str = "") -> list[Problem]:

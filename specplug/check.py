@@ -151,8 +151,21 @@ def _plan_problems(plan: Any, cfg_file: str, lock_file: str, explicit: bool, ski
         key = p.key or "plan"
         if key.startswith("speculation.") and not explicit:
             key = "speculation"  # the policy chose it: re-plan rather than edit a key that is not there
-        out.append(Problem("compat", cfg_file if p.key else lock_file, p.message, key=key, fix=p.hint))
+        line = _config_line(cfg_file, key) if p.key else None
+        out.append(Problem("compat", cfg_file if p.key else lock_file, p.message, key=key, line=line, fix=p.hint))
     return out
+
+
+def _config_line(cfg_file: str, key: str) -> int | None:
+    """Line of ``key`` (or of its nearest parent) in the config, so editors jump to what to change."""
+    import yaml
+
+    from specplug.config import _line_of
+
+    try:
+        return _line_of(yaml.compose(Path(cfg_file).read_text(encoding="utf-8")), key.split("."))
+    except (OSError, yaml.YAMLError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- stale

@@ -51,7 +51,7 @@ def test_vllm_int8_at_load_only_where_the_shorthand_exists():
 
 def test_vllm_refuses_awq_of_a_16bit_checkpoint_and_says_what_works():
     err = refused("vllm", "0.32.0", "serves int4-awq only from a checkpoint", serve={"quantization": "int4-awq"})
-    assert "leave serve.quantization unset" in err.hint and "int4-awq checkpoint" in err.hint and "fp8" in err.hint
+    assert "Leave serve.quantization unset" in err.hint and "int4-awq checkpoint" in err.hint and "fp8" in err.hint
 
 
 def test_vllm_refuses_gguf_types_and_dequantizing():
