@@ -175,6 +175,26 @@ def rates_for(c: Context, d: DraftChoice) -> tuple[float, ...] | None:
     return tuple(min(max(r, 0.0), c.policy.acceptance.max_alpha) for r in rates) if rates else None
 
 
+_K_IN_BASIS = re.compile(r"\bk\s*=\s*(\d+)", re.IGNORECASE)
+
+
+def published_alpha(c: Context, d: DraftChoice) -> float | None:
+    """First-position acceptance implied by the drafter's own published acceptance length (its card or paper),
+    moved to this workload and temperature by the method prior's effects; None when none is published."""
+    cat = d.catalog
+    if cat is None or not cat.acceptance_length or d.method in COPY_METHODS:
+        return None
+    m = _K_IN_BASIS.search(cat.acceptance_basis or "")
+    if not m:
+        return None
+    prior = c.policy.prior(d.method)
+    k = int(m.group(1))
+    a = perf.solve_alpha(cat.acceptance_length, k, prior.decay)
+    x = perf.logit(a) + perf.logit(prior.alpha_for(c.workload)) - perf.logit(prior.alpha_for("chat"))
+    x += prior.temperature_slope * min(c.temperature, 1.0)
+    return min(perf.sigmoid(x), c.policy.acceptance.max_alpha)
+
+
 def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     """First-position acceptance for a candidate, and where it came from: 'calibrated' (a calibration
     entry), 'traffic' (measured on the user's logs, or the prior moved by their measured shape) or None."""
@@ -191,7 +211,7 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     ratio = None
     if d.method == "draft_model" and d.drafter_arch is not None:
         ratio = d.drafter_arch.params_b / max(c.target.params_b, 1e-3)
-    a = perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio)
+    a = published_alpha(c, d) or perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio)
     if c.traffic is not None and prior.kind == "model":
         shifted = perf.sigmoid(perf.logit(a) + c.traffic.workload_shift())
         return min(shifted, c.policy.acceptance.max_alpha), "traffic"
