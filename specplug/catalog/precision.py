@@ -70,10 +70,7 @@ def effective_bytes(fmt: WeightFormat, params: float, embedding_params: float, e
         return fmt.bytes_per_weight
     if fmt.scope == "all" or not fmt.quantized:
         return fmt.bytes_per_weight
-    if fmt.scope == "experts":
-        q = min(expert_params, params)
-    else:
-        q = max(params - embedding_params, 0.0)
+    q = min(expert_params, params) if fmt.scope == "experts" else max(params - embedding_params, 0.0)
     return (q * fmt.bytes_per_weight + (params - q) * 2.0) / params
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specplug.catalog import GPU, Model, get_model
-from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight_format
 from specplug.catalog.drafters import Drafter, find_drafter
+from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight_format
 from specplug.config import TreeSpec
 from specplug.errors import CatalogError, SpecplugError, StackError
 from specplug.policy import perf

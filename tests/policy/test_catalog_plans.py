@@ -39,7 +39,7 @@ def test_moe_predicted_curve_does_not_rise_with_batch(model: str) -> None:
     if p is None or not p.prediction.curve:
         return
     gains = [pt.speedup for pt in p.prediction.curve]
-    assert all(b <= a for a, b in zip(gains, gains[1:])), gains
+    assert all(b <= a for a, b in zip(gains, gains[1:], strict=False)), gains
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_moe_cost_model_itself_does_not_favour_bigger_batches(model: str, method
         specplug.estimate(model, method, gpu="h200", num_gpus=gpus, batch_size=b, stack="vllm").speedup
         for b in (1, 4, 16, 64)
     ]
-    assert all(b <= a * 1.02 for a, b in zip(gains, gains[1:])), gains
+    assert all(b <= a * 1.02 for a, b in zip(gains, gains[1:], strict=False)), gains
     assert gains[-1] < gains[0]
 
 
