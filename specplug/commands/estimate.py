@@ -34,8 +34,11 @@ _STACKS = ("vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded", "hf")
               help="JSONL log of requests and completions: measured shape and acceptance replace the workload's prior.")
 @click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
               help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
+@click.option("--quantization", default=None, help="Weight format to serve (fp8, int4-awq, mxfp4, nvfp4, q4_k_m ...) [the checkpoint's].")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
+              show_default=True)
 @output_option
-def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, input_len, output_len, calibration, policy_path, traffic, traffic_map, output) -> None:
+def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, input_len, output_len, calibration, policy_path, traffic, traffic_map, quantization, kv_cache_dtype, output) -> None:
     """Estimate speedup and acceptance length for one configuration."""
     from specplug.policy import estimate as run
     from specplug.traffic.records import using_field_map
@@ -59,6 +62,8 @@ def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draf
             output_len=output_len,
             calibration=calibration,
             policy=policy_path,
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
             **extra,
         )
 

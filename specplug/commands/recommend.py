@@ -30,12 +30,15 @@ from specplug.output import emit, output_option
               help="JSONL log of requests and completions: measured shape and acceptance replace the workload's prior.")
 @click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
               help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
+@click.option("--quantization", default=None, help="Weight format to serve (fp8, int4-awq, mxfp4, nvfp4, q4_k_m ...) [the checkpoint's].")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]), default=None,
+              help="KV-cache dtype [auto].")
 @config_option
 @output_option
-def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature, stack, stack_version, drafter, policy_path, calibration, traffic, traffic_map, config_path, output) -> None:
+def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature, stack, stack_version, drafter, policy_path, calibration, traffic, traffic_map, quantization, kv_cache_dtype, config_path, output) -> None:
     """Recommend a speculative-decoding setup: technique, drafter, k, schedule, memory and predicted speedup.
 
-    Exit status 0 with the plan even when it does not fit (the plan says so and how to fix it).
+    A deployment that cannot fit in memory exits 1 with the fixes and what each would give.
     """
     from specplug.commands._common import read_config
     from specplug.policy import recommend as run
@@ -44,21 +47,15 @@ def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_l
     cfg, _ = read_config(config_path)
     with using_field_map(traffic_map, progress=sys.stderr.isatty()):
         plan = _run(run, model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature,
-                    stack, stack_version, drafter, cfg, policy_path, calibration, traffic)
+                    stack, stack_version, drafter, cfg, policy_path, calibration, traffic, quantization, kv_cache_dtype)
     from specplug.policy.render import plan_tables
 
     emit(plan, output, plan_tables)
 
 
 def _run(run, model, gpu, num_gpus, batch_size, concurrency, input_len, output_len, workload, temperature, stack,
-         stack_version, drafter, cfg, policy_path, calibration, traffic):
-    if traffic is None:
-        # --traffic given nowhere: the config's workload.traffic, if any, is the planner's to read.
-        return run(
-            model, gpu=gpu, num_gpus=num_gpus, batch_size=batch_size, concurrency=concurrency, input_len=input_len,
-            output_len=output_len, workload=workload, temperature=temperature, stack=stack,
-            stack_version=stack_version, drafter=drafter, config=cfg, policy=policy_path, calibration=calibration,
-        )
+         stack_version, drafter, cfg, policy_path, calibration, traffic, quantization=None, kv_cache_dtype=None):
+    # --traffic given nowhere (None): the config's workload.traffic, if any, is the planner's to read.
     return run(
         model,
         gpu=gpu,
@@ -76,4 +73,6 @@ def _run(run, model, gpu, num_gpus, batch_size, concurrency, input_len, output_l
         policy=policy_path,
         calibration=calibration,
         traffic=traffic,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
     )
