@@ -5,7 +5,7 @@ committed lock. Checks, in order:
 
 1. **schema**: specplug.yaml loads under the current schema (an old schema points at ``specplug migrate``);
 2. **lock**: specplug.lock.yaml exists, is readable and was planned from the current inputs (**drift**: the
-   spec, policy, calibration or catalog changed since ``specplug plan``), naming the file and key;
+   spec, policy, calibration, traffic file or catalog changed since ``specplug plan``), naming the file and key;
 3. **compat**: the locked plan on its pinned stack version: technique supported, adapter renders it, draft
    model's tokenizer matches the target's, memory fits;
 4. **stale**: each ``--rendered DIR`` holds exactly what the lock renders today (deploy renders via their
