@@ -121,7 +121,7 @@ def _shape(prompt: str, out: str) -> tuple[int, int, int]:
     return n, sum(map(pset.__contains__, grams)), repeated
 
 
-def _progress(total: int):
+def _progress():
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -204,7 +204,7 @@ def load_traffic(
     except OSError as exc:
         raise SpecplugError(f"Cannot read traffic file {p}: {exc.strerror}.") from None
     with fh:
-        bar = _progress(p.stat().st_size) if progress else None
+        bar = _progress() if progress else None
         if bar is not None:
             bar.start()
             task = bar.add_task("traffic", total=p.stat().st_size)

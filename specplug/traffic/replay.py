@@ -20,7 +20,10 @@ from itertools import repeat
 SUFFIX_MAX_DEPTH = 24  # vLLM's suffix_decoding_max_tree_depth default
 SUFFIX_SPEC_FACTOR = 1.0  # suffix_decoding_max_spec_factor default: draft at most factor * match length tokens
 GLOBAL_GRAM = 4  # previous outputs are indexed by their 4-grams (shorter cross-request matches are ignored)
-GLOBAL_KEYS = 400_000  # keys per generation of the global index (two generations kept: bounded memory)
+# 4-grams per generation of the global index; two generations are kept (the last ~250-500k output tokens,
+# about 1,000-2,000 answers), about 45 MB each. Arctic keeps 10,000 answers by default; past a thousand or so
+# the gain of an older answer is small, and memory stays bounded on any file.
+GLOBAL_KEYS = 250_000
 
 
 class Tally:
@@ -197,8 +200,9 @@ class SuffixReplay:
     (up to SUFFIX_MAX_DEPTH tokens) found in either, at most ``SUFFIX_SPEC_FACTOR * match length`` tokens.
     Simplifications, said plainly: the continuation is that of the most recent occurrence rather than the
     most frequent child of the tree node, there is no min_token_prob cut-off (a draft it would prune counts
-    as a rejection here, as a missing draft does there), and cross-request matches need 4 tokens. The global
-    index holds two generations of GLOBAL_KEYS 4-grams: memory stays bounded on any file size.
+    as a rejection here, as a missing draft does there), cross-request matches need 4 tokens and are looked up
+    only when this request's own match is shorter than k_max. The global index holds two generations of
+    GLOBAL_KEYS 4-grams: memory stays bounded on any file size.
     """
 
     def __init__(self, k_max: int = 8, depth: int = SUFFIX_MAX_DEPTH, factor: float = SUFFIX_SPEC_FACTOR) -> None:

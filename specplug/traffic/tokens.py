@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from specplug.catalog import Model
@@ -29,8 +29,7 @@ class Tokenizer:
 
     name: str
     encode_batch: Callable[[Sequence[str]], list[str]]
-    exact: bool = False
-    _vocab: dict[str, str] = field(default_factory=dict, repr=False)
+    exact: bool = False  # the model's own tokenizer (not the proxy)
 
 
 def _hf_cache_roots() -> list[Path]:
@@ -50,7 +49,7 @@ def find_tokenizer_file(model: Model) -> tuple[Path, str] | None:
         p = Path(model.local_path) / "tokenizer.json"
         if p.is_file():
             return p, f"local folder {model.local_path}"
-    if "/" in model.hf_id:
+    if "/" in model.hf_id and not model.local_path and not model.hf_id.startswith(("/", ".", "~")):
         org, name = model.hf_id.split("/", 1)
         for root in _hf_cache_roots():
             snaps = root / f"models--{org}--{name}" / "snapshots"
@@ -104,9 +103,7 @@ def proxy() -> Tokenizer:
             out.append("".join([get(p) or piece(p) for p in findall(t)]))
         return out
 
-    return Tokenizer(
-        name="proxy: regex word pieces (model tokenizer not available offline)", encode_batch=encode_batch, _vocab=vocab
-    )
+    return Tokenizer(name="proxy: regex word pieces (model tokenizer not available offline)", encode_batch=encode_batch)
 
 
 def choose(model: Model) -> Tokenizer:
