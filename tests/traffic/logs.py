@@ -65,7 +65,7 @@ def chat_answer(rng: random.Random, words: int = 180) -> str:
     return " ".join(sentences)
 
 
-def build(kind: str, n: int | None = None, seed: int = 0) -> list[dict]:
+def build(kind: str, n: int | None = None, seed: int = 0, words: int = 180) -> list[dict]:
     """Records {"prompt": ..., "completion": ...} of ``kind`` ('code-edit' or 'chat'); ``n`` cycles the prompts."""
     rng = random.Random(seed)
     ps = prompts(kind)
@@ -73,7 +73,7 @@ def build(kind: str, n: int | None = None, seed: int = 0) -> list[dict]:
     recs = []
     for i in range(n):
         p = ps[i % len(ps)]
-        comp = edit_answer(p, rng) if kind == "code-edit" else chat_answer(rng)
+        comp = edit_answer(p, rng) if kind == "code-edit" else chat_answer(rng, words)
         recs.append({"prompt": p, "completion": comp})
     return recs
 

@@ -4,6 +4,7 @@ shape figures, and what the planner does with them."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_hugging_face_cache_is_found(tmp_path, monkeypatch, smollm2_tokenizer_fo
 def test_measured_ngram_acceptance_equals_a_plain_replay(tmp_path, smollm2_tokenizer_folder, kind) -> None:
     from tokenizers import Tokenizer
 
-    recs = logs.build(kind, 5, seed=3)
+    recs = logs.build(kind, 5, seed=3, words=60)  # short chat answers: the plain replay is quadratic
     path = logs.write(tmp_path / f"{kind}.jsonl", recs, "chat-pair")
     prof = load_traffic(path, get_model(str(smollm2_tokenizer_folder)))
     tok = Tokenizer.from_file(str(smollm2_tokenizer_folder / "tokenizer.json"))
@@ -86,7 +87,10 @@ def test_acceptance_grows_with_k_on_copied_text(code_edit_log) -> None:
 def test_large_files_replay_evenly_spaced_blocks(tmp_path) -> None:
     from specplug.traffic import profile
 
-    path = logs.write(tmp_path / "big.jsonl", logs.build("chat", 1200))
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(40)]
+    recs = [{"prompt": " ".join(rng.choices(words, k=12)), "completion": " ".join(rng.choices(words, k=20))} for _ in range(1200)]
+    path = logs.write(tmp_path / "big.jsonl", recs)
     full = load_traffic(path, NO_TOKENIZER, max_replay=None)
     part = load_traffic(path, NO_TOKENIZER, max_replay=600)
     assert full.replayed == full.requests == part.requests == 1200
