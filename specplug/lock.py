@@ -312,7 +312,11 @@ def plan_fresh(
     if tpath is not None:
         # The plan names the file as the lock does (relative to its folder), not as this cwd reached it.
         rel = _traffic_name(tpath, config_path)
-        update: dict[str, Any] = {"workload": plan.workload.model_copy(update={"traffic": rel})}
+        update: dict[str, Any] = {
+            "workload": plan.workload.model_copy(update={"traffic": rel}),
+            "reasons": [r.replace(str(tpath), rel) for r in plan.reasons],
+            "warnings": [w.replace(str(tpath), rel) for w in plan.warnings],
+        }
         if plan.traffic is not None:
             update["traffic"] = {**plan.traffic, "file": rel}
         plan = plan.model_copy(update=update)

@@ -135,3 +135,16 @@ def test_calibrate_needs_a_source_and_a_copy_method(run_cli, tmp_path, code_edit
     assert r.exit_code == 1 and "--traffic" in r.stderr
     r = run_cli("calibrate", "--traffic", str(code_edit_log), "--model", "qwen3-8b", "--method", "eagle3", "-o", str(tmp_path / "c.yaml"))
     assert r.exit_code == 1 and "copy-based" in r.stderr
+
+
+def test_lock_reads_the_same_from_any_working_folder(run_cli, tmp_path, monkeypatch, code_edit_log) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _project(proj, code_edit_log)
+    assert run_cli("plan", "-c", "proj/specplug.yaml").exit_code == 0
+    first = (proj / "specplug.lock.yaml").read_text(encoding="utf-8")
+    monkeypatch.chdir(proj)
+    r = run_cli("plan")
+    assert r.exit_code == 0 and "Unchanged" in r.stdout
+    assert (proj / "specplug.lock.yaml").read_text(encoding="utf-8") == first
+    assert "proj/" not in first
