@@ -70,3 +70,42 @@ def position_counts(prompt: list[int], out: list[int], k: int, nmin: int = 2, nm
             accepts[i] += i <= a
         p += a + 1
     return trials, accepts
+
+
+def suffix_confirmed(prompt: list[int], out: list[int], earlier: list[list[int]], k: int = 8, depth: int = 24,
+                     gram: int = 4) -> list[int]:
+    """suffix_confirmed_local plus the outputs of earlier requests: when this request's own match is shorter
+    than k, the most recent earlier occurrence of the last ``gram`` tokens, extended backwards (up to depth),
+    is used instead if its match is longer."""
+    res = [0] * len(out)
+    for p in range(1, len(out)):
+        ctx = prompt + out[:p]
+        total = len(ctx)
+        n, start = 0, 0
+        for nn in range(min(depth, total - 1), 0, -1):
+            occ = [i for i in range(0, total - nn) if ctx[i:i + nn] == ctx[total - nn:]]
+            if occ:
+                n, start = nn, occ[-1] + nn
+                break
+        src, mlen, lim = ctx, n, total
+        if n < k and total >= gram and earlier:
+            best = None
+            for o in earlier:  # later requests, and later places in them, win
+                for i in range(gram, len(o) + 1):
+                    if o[i - gram:i] == ctx[total - gram:]:
+                        best = (o, i)
+            if best:
+                o, end = best
+                gl = gram
+                while gl < min(depth, end, total) and o[end - gl - 1] == ctx[total - gl - 1]:
+                    gl += 1
+                if gl > n:
+                    src, start, mlen, lim = o, end, gl, len(o)
+        if mlen <= 0:
+            continue
+        draft = src[start:min(start + min(k, mlen), lim)]
+        a = 0
+        while a < len(draft) and p + a < len(out) and draft[a] == out[p + a]:
+            a += 1
+        res[p] = a
+    return res

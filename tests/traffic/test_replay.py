@@ -104,3 +104,19 @@ def test_global_index_memory_is_bounded(monkeypatch) -> None:
     for _ in range(50):
         r.remember(_s([rng.randrange(50_000) for _ in range(60)]))
         assert len(r._new) <= 160 and len(r._old) <= 160
+
+
+def test_suffix_with_earlier_outputs_matches_a_plain_search() -> None:
+    rng = random.Random(4)
+    for _ in range(120):
+        vocab = rng.choice([3, 6, 20])
+        r, earlier = SuffixReplay(8), []
+        for _ in range(4):
+            prompt = [rng.randrange(vocab) for _ in range(rng.randrange(0, 20))]
+            out = [rng.randrange(vocab) for _ in range(rng.randrange(1, 40))]
+            if earlier and rng.random() < 0.6:  # repeat part of an earlier answer
+                o = rng.choice(earlier)
+                out = o[rng.randrange(len(o)):] + out[:6]
+            assert r.confirmed(_s(prompt), _s(out)) == naive.suffix_confirmed(prompt, out, earlier), (prompt, out, earlier)
+            r.remember(_s(out))
+            earlier.append(out)
