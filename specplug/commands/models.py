@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from specplug.output import emit, output_option, table
+
+if TYPE_CHECKING:
+    from specplug.catalog import Drafter, Model
 
 
 def _row(m) -> tuple:
@@ -60,7 +65,14 @@ def show(name: str, output: str) -> None:
         out = [table(m.hf_id, ["field", "value"], facts)]
         if d["known_drafters"]:
             out.append(table("known drafters", _DRAFTER_COLS, [_drafter_row(x) for x in d["known_drafters"]]))
-            basis = [f"  {x['drafter_hf_id']}: {x['acceptance_length']:g} ({x['acceptance_basis']})" for x in d["known_drafters"] if x["acceptance_length"]]
+            from rich.markup import escape
+
+            # Bases quote configs like '[1, 46, 90]', which rich would otherwise read as markup.
+            basis = [
+                escape(f"  {x['drafter_hf_id']}: {x['acceptance_length']:g} ({x['acceptance_basis']})")
+                for x in d["known_drafters"]
+                if x["acceptance_length"]
+            ]
             if basis:
                 out.append("published acceptance (tokens per target pass):\n" + "\n".join(basis))
             if any(x["confirmed"] == "no" for x in d["known_drafters"]):
@@ -74,7 +86,7 @@ def show(name: str, output: str) -> None:
 _DRAFTER_COLS = ["method", "format", "drafter", "params (B)", "draft vocab", "stacks (first version)", "acceptance", "confirmed"]
 
 
-def _drafters_of(m) -> list:
+def _drafters_of(m: Model) -> list[Drafter]:
     """The model's drafters (its base model's included), then placeholder rows, which planners never see."""
     from specplug.catalog.drafters import drafters_for
 
@@ -84,7 +96,7 @@ def _drafters_of(m) -> list:
     return known + unconfirmed
 
 
-def _drafter_plain(d) -> dict:
+def _drafter_plain(d: Drafter) -> dict:
     from specplug.output import to_plain
 
     out = to_plain(d)
@@ -93,7 +105,7 @@ def _drafter_plain(d) -> dict:
     return out
 
 
-def _stacks_text(stacks: dict) -> str:
+def _stacks_text(stacks: dict[str, str | None]) -> str:
     return ", ".join(name if ver is None else f"{name}>={ver}" for name, ver in stacks.items())
 
 
