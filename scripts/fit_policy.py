@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DATA = ROOT.parent / "shared" / "data" / "published_results.csv"
+# Sourced MoE, multi-GPU and SGLang results that shared/data lacks (benchmarks/data/README.md cites each).
+EXTRA = ROOT / "benchmarks" / "data" / "extra_results.csv"
 OUT = ROOT / "policies" / "fitted.yaml"
 
 # ----------------------------------------------------------------------------------------- mapping tables
@@ -55,15 +57,29 @@ TARGETS = [
     (r"^qwen3-1\.7b$", "Qwen/Qwen3-1.7B"),
     (r"^qwen3-4b", "Qwen/Qwen3-4B"),
     (r"qwen2\.5-coder-32b", "Qwen/Qwen2.5-Coder-32B-Instruct"),
+    (r"deepseek-v3\.1", "deepseek-ai/DeepSeek-V3.1"),
     (r"deepseek-v3", "deepseek-ai/DeepSeek-V3"),
+    (r"deepseek-r1 \(671b", "deepseek-ai/DeepSeek-R1"),
+    (r"^gpt-oss-120b", "openai/gpt-oss-120b"),
+    (r"^gpt-oss-20b", "openai/gpt-oss-20b"),
+    (r"^qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B"),
+    (r"^qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B"),
+    (r"^llama-4-maverick-17b-128e-instruct", "meta-llama/Llama-4-Maverick-17B-128E-Instruct"),
+    (r"^llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E-Instruct"),
+    (r"^kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct"),
+    (r"^glm-4\.6", "zai-org/GLM-4.6"),
+    (r"^llama-3\.3-70b", "meta-llama/Llama-3.3-70B-Instruct"),
+    (r"^qwq-32b", "Qwen/QwQ-32B"),
 ]
 # method text -> canonical method (None: not a technique specplug models, row left out)
 METHODS = [
+    (r"relaxed|dflash", None),
+    (r"^mtp", "mtp"),  # MTP run through an EAGLE-style loop is still the model's own MTP layers
     (r"samd|eagle-?2|eagle2", "eagle"),
     (r"eagle-?3", "eagle3"),
     (r"eagle", "eagle"),
     (r"medusa|hydra", "medusa"),
-    (r"^mtp", "mtp"),
+    (r"relaxed", None),  # lossy acceptance: not what specplug configures
     (r"dflash|self-spec|magicdec|bass|smartspec|exspec|oracle|ideal|unigram|bigram|streamingllm", None),
     (r"prompt lookup|^pld|n-gram|ngram", "ngram"),
     # Retrieval drafting (REST datastore, token recycling) copies longer continuations from an index, as suffix
@@ -87,6 +103,7 @@ DRAFTERS = [
 ]
 ENGINES = [
     (r"tensorrt", "trtllm"),
+    (r"^sglang", "sglang"),
     (r"vllm", "vllm"),
     (r"llama\.cpp", "llamacpp"),
     (r"torch\.compile|^gpt-fast$|gpt-fast style", "vllm"),  # compiled / graph-captured: engine-like overheads
@@ -97,6 +114,13 @@ GPUS = [
     (r"a100 80gb|^a100$|a100 x1|8x a100", "A100-80GB-SXM"),
     (r"a100 40gb", "A100-40GB-SXM"),
     (r"h100", "H100-SXM"),
+    (r"h200-pcie|h200-nvl", "H200-NVL"),
+    (r"h200", "H200"),
+    (r"\bh20\b", "H20"),
+    (r"gb200", "GB200"),
+    (r"b200", "B200"),
+    (r"b300", "B300"),
+    (r"mi325x", "MI325X"),
     (r"rtx 3090", "RTX-3090"),
     (r"rtx 4090", "RTX-4090"),
     (r"rtx 3060", None),
@@ -153,6 +177,14 @@ class Row:
     input_len: int
     dataset: str
     flag: str = ""
+    extra: bool = False  # from benchmarks/data rather than shared/data
+    moe: bool = False
+
+    @property
+    def trains(self) -> bool:
+        """Whether the fit learns from this row. MoE rows do not: their step cost (experts touched, routing
+        latency) is set by the grid in moe_grid(), and their misfit would otherwise bend the shared priors."""
+        return not self.moe
 
     def estimate_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = dict(
@@ -176,6 +208,8 @@ def _temperature(text: str) -> float | None:
     t = (text or "").lower()
     if t in ("", "0", "greedy", "top_k 1") or t.startswith(("0 (greedy)", "two rows")):
         return 0.0
+    if re.fullmatch(r"\d+(?:\.\d+)?", t):
+        return float(t)
     m = re.search(r"t=(\d+(?:\.\d+)?)", t)
     if m:
         return float(m.group(1))
@@ -219,8 +253,18 @@ def _gpu(r: dict[str, str], model_params: float | None) -> str | None:
     return _first(GPUS, g, None)
 
 
-def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
-    """Rows mapped to estimate() arguments, and counts of why others were left out."""
+def _csv_rows(paths: list[Path]):
+    for p in paths:
+        if p.is_file():
+            with open(p, newline="", encoding="utf-8") as f:
+                for r in csv.DictReader(f):
+                    yield {**r, "_extra": "1" if p == EXTRA else ""}
+
+
+def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[str, int]]:
+    """Rows mapped to estimate() arguments, and counts of why others were left out (default: shared/data's
+    published results and benchmarks/data's extra ones)."""
+    paths = [DATA, EXTRA] if path is None else (list(path) if isinstance(path, list) else [path])
     from specplug.catalog import get_model
     from specplug.policy.data import load_policy
     from specplug.policy.planner import _choose_gpus
@@ -232,59 +276,64 @@ def parse_rows(path: Path = DATA) -> tuple[list[Row], dict[str, int]]:
         skipped[why] = skipped.get(why, 0) + 1
 
     out: list[Row] = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for r in csv.DictReader(f):
-            speedup = _num(r["speedup"])
-            tau = _num(r["tau"])
-            if speedup is None and tau is None:
-                skip("no speedup or tau")
-                continue
-            model = _first(TARGETS, r["target"], None)
-            if model is None:
-                skip("model not in catalog")
-                continue
-            m = get_model(model)
-            gpu = _gpu(r, m.params_b)
-            if gpu is None:
-                skip("GPU not identifiable / not in catalog")
-                continue
-            method = _first(METHODS, r["method"], None)
-            if method is None:
-                skip("technique not modelled")
-                continue
-            engine = r["engine"] or ("HF PyTorch" if r["src"] in ("EAGLE1", "EAGLE2", "SPECBENCH", "REST") else "")
-            stack = _first(ENGINES, engine, None)
-            if stack is None:
-                skip("engine not modelled")
-                continue
-            batch = _batch(r["bs"])
-            temp = _temperature(r["temp"])
-            if batch is None or temp is None:
-                skip("batch or temperature unclear")
-                continue
-            text = f"{r['method']} {r['config']}"
-            drafter = _first(DRAFTERS, text, None) if method == "draft_model" else None
-            if method == "draft_model" and drafter is None:
-                skip("draft model not named")
-                continue
-            tree = None if "chain" in text.lower() or stack != "hf" and "tree" not in text.lower() else _first(TREES, text, None)
-            if stack == "hf" and method in ("eagle", "eagle3", "medusa") and tree is None and "chain" not in text.lower():
-                tree = (6, 10, 60) if re.search(r"eagle-?[23]", text.lower()) else ((4, 10, 64) if method == "medusa" else (5, 4, 26))
-            dtype = "int4" if re.search(r"nvfp4|q4|int4|4-bit", f"{r['engine']} {r['target']} {r['method']}".lower()) else (
-                "fp8" if re.search(r"\(fp8\)|q8", r["target"].lower()) else "auto")
-            n = re.search(r"(?:^|\s)(\d+)\s*x\s|\sx\s*(\d+)\b", r["gpu"].lower())
-            num = int(next(g for g in n.groups() if g)) if n else None
-            wl = WORKLOADS.get(r["category"].strip().lower(), "chat")
-            inp = 8192 if "8192" in r["bs"] or "8000" in r["config"] else (32000 if "32000" in r["config"] else 512)
-            if num is None:
-                from specplug.catalog import get_gpu
-                from specplug.policy import engine as E
+    for r in _csv_rows(paths):
+        speedup = _num(r["speedup"])
+        tau = _num(r["tau"])
+        if speedup is None and tau is None:
+            skip("no speedup or tau")
+            continue
+        model = _first(TARGETS, r["target"], None)
+        if model is None:
+            skip("model not in catalog")
+            continue
+        m = get_model(model)
+        gpu = _gpu(r, m.params_b)
+        if gpu is not None:
+            from specplug.catalog import get_gpu
 
-                num = _choose_gpus(pol, m, E.arch_of(m, E.serve_format(m, None, dtype)), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8) or 8
-            out.append(
-                Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else _k(r["config"]), tree,
-                    batch, temp, wl, speedup, tau, dtype, inp, r["dataset"], (r["flag"] or "").lower())
-            )
+            g = get_gpu(gpu)
+            gpu = gpu if g.memory_bw_gbs and g.tensor_tflops() else None  # a GPU whose speed is not catalogued
+        if gpu is None:
+            skip("GPU not identifiable / not in catalog")
+            continue
+        method = _first(METHODS, r["method"], None)
+        if method is None:
+            skip("technique not modelled")
+            continue
+        engine = r["engine"] or ("HF PyTorch" if r["src"] in ("EAGLE1", "EAGLE2", "SPECBENCH", "REST") else "")
+        stack = _first(ENGINES, engine, None)
+        if stack is None:
+            skip("engine not modelled")
+            continue
+        batch = _batch(r["bs"])
+        temp = _temperature(r["temp"])
+        if batch is None or temp is None:
+            skip("batch or temperature unclear")
+            continue
+        text = f"{r['method']} {r['config']}"
+        drafter = _first(DRAFTERS, text, None) if method == "draft_model" else None
+        if method == "draft_model" and drafter is None:
+            skip("draft model not named")
+            continue
+        tree = None if "chain" in text.lower() or stack != "hf" and "tree" not in text.lower() else _first(TREES, text, None)
+        if stack == "hf" and method in ("eagle", "eagle3", "medusa") and tree is None and "chain" not in text.lower():
+            tree = (6, 10, 60) if re.search(r"eagle-?[23]", text.lower()) else ((4, 10, 64) if method == "medusa" else (5, 4, 26))
+        dtype = "int4" if re.search(r"nvfp4|q4|int4|4-bit", f"{r['engine']} {r['target']} {r['method']}".lower()) else (
+            "fp8" if re.search(r"\(fp8\)|q8", r["target"].lower()) else "auto")
+        n = re.search(r"(?:^|\s)(\d+)\s*x\s|\sx\s*(\d+)\b", r["gpu"].lower())
+        num = int(next(g for g in n.groups() if g)) if n else None
+        wl = WORKLOADS.get(r["category"].strip().lower(), "chat")
+        inp = 8192 if "8192" in r["bs"] or "8000" in r["config"] else (32000 if "32000" in r["config"] else 512)
+        if num is None:
+            from specplug.catalog import get_gpu
+            from specplug.policy import engine as E
+
+            num = _choose_gpus(pol, m, E.arch_of(m, E.serve_format(m, None, dtype)), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8) or 8
+        out.append(
+            Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else _k(r["config"]), tree,
+                batch, temp, wl, speedup, tau, dtype, inp, r["dataset"], (r["flag"] or "").lower(), r.get("_extra") == "1",
+                m.is_moe)
+        )
     return out, skipped
 
 
@@ -307,6 +356,9 @@ STACK_PARAMS = [
 # Rows whose value or setup is uncertain (read off a plot, GPU/draft ambiguous, second-hand) count less in
 # the fit; they are still scored.
 FLAG_WEIGHT = {"fig-approx": 0.25, "unsure": 0.25, "secondary": 0.25}
+# benchmarks/data's rows are single blog/PR/issue figures across many engine versions (chosen after looking at
+# leave-one-source-out scores: at full weight their ten small sources outweighed the papers' controlled tables).
+EXTRA_WEIGHT = 0.25
 RIDGE_WORKLOAD = 0.8
 RIDGE_PRIOR = 0.3
 SOURCE_POWER = 0.25  # a source of n rows weighs n^0.25: sources, not rows, are the unit that generalises
@@ -506,7 +558,8 @@ class Features:
         src = np.array([self.sources.index(r.src) for r in self.rows])
         n = np.bincount(src)[src].astype(float)
         w = n ** ((power - 1) / 2)  # residuals are squared: half the power
-        q = np.array([min([v for k, v in FLAG_WEIGHT.items() if k in r.flag] or [1.0]) for r in self.rows])
+        q = np.array([min([v for k, v in FLAG_WEIGHT.items() if k in r.flag] or [1.0]) * (EXTRA_WEIGHT if r.extra else 1.0)
+                      for r in self.rows])
         w = w * np.sqrt(q)
         return w / np.sqrt(np.mean(w**2))
 
@@ -600,6 +653,8 @@ def fit(rows: list[Row], x0: list[float] | None = None, max_nfev: int | None = N
     from scipy.optimize import least_squares
 
     base = _base_data()
+    if features is None:
+        rows = [r for r in rows if r.trains]
     F = features or Features(rows, base)
     prior = _x0(base)
     start = np.array(x0 if x0 is not None else prior, dtype=float)
@@ -631,7 +686,7 @@ def write(x: list[float], out: Path, rows: list[Row], skipped: dict[str, int]) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--data", type=Path, action="append", help="Results CSV (repeatable; default: shared/data and benchmarks/data).")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     rows, skipped = parse_rows(args.data)

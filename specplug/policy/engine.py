@@ -181,15 +181,25 @@ _K_IN_BASIS = re.compile(r"\bk\s*=\s*(\d+)", re.IGNORECASE)
 def published_alpha(c: Context, d: DraftChoice) -> float | None:
     """First-position acceptance implied by the drafter's own published acceptance length (its card or paper),
     moved to this workload and temperature by the method prior's effects; None when none is published."""
-    cat = d.catalog
-    if cat is None or not cat.acceptance_length or d.method in COPY_METHODS:
-        return None
-    m = _K_IN_BASIS.search(cat.acceptance_basis or "")
-    if not m:
+    if d.method in COPY_METHODS or d.method == "draft_model":
         return None
     prior = c.policy.prior(d.method)
-    k = int(m.group(1))
-    a = perf.solve_alpha(cat.acceptance_length, k, prior.decay)
+
+    def alpha_of(x: Drafter) -> float | None:
+        m = _K_IN_BASIS.search(x.acceptance_basis or "")
+        if not x.acceptance_length or not m:
+            return None
+        return perf.solve_alpha(x.acceptance_length, int(m.group(1)), prior.decay)
+
+    own = alpha_of(d.catalog) if d.catalog is not None else None
+    if own is None:
+        # Heads of one method for one target are trained on the same outputs: their published acceptance
+        # says more about this one than the method's average over every target does.
+        siblings = sorted(a for a in (alpha_of(x) for x in c.model.known_drafters(d.method)) if a is not None)
+        own = siblings[len(siblings) // 2] if siblings else None
+    if own is None:
+        return None
+    a = own
     x = perf.logit(a) + perf.logit(prior.alpha_for(c.workload)) - perf.logit(prior.alpha_for("chat"))
     x += prior.temperature_slope * min(c.temperature, 1.0)
     return min(perf.sigmoid(x), c.policy.acceptance.max_alpha)

@@ -44,7 +44,7 @@ def test_moe_predicted_curve_does_not_rise_with_batch(model: str) -> None:
 
 @pytest.mark.parametrize(
     "model,method,gpus",
-    [("deepseek-r1", "mtp", 8), ("llama-4-maverick", "eagle3", 8), ("llama-4-scout", "eagle3", 2), ("gpt-oss-120b", "eagle3", 1)],
+    [("deepseek-r1", "mtp", 8), ("llama-4-maverick", "eagle3", 8), ("gpt-oss-120b", "eagle3", 1)],
 )
 def test_moe_cost_model_itself_does_not_favour_bigger_batches(model: str, method: str, gpus: int) -> None:
     # The raw cost model (no curve cap): small-batch latency and expert traffic make gains fall with batch.
@@ -77,7 +77,8 @@ def test_gpt_oss_120b_fits_one_h100_in_mxfp4() -> None:
     p = specplug.recommend("gpt-oss-120b", gpu="h100", num_gpus=1, batch_size=1)
     assert p.model.weight_format == "mxfp4" and p.memory is not None and p.memory.fits
     assert p.memory.target_weights_gb < 70  # about 65 GB of weights, not 234 GB of bf16
-    assert p.speculation.method != "none" and 1.2 <= p.prediction.speedup <= 3.0
+    # Published for gpt-oss-120b with EAGLE-3 at batch 1: 1.34x on one H100 (5090), 1.97x on 8 x H200 (TRTSA).
+    assert p.speculation.method != "none" and 1.2 <= p.prediction.speedup <= 2.0
 
 
 def test_kimi_k2_fits_16_h200_in_fp8() -> None:
