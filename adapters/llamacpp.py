@@ -154,7 +154,7 @@ def precision_problems(plan: Plan, version: str | None) -> list[Problem]:
 
 def _quant_tag(p: Precision, plan: Plan) -> str | None:
     """The '-hf REPO:QUANT' tag for the served GGUF type (None: llama.cpp's own pick)."""
-    if plan.serve.quantization and p.served_kind == "gguf":
+    if p.served_kind == "gguf":  # asked for, or the checkpoint's own GGUF type
         return p.served.upper()
     return QUANT_TAGS.get((plan.serve.dtype or "").lower())
 

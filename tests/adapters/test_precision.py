@@ -121,6 +121,11 @@ def test_llamacpp_fetches_the_gguf_type_asked_for():
     assert value(argv, "-hf") == "Qwen/Qwen2.5-32B-Instruct-GGUF:Q5_K_M"
 
 
+def test_llamacpp_fetches_the_checkpoints_own_gguf_type():
+    argv = argv_of("llamacpp", "b10576", model="Qwen/Qwen2.5-32B-Instruct", method="none", weight_format="q6_k")
+    assert value(argv, "-hf") == "Qwen/Qwen2.5-32B-Instruct-GGUF:Q6_K"
+
+
 def test_llamacpp_checks_a_gguf_file_against_the_type():
     assert value(argv_of("llamacpp", "b10576", model=GGUF, method="none", serve={"quantization": "q4_k_m"}), "-m") == GGUF
     err = refused("llamacpp", "b10576", "is a q4_k_m GGUF", model=GGUF, method="none", serve={"quantization": "q8_0"})
