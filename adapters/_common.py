@@ -90,6 +90,10 @@ def canon(plan: Plan, display_name: str) -> Canon:
     raise_problems(canon_problems(plan, display_name))
     tp = serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
     pp = max(serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
+    dtype = None if serve.dtype in ("auto", "") else serve.dtype
+    p = precision(plan)
+    if dtype is None and p.served != p.checkpoint and p.served in DTYPE_OF_FORMAT and p.checkpoint_bits >= 16:
+        dtype = DTYPE_OF_FORMAT[p.served]  # 16-bit to another 16-bit format: a cast at load, which --dtype is
     return Canon(
         model=plan.model.local_path or plan.model.hf_id,
         method=method,
@@ -101,7 +105,7 @@ def canon(plan: Plan, display_name: str) -> Canon:
         port=serve.port,
         max_model_len=serve.max_model_len,
         max_num_seqs=serve.max_num_seqs,
-        dtype=None if serve.dtype in ("auto", "") else serve.dtype,
+        dtype=dtype,
         extra_args=list(serve.extra_args),
         env=dict(serve.env),
         api_key_env=serve.api_key_env,
@@ -132,6 +136,8 @@ def has_flag(args: list[str], *names: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------- precision
 
+# 16-bit weight formats -> the activation dtype name stacks take in --dtype.
+DTYPE_OF_FORMAT = {"bf16": "bfloat16", "fp16": "float16"}
 # KV dtypes that only name the 16-bit cache a model gets anyway (no stack needs a flag for its own dtype).
 KV_16BIT = ("bfloat16", "float16")
 

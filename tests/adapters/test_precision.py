@@ -43,6 +43,13 @@ def test_vllm_renders_nothing_for_a_checkpoint_served_as_it_is():
         assert "--quantization" not in argv and "--kv-cache-dtype" not in argv, (serve, fmt)
 
 
+def test_a_16bit_checkpoint_served_in_the_other_16bit_format_is_a_dtype():
+    assert value(argv_of("vllm", "0.32.0", serve={"quantization": "fp16"}), "--dtype") == "float16"
+    assert value(argv_of("sglang", "0.5.23", weight_format="fp16", serve={"quantization": "bf16"}), "--dtype") == "bfloat16"
+    assert "--dtype" not in argv_of("vllm", "0.32.0", serve={"quantization": "bf16"})
+    assert value(argv_of("vllm", "0.32.0", serve={"quantization": "fp16", "dtype": "bfloat16"}), "--dtype") == "bfloat16"
+
+
 def test_vllm_int8_at_load_only_where_the_shorthand_exists():
     assert value(argv_of("vllm", "0.32.0", serve={"quantization": "int8"}), "--quantization") == "int8_per_channel_weight_only"
     err = refused("vllm", "0.20.0", "int8", serve={"quantization": "int8"})
