@@ -6,8 +6,8 @@ committed lock. Checks, in order:
 1. **schema**: specplug.yaml loads under the current schema (an old schema points at ``specplug migrate``);
 2. **lock**: specplug.lock.yaml exists, is readable and was planned from the current inputs (**drift**: the
    spec, policy, calibration, traffic file or catalog changed since ``specplug plan``), naming the file and key;
-3. **compat**: the locked plan on its pinned stack version: technique supported, adapter renders it, draft
-   model's tokenizer matches the target's, memory fits;
+3. **compat**: the locked plan on its pinned stack version: technique supported, then every problem
+   ``specplug.validate`` finds (drafter vocabulary, k, parallelism, precision, what render refuses), memory fits;
 4. **stale**: each ``--rendered DIR`` holds exactly what the lock renders today (deploy renders via their
    ``specplug.rendered.yaml`` manifest, launch scripts from ``specplug render``).
 
