@@ -1,7 +1,8 @@
 """Render a plan for one stack: the launch spec, a launch script and files, stamped and written atomically.
 
 ``specplug render STACK`` and :func:`render` share this code and parameter names. The flow is
-config/flags -> :func:`resolve_plan` (policy) -> adapter.render(plan) -> :class:`Rendered` (script + files).
+config/flags -> :func:`resolve_plan` (policy) -> specplug.validate -> adapter.render(plan) -> :class:`Rendered`
+(script + files).
 """
 
 from __future__ import annotations
