@@ -6,6 +6,10 @@ that copy their prompt's code with small edits, and free-text chat answers, alte
 
 Prints the file's size, the tokenizer used, wall and CPU seconds, and the measured figures. Files above
 MAX_REPLAY requests (specplug/traffic/profile.py) are parsed whole and replayed in evenly spaced blocks.
+
+Measured on the project's 2-core machine (2026-12-01, other jobs running): 100,000 requests (180 MB, 208
+tokens in / 319 out on average, 10,144 replayed) in 44.9 s wall / 36.5 s CPU with SmolLM2's tokenizer, and
+25.5 s wall / 24.1 s CPU with the proxy. Tokenizing is about a third of it with the real tokenizer.
 """
 
 from __future__ import annotations

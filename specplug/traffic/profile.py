@@ -155,6 +155,9 @@ def load_traffic(
         raise SpecplugError(f"Traffic file {p} does not exist.", "Pass a JSONL file of logged requests and completions.")
     if not 1 <= k_max <= 64:
         raise SpecplugError(f"k_max={k_max} is outside 1..64.")
+    if not 1 <= prompt_lookup_min <= prompt_lookup_max:
+        raise SpecplugError(f"prompt_lookup_min={prompt_lookup_min} and prompt_lookup_max={prompt_lookup_max}: "
+                            "need 1 <= min <= max.")
     fmap = parse_field_map(field_map) if field_map is not None else DEFAULT_FIELD_MAP.get()
     progress = progress or DEFAULT_PROGRESS.get()
     tok = choose(model)
@@ -164,10 +167,14 @@ def load_traffic(
     sha = hashlib.sha256()
     in_tokens = out_tokens = grams = overlap = repeated = replayed = 0
     stride = 1
-    if max_replay:
-        with p.open("rb") as fh:  # a newline count is cheap next to parsing: it fixes the sampling stride
-            lines_total = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 22), b""))
-        stride = max(1, -(-lines_total // max_replay))
+    try:
+        if max_replay:
+            with p.open("rb") as fh:  # a newline count is cheap next to parsing: it fixes the sampling stride
+                lines_total = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 22), b""))
+            stride = max(1, -(-lines_total // max_replay))
+        fh = p.open("rb")
+    except OSError as exc:
+        raise SpecplugError(f"Cannot read traffic file {p}: {exc.strerror}.") from None
 
     def run(batch: list) -> None:
         nonlocal in_tokens, out_tokens, grams, overlap, repeated, replayed
@@ -182,34 +189,24 @@ def load_traffic(
             ngram.add(prompt, out)
             suffix.add(prompt, out)
 
-    class _Hashing:
-        # Feeds the digest from the same single pass that parses the lines.
-        def __init__(self, fh, bar=None, task=None) -> None:
-            self.fh, self.bar, self.task = fh, bar, task
+    def hashed(fh, bar):
+        # Feeds the digest (and the progress bar) from the same single pass that parses the lines.
+        task = bar.add_task("traffic", total=p.stat().st_size) if bar is not None else None
+        done = 0
+        for raw in fh:
+            sha.update(raw)
+            done += len(raw)
+            if bar is not None and done >= 1 << 20:
+                bar.advance(task, done)
+                done = 0
+            yield raw
 
-        def __iter__(self):
-            done = 0
-            for raw in self.fh:
-                sha.update(raw)
-                done += len(raw)
-                if self.bar is not None and done >= 1 << 20:
-                    self.bar.advance(self.task, done)
-                    done = 0
-                yield raw
-            if self.bar is not None:
-                self.bar.advance(self.task, done)
-
-    try:
-        fh = p.open("rb")
-    except OSError as exc:
-        raise SpecplugError(f"Cannot read traffic file {p}: {exc.strerror}.") from None
     with fh:
         bar = _progress() if progress else None
         if bar is not None:
             bar.start()
-            task = bar.add_task("traffic", total=p.stat().st_size)
         try:
-            lines = _Hashing(fh, bar, task if bar is not None else None)
+            lines = hashed(fh, bar)
             batch: list = []
             block = 0
             for rec in read_records(lines, stats, fmap):
