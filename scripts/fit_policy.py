@@ -361,6 +361,7 @@ FLAG_WEIGHT = {"fig-approx": 0.25, "unsure": 0.25, "secondary": 0.25}
 EXTRA_WEIGHT = 0.25
 RIDGE_WORKLOAD = 0.8
 RIDGE_PRIOR = 0.3
+RIDGE_TEMPERATURE = 1.0  # set before scoring: a method's slope moves from its kind's only where its T>0 rows say so
 SOURCE_POWER = 0.25  # a source of n rows weighs n^0.25: sources, not rows, are the unit that generalises
 
 
@@ -388,7 +389,7 @@ def _x0(base: dict[str, Any]) -> list[float]:
     m = base["acceptance"]["methods"]
     x = [_logit(m[k]["alpha"]["chat"]) for k in FIT_METHODS]
     x += [0.0] * (len(KINDS) * len(FIT_WORKLOADS))
-    x += [-0.3, -0.3]  # temperature slopes
+    x += [-0.3] * len(FIT_METHODS)  # temperature slopes, one per method
     x += [base["acceptance"]["draft_model"]["size_slope"], base["acceptance"]["tree"]["gain"]]
     x += [math.log(max(base["stacks"][s].get(f, 0.1) or 0.1, lo)) for s, f, lo, _ in STACK_PARAMS]
     return x
@@ -411,12 +412,12 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
         for w in FIT_WORKLOADS:
             effects[kind][w] = x[i]
             i += 1
-    tslope = {"model": x[i], "copy": x[i + 1]}
-    i += 2
+    tslope = {m: x[i + j] for j, m in enumerate(FIT_METHODS)}
+    i += len(FIT_METHODS)
     size_slope, gain = x[i], x[i + 1]
     i += 2
     methods: dict[str, Any] = {}
-    derived = {"reasoning": "math", "agent": "code-edit"}
+    derived = {"reasoning": "math", "agent": "code-edit", "long-context": "summarization"}
     all_wl = ("chat", *FIT_WORKLOADS, *derived)
     dflt = base["acceptance"]["methods"]
     for m in FIT_METHODS:
@@ -429,7 +430,7 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
             e = _logit(dflt[m]["alpha"].get(w, dflt[m]["alpha"]["chat"])) - chat0
             e += 0.0 if w == "chat" else effects[kind][derived.get(w, w)]
             alpha[w] = round(min(max(_sig(levels[m] + e), 0.02), 0.97), 4)
-        methods[m] = {"alpha": alpha, "temperature_slope": round(max(min(tslope[kind], 0.5), -1.5), 4)}
+        methods[m] = {"alpha": alpha, "temperature_slope": round(max(min(tslope[m], 0.5), -1.5), 4)}
     # MLP speculators share Medusa-like heads: no rows of their own, so they follow Medusa's fit.
     methods["mlp_speculator"] = {"alpha": dict(methods["medusa"]["alpha"]), "temperature_slope": methods["medusa"]["temperature_slope"]}
     stacks: dict[str, dict[str, float]] = {}
@@ -644,7 +645,12 @@ def residuals(x: Any, F: Features, x0: list[float]) -> Any:
     nw = len(KINDS) * len(FIT_WORKLOADS)
     pri = RIDGE_PRIOR * (np.asarray(x[:nm]) - np.asarray(x0[:nm]))
     wl = RIDGE_WORKLOAD * np.asarray(x[nm : nm + nw])
-    return np.concatenate([rs[~np.isnan(rs)], rt[~np.isnan(rt)], pri, wl])
+    # One temperature slope per method, pulled towards the mean slope of its kind where T>0 rows are few.
+    ts = np.asarray(x[nm + nw : nm + nw + nm])
+    kinds = np.array([F.base["acceptance"]["methods"][m]["kind"] for m in FIT_METHODS])
+    tmean = np.array([ts[kinds == k].mean() for k in kinds])
+    tr = RIDGE_TEMPERATURE * (ts - tmean)
+    return np.concatenate([rs[~np.isnan(rs)], rt[~np.isnan(rt)], pri, wl, tr])
 
 
 def fit(rows: list[Row], x0: list[float] | None = None, max_nfev: int | None = None, features: Features | None = None) -> list[float]:
