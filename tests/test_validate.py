@@ -224,3 +224,33 @@ def test_deploy_renders_through_the_validator_too():
     plan = make_plan("vllm", "0.32.0", model=L70, method="ngram", k=3, tp=3)
     with pytest.raises(InvalidPlan, match="64 attention heads"):
         deploy.launch_spec(plan)
+
+
+SWEEP_VERSIONS = {"vllm": ("0.7.3", "0.10.1", "0.20.0", "0.32.0"), "sglang": ("0.4.1", "0.5.2", "0.5.23"),
+                  "trtllm": ("0.17.0", "1.0.0", "1.2.0"), "llamacpp": ("b5000", "b10576"), "tgi": ("2.0.0", "3.3.7"),
+                  "embedded": ("0.1.0",)}
+SWEEP_SERVE = ({}, {"quantization": "fp8"}, {"quantization": "int4-awq"}, {"quantization": "q4_k_m"},
+               {"kv_cache_dtype": "fp8"}, {"kv_cache_dtype": "bfloat16"}, {"kv_cache_dtype": "fp8_e5m2"})
+
+
+@pytest.mark.parametrize("stack", sorted(SWEEP_VERSIONS))
+def test_adapter_problems_and_render_agree_everywhere(stack):
+    """An adapter renders exactly the plans its problems() passes: no refusal it does not report, no crash."""
+    from specplug.config import METHODS
+
+    adapter = get_adapter(stack)
+    drafters = {"draft_model": "x/small", "eagle": "x/eagle", "eagle3": "x/eagle3", "medusa": "x/medusa",
+                "mlp_speculator": "x/mlp"}
+    for version in SWEEP_VERSIONS[stack]:
+        for method in METHODS:
+            for serve in SWEEP_SERVE:
+                for k in (0, 3):
+                    plan = make_plan(stack, version, model="deepseek-ai/DeepSeek-V3" if method == "mtp" else L70,
+                                     method=method, drafter=drafters.get(method), k=k, serve=dict(serve))
+                    problems = adapter.problems(plan, version)
+                    try:
+                        adapter.render(plan)
+                        rendered = True
+                    except StackError:
+                        rendered = False
+                    assert rendered == (not problems), (version, method, serve, k, problems)
