@@ -75,7 +75,10 @@ def plan_problems(plan: Plan) -> list[Problem]:
     out += _parallel_problems(plan)
     own = getattr(adapter, "problems", None)
     if own is not None:
-        out += own(plan, version)
+        try:
+            out += own(plan, version)
+        except SpecplugError as exc:  # a plugin that raises instead of listing: still one problem, not a crash
+            out.append(Problem(exc.message, exc.hint))
     else:  # a third-party adapter without problems(): check what every stack needs, then let render speak
         from specplug.adapters._common import canon_problems
 
