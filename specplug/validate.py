@@ -8,9 +8,11 @@ render, launch (dry runs included) and check call it; the rules are:
 1. a separate draft model must share the target's vocabulary on the chosen stack (tokenizers.compatible),
    unless the adapter says that stack and version take mismatched vocabularies;
 2. a drafting method needs k >= 1 (suffix excepted) and a schedule that drafts somewhere; the stack's own k and
-   tree limits come from the adapter;
+   tree limits come from the adapter (vLLM: k above a checkpoint's MTP layers a multiple of them; SGLang: a
+   tree's draft tokens within steps x topk + 1);
 3. tensor parallel size must divide the attention heads, and the KV heads (or be a multiple of them: vLLM and
-   SGLang replicate KV heads); pipeline size may not exceed the layer count;
+   SGLang replicate KV heads), for the target and for a separate draft model at the size it runs at; pipeline
+   size may not exceed the layer count;
 4. everything the stack's adapter refuses in render (``adapter.problems(plan, version)``: method support,
    per-version fields, schedules, precision), so render and validate run the same checks.
 """
