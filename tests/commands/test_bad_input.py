@@ -90,11 +90,13 @@ def test_check_reports_the_locked_plans_problem(run_cli, case, tmp_path):
     [
         (("--method", "draft_model", "--drafter", "Qwen/Qwen2.5-0.5B-Instruct", "--num-gpus", "4"),
          "cannot draft for meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
+        (("--method", "ngram", "--num-gpus", "4", "--quantization", "int4-awq"), "serves int4-awq only from a checkpoint",
+         "fp8"),
     ],
-    ids=["draft-vocab"],
+    ids=["draft-vocab", "quantization"],
 )
 def test_estimate_refuses_the_same_inputs(run_cli, flags, needle, fix):
-    # estimate takes flags only: k=0 and serve.quantization cannot be asked of it
+    # estimate takes flags only, and -k starts at 1: k=0 cannot be asked of it
     res = run_cli("estimate", "-m", "llama-3.1-70b", "--gpu", "h100", "--stack", "vllm", *flags)
     assert_clear_failure(res, needle, fix)
 
