@@ -258,6 +258,11 @@ def plan_from_config(
     # ---- workload, precision and hardware
     wl = cfg.workload
     prof = E.load_traffic_opt(wl.traffic, model) if wl.traffic else None
+    if prof is not None:
+        # Lengths measured on the user's requests stand in for the defaults (never for lengths they set).
+        measured = {k: max(1, round(v)) for k, v in (("input_len", prof.input_len), ("output_len", prof.output_len))
+                    if k not in wl.model_fields_set and v}
+        wl = wl.model_copy(update=measured)
     seqs = wl.concurrency
     tokens = wl.input_len + wl.output_len
     if cfg.serve.max_model_len:
