@@ -17,9 +17,9 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _LAZY = {
-    "recommend": "specplug.policy",
+    "recommend": "specplug.planning",
     "estimate": "specplug.policy",
-    "plan_from_config": "specplug.policy",
+    "plan_from_config": "specplug.planning",
     "render": "specplug.rendering",
     "launch": "specplug.launcher",
 }

@@ -298,7 +298,7 @@ def plan_fresh(
     stack_version: str | None = None,
     traffic: str | Path | None = None,
 ) -> Plan:
-    from specplug.policy import plan_from_config
+    from specplug.planning import plan_from_config
 
     cal = resolve_calibration(cfg, config_path)
     if cal is not None and str(cal) != cfg.calibration:

@@ -116,7 +116,7 @@ def build_config(
 
 def _plan_from_config(cfg: Config, stack_version: str | None) -> Plan:
     try:
-        from specplug.policy import plan_from_config
+        from specplug.planning import plan_from_config
     except ImportError as exc:
         raise SpecplugError(
             f"The policy engine is not available in this build ({exc}).",

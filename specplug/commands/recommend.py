@@ -41,7 +41,7 @@ def recommend(model, gpu, num_gpus, batch_size, concurrency, input_len, output_l
     A deployment that cannot fit in memory exits 1 with the fixes and what each would give.
     """
     from specplug.commands._common import read_config
-    from specplug.policy import recommend as run
+    from specplug.planning import recommend as run
     from specplug.traffic.records import using_field_map
 
     cfg, _ = read_config(config_path)

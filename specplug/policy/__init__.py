@@ -1,9 +1,8 @@
-"""The policy engine and performance model behind ``specplug recommend`` and ``specplug estimate``.
+"""The policy engine and performance model behind ``specplug recommend`` and ``specplug estimate``
+(``recommend`` and ``plan_from_config`` live in specplug.planning, which resolves the stack first).
 
 Public API (same parameter names as the CLI flags)::
 
-    plan_from_config(cfg, *, probed=None, stack_version=None) -> Plan
-    recommend(model, *, gpu=None, num_gpus=None, batch_size=None, ...) -> Plan
     estimate(model, method, *, gpu, ...) -> Estimate
     load_policy(policy=None, overrides=None) -> Policy
 
@@ -16,8 +15,6 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "plan_from_config": "specplug.policy.planner",
-    "recommend": "specplug.policy.planner",
     "estimate": "specplug.policy.estimator",
     "Estimate": "specplug.policy.estimator",
     "load_policy": "specplug.policy.data",

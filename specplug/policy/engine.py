@@ -14,7 +14,7 @@ from specplug.catalog import GPU, Model, get_model
 from specplug.catalog.drafters import Drafter, find_drafter
 from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight_format
 from specplug.config import TreeSpec
-from specplug.errors import CatalogError, SpecplugError, StackError
+from specplug.errors import CatalogError, SpecplugError
 from specplug.policy import perf
 from specplug.policy.perf import Arch, Device, Outcome, Shape
 from specplug.policy.schema import Policy, StackFactors
@@ -324,34 +324,6 @@ def draft_tp(d: DraftChoice, tp: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------- helpers
-
-
-def stack_methods(stack: str, version: str | None, policy: Policy) -> tuple[dict[str, str | None], str | None]:
-    """Canonical method -> None (supported) or the reason not; plus the installed version if known."""
-    from specplug.adapter import get_adapter
-
-    installed = None
-    try:
-        adapter = get_adapter(stack)
-        installed = adapter.installed_version()
-        table = dict(adapter.methods(version or installed))
-    except StackError:
-        offered = policy.stacks[stack].methods if stack in policy.stacks else None
-        table = {
-            m: (None if offered is None or m in offered else f"{stack} does not offer {m}")
-            for m in METHOD_ORDER
-        }
-    return table, installed
-
-
-def stack_schedules(stack: str, version: str | None) -> bool:
-    """Whether the stack's adapter can switch k per running batch size (else a schedule is advisory)."""
-    from specplug.adapter import get_adapter
-
-    try:
-        return bool(getattr(get_adapter(stack), "supports_schedule", lambda v: False)(version))
-    except StackError:
-        return False
 
 
 def check_model(name: str | None) -> Model:

@@ -1,10 +1,11 @@
-"""plan_from_config and recommend: resolve hardware and speculation, and fill the whole Plan."""
+"""The planning stages after the stack is known: hardware and precision, feasibility, candidates, the
+decision, its per-batch schedule, memory, and the Plan."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specplug.catalog import Model, get_gpu
 from specplug.config import Config, SpeculationSpec, TreeSpec
@@ -25,6 +26,9 @@ from specplug.policy import engine as E
 from specplug.policy.data import load_policy
 from specplug.policy.perf import Arch, Outcome, Shape
 from specplug.policy.schema import Policy
+
+if TYPE_CHECKING:
+    from specplug.capabilities import StackCapabilities
 
 NGRAM_LOOKUP = (2, 4)
 
@@ -148,7 +152,7 @@ def _schedule(c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]) 
     return sched, curve
 
 
-def _fixes(cfg: Config, plan_kw: dict[str, Any], n: int, fmt_name: str, kv_dtype: str, tokens: int, heavy: bool) -> list[str]:
+def _fixes(cfg: Config, caps: StackCapabilities, plan_kw: dict[str, Any], n: int, fmt_name: str, kv_dtype: str, tokens: int, heavy: bool) -> list[str]:
     """What would make a plan that does not fit start, each with the plan it would give (predicted by
     planning it): more GPUs, lighter weights, an FP8 KV cache, a shorter context, a smaller drafter."""
     from specplug.catalog.precision import get_weight_format
@@ -188,7 +192,7 @@ def _fixes(cfg: Config, plan_kw: dict[str, Any], n: int, fmt_name: str, kv_dtype
         for key, val in change.items():
             data[key] = {**(data.get(key) or {}), **val} if isinstance(val, dict) and isinstance(data.get(key), dict) else val
         try:
-            p = plan_from_config(Config.model_validate(data), _fixing=True, **plan_kw)
+            p = plan(Config.model_validate(data), caps, _fixing=True, **plan_kw)
         except SpecplugError:
             continue
         seen_gpus = seen_gpus or label.startswith("--num-gpus")
@@ -216,22 +220,22 @@ def _budget(mem: E.Memory, hint: str | None) -> MemoryBudget:
     )
 
 
-def plan_from_config(
+def plan(
     cfg: Config,
+    caps: StackCapabilities,
     *,
     probed: Any = None,
-    stack_version: str | None = None,
     policy: str | Path | dict[str, Any] | Policy | None = None,
     calibration: str | None = None,
     _fixing: bool = False,
 ) -> Plan:
-    """Resolve every ``auto`` in ``cfg`` (hardware, stack, speculation) and fill the whole Plan.
+    """Resolve every ``auto`` in ``cfg`` (hardware, speculation) for the stack ``caps`` describes and fill the
+    whole Plan (specplug.planning.plan_from_config resolves the stack and calls this).
 
     An explicit ``speculation:`` is kept as given (its k chosen when missing) and still predicted; a warning
     says when the policy would choose differently. A deployment that cannot fit in memory is an error that
     lists the fixes with what each would give. Same inputs give an identical Plan.
     """
-    from specplug.adapter import default_stack
     from specplug.catalog.precision import kv_cache_bytes
     from specplug.probe import resolve_hardware
 
@@ -240,20 +244,9 @@ def plan_from_config(
     calib = E.load_calibration_opt(calibration or cfg.calibration)
     reasons: list[str] = []
     warnings: list[str] = []
-
-    # ---- stack and version
-    stack = cfg.stack.name if "name" in cfg.stack.model_fields_set else default_stack()
+    stack, version, vsource, supported = caps.name, caps.version, caps.version_source, caps.methods
     if stack not in pol.stacks:
         raise SpecplugError(f"The policy has no cost factors for stack '{stack}'.", f"Known: {', '.join(pol.stacks)}.")
-    supported, installed = E.stack_methods(stack, stack_version or cfg.stack.version, pol)
-    if stack_version:
-        version, vsource = stack_version, "flag"
-    elif cfg.stack.version:
-        version, vsource = cfg.stack.version, "pinned"
-    elif installed:
-        version, vsource = installed, "installed"
-    else:
-        version, vsource = None, "unknown"
 
     # ---- workload, precision and hardware
     wl = cfg.workload
@@ -332,12 +325,12 @@ def plan_from_config(
         calibration=calib,
         traffic=prof,
     )
-    plan_kw = {"probed": probed, "stack_version": stack_version, "policy": policy, "calibration": calibration}
+    plan_kw = {"probed": probed, "policy": policy, "calibration": calibration}
 
     # ---- feasibility: the target must fit before any drafter is considered
     base_mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, None)
     if not base_mem.fits:
-        fixes = [] if _fixing else _fixes(cfg, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, False)
+        fixes = [] if _fixing else _fixes(cfg, caps, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, False)
         raise SpecplugError(
             f"{model.name} does not fit on {n} x {gpu.name}: {base_mem.used_gb:.1f} GB needed per GPU "
             f"({base_mem.target_gb:.1f} GB of {fmt_.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {seqs} x {tokens} tokens), "
@@ -479,7 +472,7 @@ def plan_from_config(
         source = E.alpha_for(c, d)[1]
         if source == "calibrated":
             reasons.append("Acceptance comes from the calibration file, not the prior.")
-        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not E.stack_schedules(stack, version):
+        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not caps.schedules:
             warnings.append(f"{stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
     if prof is not None:
         reasons.append(_traffic_reason(c, prof, wl.traffic))
@@ -488,7 +481,7 @@ def plan_from_config(
     mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, chosen[0] if chosen else None)
     if not mem.fits:
         # Only a configured drafter gets here (chosen ones were checked): the drafter is what does not fit.
-        fixes = [] if _fixing else _fixes(cfg, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, True)
+        fixes = [] if _fixing else _fixes(cfg, caps, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, True)
         raise SpecplugError(
             f"{model.name} with the {chosen[0].method if chosen else ''} drafter does not fit on {n} x {gpu.name}: "
             f"{mem.used_gb:.1f} GB needed per GPU ({mem.drafter_gb + mem.drafter_kv_gb:.1f} GB for the drafter), "
@@ -516,7 +509,7 @@ def plan_from_config(
         warnings.append(f"{stack} is not installed here and no version is pinned: method support assumes a recent release.")
 
     serve = cfg.serve
-    plan = Plan(
+    out = Plan(
         model=ModelRef(
             name=cfg.model or model.hf_id,
             hf_id=model.local_path or model.hf_id,
@@ -536,9 +529,9 @@ def plan_from_config(
         warnings=warnings,
     )
     if prof is not None and "traffic" in Plan.model_fields:
-        plan.traffic = prof.summary()
-    _validate(plan)
-    return plan
+        out.traffic = prof.summary()
+    _validate(out)
+    return out
 
 
 def _validate(plan: Plan) -> None:
@@ -582,85 +575,3 @@ def _why(c: E.Context, d: E.DraftChoice, alpha: float, o: Outcome, scored: list,
         f"{what}; expected {o.acceptance_length:.2f} tokens per step (alpha {alpha:.2f}), "
         f"step {o.cost.spec_ms:.1f} ms vs {o.cost.baseline_ms:.1f} ms without{runner}."
     )
-
-
-def recommend(
-    model: str | None = None,
-    *,
-    gpu: str | None = None,
-    num_gpus: int | None = None,
-    batch_size: int | None = None,
-    concurrency: int | None = None,
-    input_len: int | None = None,
-    output_len: int | None = None,
-    workload: str | None = None,
-    temperature: float | None = None,
-    stack: str | None = None,
-    stack_version: str | None = None,
-    drafter: str | None = None,
-    config: str | Path | Config | None = None,
-    policy: str | Path | dict[str, Any] | None = None,
-    calibration: str | None = None,
-    probed: Any = None,
-    traffic: str | Path | None = None,
-    quantization: str | None = None,
-    kv_cache_dtype: str | None = None,
-) -> Plan:
-    """Recommend a speculative-decoding setup (the CLI's ``specplug recommend``); flags override the config.
-
-    Unset traffic flags fall back to the config file, then to chat, 1 request, 1024 in / 256 out, greedy.
-    """
-    from specplug.config import load_config
-
-    if isinstance(config, Config):
-        cfg = config
-    elif config is not None:
-        cfg = load_config(config)
-    else:
-        cfg = Config()
-    data = cfg.model_dump(exclude_unset=True)
-    if model:
-        data["model"] = model
-    if stack:
-        data["stack"] = {**(data.get("stack") or {}), "name": stack}
-    if gpu or num_gpus:
-        hw = data.get("hardware") if isinstance(data.get("hardware"), dict) else {}
-        data["hardware"] = {**hw, **({"gpu": gpu} if gpu else {}), **({"num_gpus": num_gpus} if num_gpus else {})}
-    wl = dict(data.get("workload") or {})
-    if batch_size is not None or concurrency is not None:
-        wl["concurrency"] = batch_size if batch_size is not None else concurrency
-    for key, val in (
-        ("input_len", input_len), ("output_len", output_len), ("type", workload), ("temperature", temperature),
-        ("traffic", str(traffic) if traffic is not None else None),
-    ):
-        if val is not None:
-            wl[key] = val
-    data["workload"] = wl
-    if quantization is not None or kv_cache_dtype is not None:
-        serve = dict(data.get("serve") or {})
-        if quantization is not None:
-            serve["quantization"] = quantization
-        if kv_cache_dtype is not None:
-            serve["kv_cache_dtype"] = kv_cache_dtype
-        data["serve"] = serve
-    if drafter:
-        spec = data.get("speculation") if isinstance(data.get("speculation"), dict) else None
-        if spec is None:
-            # A drafter alone means "use this draft model/head": infer the method from the catalog.
-            from specplug.catalog.drafters import find_drafter
-
-            cat = find_drafter(drafter)
-            data["speculation"] = {"method": cat.method if cat else "draft_model", "drafter": drafter}
-        else:
-            data["speculation"] = {**spec, "drafter": drafter}
-    from pydantic import ValidationError
-
-    try:
-        merged = Config.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise SpecplugError(
-            f"Invalid option {'.'.join(str(p) for p in err['loc'])}: {err['msg']}.",
-            "Run 'specplug recommend --help' for the accepted values.",
-        ) from None
-    return plan_from_config(merged, probed=probed, stack_version=stack_version, policy=policy, calibration=calibration)

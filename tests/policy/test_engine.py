@@ -7,7 +7,7 @@ import pytest
 import specplug
 from specplug.config import Config
 from specplug.errors import SpecplugError
-from specplug.policy import plan_from_config
+from specplug.planning import plan_from_config
 from specplug.policy.data import load_policy
 
 H100x4 = dict(gpu="h100", num_gpus=4, stack="vllm")
