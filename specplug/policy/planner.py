@@ -270,6 +270,20 @@ def plan(
     gpu = get_gpu(hw.gpu)
     if hs.num_gpus is None and hw.source != "probed" and cfg.serve.tensor_parallel_size is None:
         n = _choose_gpus(pol, model, target, hw.memory_gb, seqs, tokens, hs.gpus_per_node)
+        if n is None and cfg.serve.quantization is None and fmt_.bits_per_weight > 8.1:
+            # Nothing holds the checkpoint as it is: FP8 weights (quantized at load by the CUDA stacks) may.
+            from specplug.catalog.precision import get_weight_format
+
+            fp8 = get_weight_format("fp8")
+            t8 = E.arch_of(model, fp8, kvb)
+            n = _choose_gpus(pol, model, t8, hw.memory_gb, seqs, tokens, hs.gpus_per_node)
+            if n is not None:
+                fmt_, target = fp8, t8
+                cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"quantization": "fp8"})})
+                reasons.append(
+                    f"{model.name}'s {model.weight_format} checkpoint does not fit on any count of {gpu.name}: "
+                    "planned with FP8 weights (serve.quantization: fp8)."
+                )
         if n is None:
             top = pol.rules.gpu_counts[-1]
             raise SpecplugError(
