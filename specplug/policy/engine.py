@@ -108,6 +108,7 @@ class DraftChoice:
     catalog: Drafter | None = None
     note: str | None = None  # a caveat to warn about
     ruled_out: str | None = None
+    unconfirmed: str | None = None  # scored for the user to see, never chosen
 
 
 @dataclass

@@ -64,6 +64,19 @@ def _candidates(
         else:
             heads = model.known_drafters(method)
             if not heads:
+                from specplug.catalog.drafters import drafters_for
+
+                named = drafters_for(model.base_model or model.hf_id, method, include_unconfirmed=True)
+                if named and not reason:
+                    # Guides name it but no source confirms the repository exists: shown with its prediction,
+                    # never chosen.
+                    d = E.DraftChoice(method, named[0].drafter_hf_id, catalog=named[0])
+                    d.unconfirmed = (
+                        f"{named[0].drafter_hf_id} is named in third-party guides but not confirmed to exist; "
+                        "pass --drafter to use it"
+                    )
+                    out.append(d)
+                    continue
                 out.append(E.DraftChoice(method, ruled_out=reason or f"no known {method} head for {model.name} (pass --drafter)"))
                 continue
             # Prefer a head without a known problem here, then one shown loading in this stack, then the first.
@@ -372,6 +385,8 @@ def plan(
         if not mem.fits:
             cand.ruled_out = f"does not fit in memory with the drafter ({mem.used_gb:.1f} of {mem.usable_gb:.1f} GB per GPU)"
             cand.speedup = None
+        elif d.unconfirmed:
+            cand.ruled_out = d.unconfirmed
         elif o.speedup < pol.rules.min_speedup:
             cand.ruled_out = f"loses at batch size {seqs} (predicted {fmt(o.speedup)})"
         else:

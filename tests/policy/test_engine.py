@@ -185,3 +185,11 @@ def test_does_not_fit_hint_gives_the_smallest_fix_for_the_model_itself() -> None
         specplug.recommend("llama-3.1-70b", gpu="l4", num_gpus=1)
     hint = err.value.hint or ""
     assert "--num-gpus 8:" in hint and "--num-gpus 16" not in hint
+
+
+def test_a_guide_named_but_unconfirmed_head_is_shown_with_its_prediction_and_never_chosen() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, **H100x4)
+    eagle = next(c for c in p.candidates if c.method == "eagle")
+    assert eagle.drafter and "EAGLE-LLaMA3.1-Instruct-70B" in eagle.drafter
+    assert eagle.speedup and eagle.speedup > 1.0 and "not confirmed" in (eagle.ruled_out or "")
+    assert not eagle.chosen and p.speculation.drafter != eagle.drafter
