@@ -72,7 +72,7 @@ def build_config(
     extra_args: list[str] | tuple[str, ...] | None = None,
 ) -> Config:
     """specplug.yaml (``config_path``, else ./specplug.yaml, else defaults) with the flags laid on top."""
-    from specplug.commands._common import read_config
+    from specplug.configfile import read_config
 
     cfg, _ = read_config(config_path)
     data = cfg.model_dump(mode="python")

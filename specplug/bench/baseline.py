@@ -17,7 +17,7 @@ def launched_baseline(
     if not enabled:
         yield None
         return
-    from specplug.commands._common import read_config
+    from specplug.configfile import read_config
     from specplug.launcher import launch
 
     cfg, _ = read_config(config_path)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from specplug.errors import SpecplugError
 from specplug.runtime import smollm2
+from specplug.runtime.smollm2 import DRAFT_VOCAB_FILE
 
 if TYPE_CHECKING:  # this module stays importable without torch (adapters ask is_packaged)
     import torch
@@ -21,9 +22,6 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 METHODS = ("none", "ngram", "draft_model")
 PACKAGED = {smollm2.TARGET_NAME: smollm2.ensure_target, smollm2.DRAFT_NAME: smollm2.ensure_draft}
 DEFAULT_DRAFTERS = {smollm2.TARGET_NAME: smollm2.DRAFT_NAME}
-# A drafter folder may list a draft vocabulary here, as {"ids": [token ids]}: the drafter then drafts only those
-# tokens (see specplug.runtime.proposers.DraftModelProposer). The packaged drafter lists 8192.
-DRAFT_VOCAB_FILE = "draft_vocab.json"
 # Other spellings that mean the packaged target.
 ALIASES = {"smollm2": smollm2.TARGET_NAME, "huggingfacetb/smollm2-135m-instruct": smollm2.TARGET_NAME}
 

@@ -43,8 +43,12 @@ DRAFT_NAME = "smollm2-135m-draft"
 # target agreed on 0.41 while costing as much as the target on a CPU.
 DRAFT_WEIGHTS = Path(__file__).parent / "data" / f"{DRAFT_NAME}.safetensors"
 # The tensor of DRAFT_WEIGHTS that lists the drafter's vocabulary (token ids, int32), if it has one; the built
-# folder lists it in models.DRAFT_VOCAB_FILE.
+# folder lists it in DRAFT_VOCAB_FILE.
 VOCAB_TENSOR = "draft_vocab"
+# A drafter folder may list a draft vocabulary here, as {"ids": [token ids]}: the drafter then drafts only those
+# tokens (see specplug.runtime.proposers.DraftModelProposer). Defined here, not in models, so the two modules do
+# not import each other.
+DRAFT_VOCAB_FILE = "draft_vocab.json"
 
 
 def cache_dir() -> Path:
@@ -159,7 +163,6 @@ def build_draft(src_dir: Path, dst_dir: Path, weights: Path) -> Path:
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     from specplug.fileio import write_atomic
-    from specplug.runtime.models import DRAFT_VOCAB_FILE
 
     rebuild = "Reinstall specplug, or rebuild the file with scripts/distill_drafter.py."
     try:
