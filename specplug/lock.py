@@ -18,6 +18,8 @@ What counts as an input (each digested separately, so drift can say which one mo
 
 from __future__ import annotations
 
+import copy
+
 import hashlib
 import json
 from pathlib import Path
@@ -271,7 +273,7 @@ def parse_lock(text: str, filename: str = LOCK_NAME) -> Lock:
             "Upgrade specplug to the version that wrote the lock.",
         )
     try:
-        return Lock.model_validate(data)
+        return Lock.model_validate(_without_unknown_keys(data))
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
@@ -279,6 +281,39 @@ def parse_lock(text: str, filename: str = LOCK_NAME) -> Lock:
             f"{filename}: {key}: {first['msg']} (the lock was written by another specplug version or edited).",
             "Re-create it with 'specplug plan'.",
         ) from None
+
+
+def _without_unknown_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """The lock minus keys this specplug does not know: a newer specplug of the same lock_version may add
+    fields, and reading them must not fail (locks are written strictly, read leniently)."""
+    from pydantic import ValidationError
+
+    data = copy.deepcopy(data)
+    for _ in range(64):
+        try:
+            Lock.model_validate(data)
+            return data
+        except ValidationError as exc:
+            extra = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
+            if not extra or not _drop(data, extra):
+                return data  # what is left is a real error: the caller reports it
+    return data
+
+
+def _drop(data: Any, locs: list[tuple[Any, ...]]) -> bool:
+    dropped = False
+    for loc in locs:
+        node = data
+        for part in loc[:-1]:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            # union tags (e.g. 'SpeculationSpec') are not keys of the data: skip them
+        if isinstance(node, dict) and loc[-1] in node:
+            del node[loc[-1]]
+            dropped = True
+    return dropped
 
 
 def read_lock(path: str | Path) -> Lock:

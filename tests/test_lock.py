@@ -90,3 +90,20 @@ def test_missing_calibration_file_is_named(run_cli, tmp_path):
     r = run_cli("plan")
     assert r.exit_code == 1 and "measured.yaml" in r.stderr
     assert not Path(tmp_path / LOCK_NAME).exists()
+
+
+def test_a_lock_with_fields_from_a_newer_specplug_reads_and_unknown_values_still_fail(tmp_path) -> None:
+    import yaml
+
+    from specplug.errors import ConfigError
+    from specplug.lock import parse_lock
+
+    lock = next(Path(__file__).parent.parent.glob("examples/*/specplug.lock.yaml"))
+    data = yaml.safe_load(lock.read_text())
+    data["added_later"] = {"x": 1}
+    data["plan"]["speculation"]["new_knob"] = 3
+    parsed = parse_lock(yaml.safe_dump(data))
+    assert parsed.plan.speculation.method == yaml.safe_load(lock.read_text())["plan"]["speculation"]["method"]
+    data["plan"]["speculation"]["num_speculative_tokens"] = "many"
+    with pytest.raises(ConfigError):
+        parse_lock(yaml.safe_dump(data))
