@@ -19,7 +19,6 @@ What counts as an input (each digested separately, so drift can say which one mo
 from __future__ import annotations
 
 import copy
-
 import hashlib
 import json
 from pathlib import Path
@@ -305,9 +304,7 @@ def _drop(data: Any, locs: list[tuple[Any, ...]]) -> bool:
     for loc in locs:
         node = data
         for part in loc[:-1]:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and part < len(node):
                 node = node[part]
             # union tags (e.g. 'SpeculationSpec') are not keys of the data: skip them
         if isinstance(node, dict) and loc[-1] in node:
