@@ -46,14 +46,16 @@ def test_moe_predicted_curve_does_not_rise_with_batch(model: str) -> None:
     "model,method,gpus",
     [("deepseek-r1", "mtp", 8), ("llama-4-maverick", "eagle3", 8), ("gpt-oss-120b", "eagle3", 1)],
 )
-def test_moe_cost_model_itself_does_not_favour_bigger_batches(model: str, method: str, gpus: int) -> None:
-    # The raw cost model (no curve cap): small-batch latency and expert traffic make gains fall with batch.
+def test_moe_cost_model_itself_loses_gain_from_batch_1_to_128(model: str, method: str, gpus: int) -> None:
+    # The raw cost model (no curve cap). Published series fall overall (DeepSeek MTP 2.11x at 1 to 1.25x at 64,
+    # 5033-5039; gpt-oss EAGLE-3 on 8 x H200 1.97x to 1.00x at 128, TRTSA) but not always step by step
+    # (1.31x at 8, 1.44x at 64 on one H100, 5091-5092): no step may gain more than 10%.
     gains = [
         specplug.estimate(model, method, gpu="h200", num_gpus=gpus, batch_size=b, stack="vllm").speedup
-        for b in (1, 4, 16, 64)
+        for b in (1, 4, 16, 64, 128)
     ]
-    assert all(b <= a * 1.02 for a, b in zip(gains, gains[1:], strict=False)), gains
-    assert gains[-1] < gains[0]
+    assert all(b <= a * 1.10 for a, b in zip(gains, gains[1:], strict=False)), gains
+    assert gains[-1] < gains[0], gains
 
 
 def test_deepseek_v3_on_8_h200_fits_in_fp8_and_runs_mtp_in_the_published_range() -> None:
