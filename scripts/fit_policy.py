@@ -455,6 +455,8 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
             "tree": {"gain": round(min(max(gain, 0.0), 1.0), 4)},
         },
         "stacks": stacks,
+        # A third-party engine is costed like the CUDA-graph engines, with vLLM's fitted overhead.
+        "stack_default": {"spec_overhead_ms": stacks["sglang"]["spec_overhead_ms"]},
     }
 
 

@@ -164,6 +164,16 @@ def _builtin(name: str) -> Adapter | None:
     return obj if isinstance(obj, Adapter) else None
 
 
+def stack_names() -> tuple[str, ...]:
+    """Every registered stack: the built-in ones in preference order, then installed plugins."""
+    return (*STACK_PREFERENCE, *sorted(n for n in adapters() if n not in BUILTIN))
+
+
+def is_stack(name: str) -> bool:
+    """Whether ``name`` is a registered stack (built-ins answer without scanning entry points)."""
+    return name in BUILTIN or name in adapters()
+
+
 def get_adapter(name: str) -> Adapter:
     if name in BUILTIN and (builtin := _builtin(name)) is not None:
         return builtin

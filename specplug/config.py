@@ -15,9 +15,17 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from specplug.errors import ConfigError
 
@@ -34,8 +42,22 @@ Workload = Literal[
     "instruction", "multi-turn", "long-context", "mixed",
 ]
 WORKLOADS: tuple[str, ...] = Workload.__args__  # type: ignore[attr-defined]
-StackName = Literal["vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded"]
-STACKS: tuple[str, ...] = StackName.__args__  # type: ignore[attr-defined]
+def _registered_stack(name: str) -> str:
+    from specplug.adapter import is_stack, stack_names
+
+    if not is_stack(name):
+        raise ValueError(f"unknown stack '{name}' (registered: {', '.join(stack_names())})")
+    return name
+
+
+# Any stack an adapter registers (built-in or installed through the specplug.adapters entry points).
+StackName = Annotated[str, AfterValidator(_registered_stack)]
+
+
+def stack_names() -> tuple[str, ...]:
+    from specplug.adapter import stack_names as registered
+
+    return registered()
 
 
 class Strict(BaseModel):
@@ -176,10 +198,11 @@ def json_schema() -> dict[str, Any]:
     # The loader also takes the shorthand 'stack: vllm'; say so in the schema editors see.
     stack = schema["properties"]["stack"]
     schema["properties"]["stack"] = {
-        "anyOf": [{"$ref": "#/$defs/StackSpec"}, {"enum": list(STACKS), "type": "string"}],
+        "anyOf": [{"$ref": "#/$defs/StackSpec"}, {"enum": list(stack_names()), "type": "string"}],
         "description": "Stack name, or {name, version}.",
         "default": stack.get("default"),
     }
+    schema["$defs"]["StackSpec"]["properties"]["name"]["enum"] = list(stack_names())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "specplug.yaml"
     return schema

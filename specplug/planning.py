@@ -27,9 +27,7 @@ def plan_from_config(
 
     pol = load_policy(policy, cfg.policy or None)
     name = cfg.stack.name if "name" in cfg.stack.model_fields_set else capabilities.default_stack()
-    if name not in pol.stacks:
-        raise SpecplugError(f"The policy has no cost factors for stack '{name}'.", f"Known: {', '.join(pol.stacks)}.")
-    caps = capabilities.resolve(name, cfg.stack.version, stack_version, pol.stacks[name].methods)
+    caps = capabilities.resolve(name, cfg.stack.version, stack_version, pol.stack(name).methods)
     return plan(cfg, caps, probed=probed, policy=policy, calibration=calibration)
 
 

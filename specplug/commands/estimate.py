@@ -6,11 +6,11 @@ import sys
 
 import click
 
+from specplug.commands.choices import StackChoice
 from specplug.config import WORKLOADS
 from specplug.output import emit, output_option
 
 _METHODS = ("ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "mlp_speculator", "lookahead")
-_STACKS = ("vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded", "hf")
 
 
 @click.command()
@@ -25,7 +25,7 @@ _STACKS = ("vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded", "hf")
 @click.option("--batch-size", type=click.IntRange(1, 4096), default=1, show_default=True)
 @click.option("--workload", type=click.Choice(WORKLOADS), default="chat", show_default=True)
 @click.option("--temperature", type=click.FloatRange(0, 5), default=0.0, show_default=True)
-@click.option("--stack", type=click.Choice(_STACKS), default="vllm", show_default=True, help="hf = eager research code.")
+@click.option("--stack", type=StackChoice(extra=("hf",)), default="vllm", show_default=True, help="hf = eager research code.")
 @click.option("--input-len", type=click.IntRange(1), default=1024, show_default=True)
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file.")

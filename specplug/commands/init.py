@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from specplug.config import DEFAULT_CONFIG, STACKS, WORKLOADS
+from specplug.commands.choices import StackChoice
+from specplug.config import DEFAULT_CONFIG, WORKLOADS
 
 
 @click.command()
 @click.option("--model", "-m", required=True, help="Model alias, Hugging Face id or local folder.")
-@click.option("--stack", "-s", type=click.Choice(STACKS), default="vllm", show_default=True)
+@click.option("--stack", "-s", type=StackChoice(), default="vllm", show_default=True)
 @click.option("--stack-version", default=None, help="Pin the stack version to render for.")
 @click.option("--gpu", default=None, help="GPU catalog name (default: probe this machine at plan time).")
 @click.option("--num-gpus", type=click.IntRange(1, 1024), default=None)

@@ -6,12 +6,12 @@ import sys
 
 import click
 
+from specplug.commands.choices import StackChoice
 from specplug.commands.render import plan_options
-from specplug.config import STACKS
 
 
 @click.command()
-@click.argument("stack", type=click.Choice(list(STACKS)))
+@click.argument("stack", type=StackChoice())
 @plan_options
 @click.option("--dry-run", is_flag=True, help="Print the plan, checks and command; start nothing.")
 @click.option("--timeout", type=click.FloatRange(1), default=900, show_default=True,

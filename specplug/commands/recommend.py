@@ -7,7 +7,8 @@ import sys
 import click
 
 from specplug.commands._common import config_option
-from specplug.config import STACKS, WORKLOADS
+from specplug.commands.choices import StackChoice
+from specplug.config import WORKLOADS
 from specplug.output import emit, output_option
 
 
@@ -21,7 +22,7 @@ from specplug.output import emit, output_option
 @click.option("--output-len", type=click.IntRange(1), default=None, help="Output tokens per request [256].")
 @click.option("--workload", type=click.Choice(WORKLOADS), default=None, help="Traffic type [chat].")
 @click.option("--temperature", type=click.FloatRange(0, 5), default=None, help="Sampling temperature [0].")
-@click.option("--stack", "-s", type=click.Choice(STACKS), default=None, help="Serving stack (default: best installed, else vllm).")
+@click.option("--stack", "-s", type=StackChoice(), default=None, help="Serving stack (default: best installed, else vllm).")
 @click.option("--stack-version", default=None, help="Plan for this stack version.")
 @click.option("--drafter", default=None, help="Use this draft model or head (HF id, catalog alias or folder).")
 @click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None, help="Policy overrides (YAML).")

@@ -7,7 +7,8 @@ import sys
 import click
 
 from specplug.commands._common import config_option
-from specplug.config import METHODS, STACKS
+from specplug.commands.choices import StackChoice
+from specplug.config import METHODS
 
 
 def plan_options(f):
@@ -33,7 +34,7 @@ def plan_options(f):
 
 
 @click.command()
-@click.argument("stack", type=click.Choice([s for s in STACKS if s != "embedded"] + ["embedded"]))
+@click.argument("stack", type=StackChoice())
 @plan_options
 @click.option("-o", "--output-dir", default=None, type=click.Path(file_okay=False),
               help="Write the script and files here (default: print).")

@@ -9,14 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.catalog import get_gpu
 from specplug.catalog.precision import kv_cache_bytes
-from specplug.config import METHODS, STACKS, WORKLOADS, TreeSpec, WorkloadSpec
+from specplug.config import METHODS, WORKLOADS, TreeSpec, WorkloadSpec, stack_names
 from specplug.errors import SpecplugError
 from specplug.policy import engine as E
 from specplug.policy.data import load_policy
 from specplug.policy.schema import Policy
 
 ESTIMATE_METHODS = tuple(m for m in METHODS if m != "none")
-ESTIMATE_STACKS = ("vllm", "sglang", "trtllm", "llamacpp", "tgi", "embedded", "hf")
 
 
 class Estimate(BaseModel):
@@ -76,8 +75,8 @@ def estimate(
         raise SpecplugError(f"Unknown method '{method}'.", f"Choose one of: {', '.join(ESTIMATE_METHODS)}.")
     if workload not in WORKLOADS:
         raise SpecplugError(f"Unknown workload '{workload}'.", f"Choose one of: {', '.join(WORKLOADS)}.")
-    if stack not in ESTIMATE_STACKS:
-        raise SpecplugError(f"Unknown stack '{stack}'.", f"Choose one of: {', '.join(ESTIMATE_STACKS)} (hf = research code).")
+    if stack != "hf" and stack not in stack_names():
+        raise SpecplugError(f"Unknown stack '{stack}'.", f"Choose one of: {', '.join(stack_names())}, hf (research code).")
     for name, v, lo in (("num_gpus", num_gpus, 1), ("batch_size", batch_size, 1), ("input_len", input_len, 1), ("output_len", output_len, 1)):
         if v < lo:
             raise SpecplugError(f"{name} must be at least {lo}, got {v}.")
@@ -132,7 +131,7 @@ def estimate(
             warnings.append(f"No published {method} head for {m.name} is known: the estimate assumes a typical one.")
         if method == "mtp" and not m.mtp_layers:
             warnings.append(f"{m.name} has no MTP layers: the estimate assumes it had one.")
-    if stack in STACKS:
+    if stack != "hf":
         _validate(m, g.name, g.memory_gb or 0.0, num_gpus, stack, tp, pp, method, d.drafter_id, num_speculative_tokens,
                   quantization, kv_cache_dtype)
     if d.ruled_out:

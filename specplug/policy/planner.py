@@ -259,7 +259,7 @@ def plan(
     warnings: list[str] = []
     stack, version, vsource, supported = caps.name, caps.version, caps.version_source, caps.methods
     if stack not in pol.stacks:
-        raise SpecplugError(f"The policy has no cost factors for stack '{stack}'.", f"Known: {', '.join(pol.stacks)}.")
+        warnings.append(f"The policy has no cost factors for {stack}: predictions use its default CUDA-graph engine's.")
 
     # ---- workload, precision and hardware
     wl = cfg.workload
@@ -334,7 +334,7 @@ def plan(
     )
     device = E.device_of(gpu, pol)
     device = E.Device(device.bw_gbs, device.tflops, hw.memory_gb or device.memory_gb, device.link_gbs)
-    factors = pol.stacks[stack]
+    factors = pol.stack(stack)
     c = E.Context(
         policy=pol,
         model=model,

@@ -172,15 +172,15 @@ class Policy(_Strict):
     version: int = 1
     acceptance: AcceptancePriors
     stacks: dict[str, StackFactors]
+    stack_default: StackFactors = Field(
+        default_factory=StackFactors, description="Cost factors for a stack without its own row (third-party adapters)."
+    )
     rules: Rules = Field(default_factory=Rules)
     sources: dict[str, Any] = Field(default_factory=dict, description="Where the fitted numbers came from.")
 
     def stack(self, name: str) -> StackFactors:
-        from specplug.errors import SpecplugError
-
-        if name not in self.stacks:
-            raise SpecplugError(f"The policy has no cost factors for stack '{name}'.", f"Known: {', '.join(self.stacks)}.")
-        return self.stacks[name]
+        """The stack's cost factors; a stack the policy has no row for (a plugin) gets the named default."""
+        return self.stacks.get(name) or self.stack_default
 
     def prior(self, method: str) -> MethodPrior:
         from specplug.errors import SpecplugError
