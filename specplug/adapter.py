@@ -90,9 +90,32 @@ class Adapter(Protocol):
     def render(self, plan: Plan) -> LaunchSpec:
         """The launch spec for ``plan``; StackError when the plan asks what this stack/version can't do."""
 
-    # Optional (not required of third-party plugins, so older ones still load):
-    #   problems(plan: Plan, version: str | None) -> list[Problem]
-    # every reason render would refuse ``plan`` at ``version``, without rendering; specplug.validate asks it.
+    def problems(self, plan: Plan, version: str | None) -> list[Problem]:
+        """Every reason render would refuse ``plan`` at ``version``, without rendering (specplug.validate)."""
+
+    def known_version(self, version: str | None) -> None:
+        """StackError when this adapter cannot render for ``version``."""
+
+    def supports_schedule(self, version: str | None) -> bool:
+        """Whether the stack switches the draft length per running batch size."""
+
+    def runs_without_gpu(self, version: str | None) -> bool:
+        """Whether this build serves on a CPU."""
+
+    def accepts_mismatched_vocab(self, version: str | None) -> bool:
+        """Whether a separate draft model may have another vocabulary than the target."""
+
+    def template_name(self, version: str | None, ext: str | None = None) -> str | None:
+        """The template that wraps a rendered file of kind ``ext`` (None: the generic one)."""
+
+    def launch_argv(self, argv: list[str]) -> list[str]:
+        """The argv to start here (a chance to point a generic program at the stack's own)."""
+
+    image: StackImage | None  # what ``specplug deploy`` runs (None: the user names one)
+    multi_node: str | None  # how the stack spans nodes, named in messages (None: one node only)
+
+
+# Every member above has a named default in BaseAdapter: a plugin subclasses it and states its differences.
 
 
 @dataclass(frozen=True)
@@ -133,7 +156,7 @@ def _load() -> tuple[dict[str, Adapter], tuple[BrokenPlugin, ...]]:
         try:
             obj = ep.load()
             if not isinstance(obj, Adapter):
-                raise TypeError("does not implement the Adapter protocol (name, install_hint, installed_version, methods, render)")
+                raise TypeError("does not implement the Adapter protocol (subclass specplug.adapter.BaseAdapter)")
             found.setdefault(ep.name, obj)
         except Exception as exc:  # a broken third-party plugin must not take specplug down
             broken.append(BrokenPlugin(name=ep.name, target=ep.value, error=f"{type(exc).__name__}: {exc}"))

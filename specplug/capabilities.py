@@ -46,7 +46,7 @@ def resolve(
     version, source = (flag, "flag") if flag else (pinned, "pinned") if pinned else (installed, "installed") if installed else (None, "unknown")
     if adapter is not None:
         methods = dict(adapter.methods(version))
-        schedules = bool(getattr(adapter, "supports_schedule", lambda v: False)(version))
+        schedules = adapter.supports_schedule(version)
     else:
         from specplug.config import METHODS
 

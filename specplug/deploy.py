@@ -58,7 +58,7 @@ def dns_label(text: str, limit: int = 40) -> str:
 
 def stack_image(plan: Plan) -> StackImage | None:
     """The image the plan's stack adapter declares (None for a stack that names none)."""
-    return getattr(get_adapter(plan.stack.name), "image", None)
+    return get_adapter(plan.stack.name).image
 
 
 def image_for(plan: Plan, override: str | None = None) -> str:
@@ -442,8 +442,8 @@ def render_k8s(plan: Plan, ctx: RenderContext) -> dict[str, str]:
 def render_lws(plan: Plan, ctx: RenderContext) -> dict[str, str]:
     nodes = plan.parallelism.num_nodes
     adapter = get_adapter(plan.stack.name)
-    if not getattr(adapter, "multi_node", None):
-        able = [a for a in (get_adapter(n) for n in BUILTIN) if getattr(a, "multi_node", None)]
+    if not adapter.multi_node:
+        able = [a for a in (get_adapter(n) for n in BUILTIN) if a.multi_node]
         raise SpecplugError(
             f"{adapter.display_name} serves from one node, and this plan needs {nodes}.",
             f"Use {' or '.join(f'{a.display_name} ({a.multi_node})' for a in able)} for models that need several "

@@ -54,19 +54,17 @@ def preflight(adapter: Adapter, plan: Plan, spec: LaunchSpec, *, allow_no_gpu: b
     """Check what a start needs, without starting anything. Problems are collected, not raised."""
     pf = Preflight()
     version = adapter.installed_version()
-    name = getattr(adapter, "display_name", adapter.name)
+    name = adapter.display_name
     if version is None:
         pf.errors.append(StackUnavailable(f"{name} is not installed here.", f"Install it: {adapter.install_hint}"))
     else:
         pf.info.append(f"{name} {version} installed")
         if plan.stack.version and plan.stack.version != version and plan.stack.version_source != "installed":
             pf.warnings.append(f"rendered for {name} {plan.stack.version}, but {version} is installed here")
-        known = getattr(adapter, "known_version", None)
-        if known is not None:
-            try:
-                known(version)
-            except StackError as exc:
-                pf.errors.append(exc)
+        try:
+            adapter.known_version(version)
+        except StackError as exc:
+            pf.errors.append(exc)
     argv = _launch_argv(adapter, spec)
     if shutil.which(argv[0]) is None and not os.path.isfile(argv[0]):
         pf.errors.append(
@@ -84,7 +82,7 @@ def _check_gpus(adapter: Adapter, plan: Plan, version: str | None, pf: Preflight
 
     res = probe()
     need = plan.parallelism.tensor_parallel_size * plan.parallelism.pipeline_parallel_size
-    cpu_ok = getattr(adapter, "runs_without_gpu", lambda v: False)(version)
+    cpu_ok = adapter.runs_without_gpu(version)
     if not res.available:
         if cpu_ok:
             pf.warnings.append(f"no GPU found ({res.message}); this {adapter.name} build serves on the CPU")
@@ -126,8 +124,7 @@ def _check_reachable(label: str, ref: str, pf: Preflight) -> None:
 
 
 def _launch_argv(adapter: Adapter, spec: LaunchSpec) -> list[str]:
-    hook = getattr(adapter, "launch_argv", None)
-    return list(hook(spec.argv)) if hook is not None else list(spec.argv)
+    return list(adapter.launch_argv(spec.argv))
 
 
 def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec

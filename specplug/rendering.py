@@ -213,7 +213,7 @@ def _stamp_file(adapter: Any, name: str, content: str, plan: Plan, digest: str) 
     from specplug.templating import render_template
 
     ext = name.rsplit(".", 1)[-1]
-    tmpl = adapter.template_name(plan.stack.version, ext) if hasattr(adapter, "template_name") else None
+    tmpl = adapter.template_name(plan.stack.version, ext)
     if tmpl is None:
         return content
     return render_template(
@@ -231,9 +231,9 @@ def script_text(adapter: Any, spec: LaunchSpec, plan: Plan, digest: str) -> str:
     from specplug import __version__
     from specplug.templating import render_template
 
-    tmpl = adapter.template_name(plan.stack.version) if hasattr(adapter, "template_name") else None
+    tmpl = adapter.template_name(plan.stack.version)
     ctx = dict(
-        display_name=getattr(adapter, "display_name", spec.stack),
+        display_name=adapter.display_name,
         stack_version=plan.stack.version,
         specplug_version=__version__,
         inputs_hash=digest,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specplug.adapter import Problem, get_adapter
+from specplug.adapter import Adapter, Problem, get_adapter
 from specplug.errors import SpecplugError, StackError
 
 if TYPE_CHECKING:
@@ -75,20 +75,10 @@ def plan_problems(plan: Plan) -> list[Problem]:
     out += _draft_vocab_problems(plan, adapter)
     out += _k_problems(plan)
     out += _parallel_problems(plan)
-    own = getattr(adapter, "problems", None)
-    if own is not None:
-        try:
-            out += own(plan, version)
-        except SpecplugError as exc:  # a plugin that raises instead of listing: still one problem, not a crash
-            out.append(Problem(exc.message, exc.hint))
-    else:  # a third-party adapter without problems(): check what every stack needs, then let render speak
-        from specplug.adapters._common import canon_problems
-
-        out += canon_problems(plan, getattr(adapter, "display_name", adapter.name))
-        why = adapter.methods(version).get(plan.speculation.method) if plan.speculation.method != "none" else None
-        if why:
-            out.append(Problem(f"{adapter.name} {version or '(newest)'} cannot run '{plan.speculation.method}': {why}",
-                               "Pick another method or stack.", key="speculation.method"))
+    try:
+        out += adapter.problems(plan, version)
+    except SpecplugError as exc:  # a plugin that raises instead of listing: still one problem, not a crash
+        out.append(Problem(exc.message, exc.hint))
     return _unique(out)
 
 
@@ -116,7 +106,7 @@ def _catalog_model(ref: str | None) -> Model | None:
         return None  # outside the catalog and not a readable folder: nothing to compare
 
 
-def _draft_vocab_problems(plan: Plan, adapter: object) -> list[Problem]:
+def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     from specplug.policy.tokenizers import compatible
 
     s = plan.speculation
@@ -127,8 +117,7 @@ def _draft_vocab_problems(plan: Plan, adapter: object) -> list[Problem]:
     if target is None or draft is None:
         return []
     verdict = compatible(target, draft, plan.stack.name)
-    accepts = getattr(adapter, "accepts_mismatched_vocab", None)
-    if verdict.ok or (accepts is not None and accepts(plan.stack.version)):
+    if verdict.ok or adapter.accepts_mismatched_vocab(plan.stack.version):
         return []
     names = compatible_drafters(target, plan.stack.name)
     hint = (f"Drafters that share {target.hf_id}'s vocabulary: {', '.join(names)}." if names

@@ -189,28 +189,37 @@ def test_every_problem_is_reported_at_once():
     assert text.count("  fix: ") == 3
 
 
-def test_a_plugin_without_problems_gets_the_common_checks(monkeypatch):
-    import specplug.validate as v
-    from specplug.adapter import LaunchSpec
+def test_a_plugin_on_the_base_adapter_gets_the_common_checks_and_an_incomplete_one_is_reported_broken():
+    from specplug.adapter import Adapter, BaseAdapter, LaunchSpec, Window
 
-    class Plugin:
+    class Plugin(BaseAdapter):
         name = "vllm"
         display_name = "Plugin"
         install_hint = "pip install plugin"
+        oldest = "1.0"
+        method_table = {"ngram": (Window("ngram", "1.0"),)}
+
+        def build(self, plan, version):
+            return LaunchSpec(stack="vllm", argv=["plugin"])
+
+    p = Plugin()
+    assert isinstance(p, Adapter)
+    assert "no 'eagle3'" in " ".join(x.message for x in p.problems(make_plan("vllm", "1.0", method="eagle3", drafter="x/e", k=3), "1.0"))
+    assert "num_speculative_tokens=0" in " ".join(x.message for x in p.problems(make_plan("vllm", "1.0", method="ngram", k=0), "1.0"))
+
+    class Incomplete:  # the old minimal surface: no problems(), no named defaults
+        name, display_name, install_hint = "x", "X", "pip install x"
 
         def installed_version(self):
             return None
 
         def methods(self, version):
-            return {"ngram": None, "eagle3": "no heads here"}
+            return {}
 
         def render(self, plan):
-            return LaunchSpec(stack="vllm", argv=["plugin"])
+            return LaunchSpec(stack="x", argv=["x"])
 
-    monkeypatch.setattr(v, "get_adapter", lambda name: Plugin())
-    assert "no heads here" in messages(make_plan("vllm", "1.0", method="eagle3", drafter="x/e", k=3))
-    assert "num_speculative_tokens=0" in messages(make_plan("vllm", "1.0", method="ngram", k=0))
-    assert plan_problems(make_plan("vllm", "1.0", method="ngram", k=3)) == []
+    assert not isinstance(Incomplete(), Adapter)  # the registry lists it among broken plugins
 
 
 def test_problem_text_joins_message_and_hint():
