@@ -53,6 +53,7 @@ class EmbeddedAdapter(BaseAdapter):
     display_name = "specplug embedded runtime"
     install_hint = "pip install 'specplug[runtime]'"
     method_table = METHODS
+    max_batch = 16  # the server's --max-batch-size default (serve.max_num_seqs sets it)
     unsupported: ClassVar[dict[str, str]] = {m: f"not native: {why}; rendered as {t}" for m, (t, why) in MAPPED.items()}
     oldest = "0.1.0"
     # No public image: compose builds one from this Dockerfile, at the specplug version that rendered it

@@ -99,6 +99,8 @@ class SGLangAdapter(BaseAdapter):
     distributions = ("sglang",)
     executables = ("sglang", "python", "python3")
     method_table = METHODS
+    trees = True  # ALGORITHMS_WITH_TREE draft steps x topk trees
+    spec_running_cap = SPEC_DEFAULT_RUNNING
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.4.1"
     image = StackImage("lmsysorg/sglang", "v{version}", "/root/.cache/huggingface")

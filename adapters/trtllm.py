@@ -137,6 +137,7 @@ class TRTLLMAdapter(BaseAdapter):
     distributions = ("tensorrt-llm", "tensorrt_llm")
     executables = ("trtllm-serve",)
     method_table = METHODS
+    trees = True  # Eagle/Eagle3 dynamic trees (dynamic_tree_max_topK)
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.17.0"
     image = StackImage("nvcr.io/nvidia/tensorrt-llm/release", "{version}", "/root/.cache/huggingface")

@@ -495,6 +495,7 @@ class Features:
     def __init__(self, rows: list[Row], base: dict[str, Any] | None = None):
         import numpy as np
 
+        from specplug import capabilities
         from specplug.catalog import get_gpu, get_model
         from specplug.policy import engine as E
         from specplug.policy import perf
@@ -524,7 +525,7 @@ class Features:
             elif r.k:
                 cands = [Shape(r.k)]
             else:
-                cands = perf.shapes_for(pol, r.method, sf.trees)
+                cands = perf.shapes_for(pol, r.method, capabilities.resolve(r.stack).trees)
             lratio = 0.0
             if r.method == "draft_model" and d.drafter_arch is not None:
                 ratio = d.drafter_arch.params_b / max(target.params_b, 1e-3)

@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _LAZY = {
     "recommend": "specplug.planning",
-    "estimate": "specplug.policy",
+    "estimate": "specplug.planning",
     "plan_from_config": "specplug.planning",
     "render": "specplug.rendering",
     "launch": "specplug.launcher",

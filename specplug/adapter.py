@@ -113,6 +113,9 @@ class Adapter(Protocol):
 
     image: StackImage | None  # what ``specplug deploy`` runs (None: the user names one)
     multi_node: str | None  # how the stack spans nodes, named in messages (None: one node only)
+    trees: bool  # drafts token trees
+    spec_running_cap: int | None  # running requests allowed by default when speculating
+    max_batch: int | None  # requests decoded together by default
 
 
 # Every member above has a named default in BaseAdapter: a plugin subclasses it and states its differences.
@@ -308,6 +311,9 @@ class BaseAdapter:
     oldest: ClassVar[str]  # oldest version this adapter renders for
     template_ext: ClassVar[str] = "sh"
     image: ClassVar[StackImage | None] = None  # what ``specplug deploy`` runs; None: the user names one
+    trees: ClassVar[bool] = False  # drafts token trees (steps x topk, num_draft_tokens) for the methods that can
+    spec_running_cap: ClassVar[int | None] = None  # running requests the stack allows by default when speculating
+    max_batch: ClassVar[int | None] = None  # requests decoded together by default (None: as many as memory holds)
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specplug.errors import StackError
-
 
 @dataclass(frozen=True)
 class StackCapabilities:
@@ -19,6 +17,9 @@ class StackCapabilities:
     version_source: str  # 'flag', 'pinned', 'installed' or 'unknown'
     methods: dict[str, str | None] = field(default_factory=dict)  # canonical method -> None (offered) or why not
     schedules: bool = False  # switches k per running batch size (else a schedule's k=0 ranges are advisory)
+    trees: bool = False  # drafts token trees
+    running_cap: int | None = None  # running requests the stack allows by default when speculating
+    max_batch: int | None = None  # requests decoded together by default
 
     def why_not(self, method: str) -> str | None:
         return self.methods.get(method, f"{self.name} does not offer {method}")
@@ -30,26 +31,29 @@ def default_stack() -> str:
     return best_installed()
 
 
-def resolve(
-    name: str, pinned: str | None = None, flag: str | None = None, offered: list[str] | None = None
-) -> StackCapabilities:
+# Research code (Hugging Face transformers / PyTorch, eager, batch 1): a pseudo-stack that only ``estimate``
+# knows, for comparing with published papers' figures; it runs every method, with the papers' trees.
+RESEARCH_CODE = "hf"
+
+
+def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> StackCapabilities:
     """Capabilities of stack ``name`` at ``flag`` (--stack-version), else ``pinned`` (specplug.yaml), else the
-    installed version. ``offered`` stands in for an adapter that cannot be loaded (the policy's method list)."""
+    installed version."""
     from specplug.adapter import get_adapter
+    from specplug.config import METHODS
 
-    installed: str | None = None
-    try:
-        adapter = get_adapter(name)
-        installed = adapter.installed_version()
-    except StackError:
-        adapter = None
+    if name == RESEARCH_CODE:
+        return StackCapabilities(name, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1)
+    adapter = get_adapter(name)
+    installed = adapter.installed_version()
     version, source = (flag, "flag") if flag else (pinned, "pinned") if pinned else (installed, "installed") if installed else (None, "unknown")
-    if adapter is not None:
-        methods = dict(adapter.methods(version))
-        schedules = adapter.supports_schedule(version)
-    else:
-        from specplug.config import METHODS
-
-        methods = {m: (None if offered is None or m in offered else f"{name} does not offer {m}") for m in METHODS if m != "none"}
-        schedules = False
-    return StackCapabilities(name, version, source, methods, schedules)
+    return StackCapabilities(
+        name,
+        version,
+        source,
+        dict(adapter.methods(version)),
+        adapter.supports_schedule(version),
+        adapter.trees,
+        adapter.spec_running_cap,
+        adapter.max_batch,
+    )

@@ -4,12 +4,15 @@ the policy's planning stages (specplug.policy.planner). The only place the two m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specplug.config import Config
 from specplug.errors import SpecplugError
 from specplug.plan import Plan
 from specplug.policy.schema import Policy
+
+if TYPE_CHECKING:
+    from specplug.policy.estimator import Estimate
 
 
 def plan_from_config(
@@ -22,13 +25,20 @@ def plan_from_config(
 ) -> Plan:
     """Resolve every ``auto`` in ``cfg`` (stack, hardware, speculation) and fill the whole Plan."""
     from specplug import capabilities
-    from specplug.policy.data import load_policy
     from specplug.policy.planner import plan
 
-    pol = load_policy(policy, cfg.policy or None)
     name = cfg.stack.name if "name" in cfg.stack.model_fields_set else capabilities.default_stack()
-    caps = capabilities.resolve(name, cfg.stack.version, stack_version, pol.stack(name).methods)
+    caps = capabilities.resolve(name, cfg.stack.version, stack_version)
     return plan(cfg, caps, probed=probed, policy=policy, calibration=calibration)
+
+
+def estimate(model: str, method: str, *, stack: str = "vllm", stack_version: str | None = None, **kw: Any) -> Estimate:
+    """Predicted speedup and acceptance of one configuration (the CLI's ``specplug estimate``); same keywords as
+    :func:`specplug.policy.estimator.estimate`, with the stack's capabilities resolved here."""
+    from specplug import capabilities
+    from specplug.policy.estimator import estimate as score
+
+    return score(model, method, stack=stack, caps=capabilities.resolve(stack, None, stack_version), **kw)
 
 
 def recommend(

@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "estimate": "specplug.policy.estimator",
+    "estimate": "specplug.planning",  # resolves the stack's capabilities, then specplug.policy.estimator
     "Estimate": "specplug.policy.estimator",
     "load_policy": "specplug.policy.data",
 }

@@ -130,6 +130,7 @@ class Context:
     temperature: float
     calibration: Calibration | None = None
     traffic: TrafficProfile | None = None
+    trees: bool = False  # the stack drafts token trees (its capabilities)
     notes: list[str] = field(default_factory=list)
 
     def model_ids(self) -> set[str]:
@@ -234,7 +235,7 @@ def shapes(c: Context, method: str, k: int | None = None, tree: TreeSpec | None 
         return [Shape(tree.steps, tree.steps, tree.topk, tree.num_draft_tokens)]
     if k is not None:
         return [Shape(k)]
-    return perf.shapes_for(c.policy, method, c.factors.trees)
+    return perf.shapes_for(c.policy, method, c.trees)
 
 
 def score(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:

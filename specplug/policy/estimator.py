@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,6 +14,9 @@ from specplug.errors import SpecplugError
 from specplug.policy import engine as E
 from specplug.policy.data import load_policy
 from specplug.policy.schema import Policy
+
+if TYPE_CHECKING:
+    from specplug.capabilities import StackCapabilities
 
 ESTIMATE_METHODS = tuple(m for m in METHODS if m != "none")
 
@@ -69,6 +72,7 @@ def estimate(
     kv_cache_dtype: str = "auto",
     traffic: str | Path | None = None,
     require_fit: bool = True,
+    caps: StackCapabilities | None = None,
 ) -> Estimate:
     """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given."""
     if method not in ESTIMATE_METHODS:
@@ -113,6 +117,7 @@ def estimate(
         temperature=temperature,
         calibration=E.load_calibration_opt(calibration),
         traffic=prof,
+        trees=caps.trees if caps is not None else False,
     )
     warnings: list[str] = []
     if drafter:

@@ -124,7 +124,7 @@ def _draft_models(
 
 
 def _tree(c: E.Context, method: str, shape: Shape) -> TreeSpec | None:
-    if not c.factors.trees or not c.policy.prior(method).tree:
+    if not c.trees or not c.policy.prior(method).tree:
         return None
     if shape.steps:
         return TreeSpec(steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.tokens)
@@ -351,6 +351,7 @@ def plan(
         temperature=wl.temperature,
         calibration=calib,
         traffic=prof,
+        trees=caps.trees,
     )
     plan_kw = {"probed": probed, "policy": policy, "calibration": calibration}
 
@@ -525,15 +526,16 @@ def plan(
         warnings.append(
             f"Sampling at temperature {wl.temperature:g} lowers acceptance (predicted alpha {chosen[1]:.2f} vs {a0:.2f} greedy)."
         )
-    cap = factors.spec_max_running_requests
+    cap = caps.running_cap
     if cap and chosen is not None:
         warnings.append(
             f"{stack} caps running requests at {cap} when speculation is on"
             + (f", below the expected concurrency {seqs}" if seqs > cap else "")
             + "; set max_running_requests explicitly."
         )
-    if factors.max_batch and seqs > factors.max_batch:
-        warnings.append(f"{factors.label or stack} serves batch size {factors.max_batch} only; requests will queue.")
+    batch_cap = cfg.serve.max_num_seqs or caps.max_batch
+    if batch_cap and seqs > batch_cap:
+        warnings.append(f"{factors.label or stack} decodes {batch_cap} requests together; the rest will queue.")
     if vsource == "unknown":
         warnings.append(f"{stack} is not installed here and no version is pinned: method support assumes a recent release.")
 

@@ -102,14 +102,6 @@ class StackFactors(_Strict):
     moe_layer_latency_us: float = Field(
         0.0, ge=0.0, description="Extra fixed time per MoE layer (routing, token permutation, expert dispatch)."
     )
-    trees: bool = Field(False, description="Drafts token trees (steps/topk/num_draft_tokens).")
-    max_batch: int | None = Field(None, ge=1, description="Largest batch the stack serves (hf: 1).")
-    spec_max_running_requests: int | None = Field(
-        None, description="Running-request cap the stack imposes when speculation is on."
-    )
-    methods: list[str] | None = Field(
-        None, description="Methods this stack offers when its adapter is not installed (None: ask the adapter)."
-    )
 
 
 class MemoryRules(_Strict):

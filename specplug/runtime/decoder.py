@@ -1,26 +1,17 @@
 """A lean forward pass for Llama-family decoders: transformers' arithmetic without its per-call machinery.
 
-Why: on a CPU, a forward of SmolLM2-135M through transformers spends about as long in module dispatch, mask
-building and cache concatenation as in the matrix products. This module runs the same arithmetic, in the same
-order and dtype, on the same weights, so with the weights laid out as loaded its logits on a CPU are
-bit-identical to the transformers model's (``tests/runtime/test_decoder.py`` checks it; on CUDA, cuBLAS picks
-kernels by shape, so the stacked products below differ in the last bits) while a step makes far fewer operator
-calls: projections of one input (q/k/v, gate/up) are one matrix product over a stacked weight, which the
-model's own parameters then view (no copy), and RoPE turns q and k in one go. Its KV cache (:class:`GrowCache`)
-writes new columns into preallocated room instead of concatenating the whole cache each step, and rolls back
-by moving a length.
+On a CPU a small model's forward through transformers spends about as long in module dispatch, mask building
+and cache concatenation as in the matrix products. This module runs the same arithmetic, in the same order and
+dtype, on the same weights (logits bit-identical on a CPU with the weights as loaded; checked by
+``tests/runtime/test_decoder.py``), with stacked projections, RoPE on q and k at once, and a KV cache
+(:class:`GrowCache`) that writes into preallocated room and rolls back by moving a length.
 
-On a CPU in float32 the weights are also laid out for MKL (see :data:`CPU_LAYOUT`): most kept transposed as
-well, a layout MKL multiplies faster at some row counts and slower at others, and two packed by MKL too
-(:data:`CPU_PACKED`). Against
-the model as loaded, logits then differ in the last bits (the products sum in another order) and greedy
-tokens stay the same (tested). On Linux a CPU decoder also moves its weights into huge pages
-(:data:`HUGE_PAGES`), which changes where they lie, not their values.
+On a CPU in float32 the weights are also re-laid for MKL (:data:`CPU_LAYOUT`, :data:`CPU_PACKED`) and moved into
+huge pages (:data:`HUGE_PAGES`): logits then differ in the last bits, greedy tokens stay the same (tested).
 
-Architectures whose layers have exactly the Llama shape (q/k/v/o projections, optional biases, RMSNorm, gated
-SiLU MLP, rotary positions) take this path; anything else (sliding windows, q/k norms, soft-capping, MoE)
-keeps the transformers forward. The rotary table comes from the model's own rotary module, so every RoPE
-scaling transformers knows is honoured.
+Only layers of exactly the Llama shape (q/k/v/o, optional biases, RMSNorm, gated SiLU MLP, rotary positions)
+take this path; anything else keeps the transformers forward. The rotary table comes from the model's own
+rotary module, so every RoPE scaling transformers knows is honoured.
 """
 
 from __future__ import annotations
@@ -45,40 +36,25 @@ SUPPORTED = {
 }
 _GROW = 256  # columns added per reallocation, at least
 
-# How a float32 decoder on a CPU stores each weight for the product ``x @ W.T`` (benchmarks/weight_layout.py
-# measures it). "torch": as loaded, (out, in). "transposed": (in, out), which MKL multiplies as its "NN"
-# product; the model's parameters view the new storage, so nothing is copied. "both": a transposed copy as well,
-# used except at TORCH_LAYOUT_ROWS rows (and at PACKED_ROWS rows, where a pack exists). Why: MKL's kernels for
-# the two layouts win at different row counts. On SmolLM2-135M's shapes (2-core AVX-512 Xeon, weights in huge
-# pages), against torch's layout, the transposed one was 1.05-1.2x faster at 1 row for q/k/v, gate/up and the
-# LM head, and 1.1-1.2x faster at 5 rows for o and the LM head (gate/up and the head are packed there), but
-# 1.2-1.4x slower at 2-3 rows, where one or two drafts are verified, for every weight; down was slower at every
-# row count. (Before the weights lay in huge pages, transposed q/k/v and o had looked as fast at 2-3 rows.)
+# How a float32 decoder on a CPU stores each weight for ``x @ W.T``: "torch" as loaded (out, in); "transposed"
+# (in, out), MKL's "NN" product, viewed by the parameters (no copy); "both" keeps a transposed copy too, used
+# except at TORCH_LAYOUT_ROWS rows. Why: MKL's kernels for the two layouts win at different row counts
+# (benchmarks/weight_layout.py measures which).
 CPU_LAYOUT = {"qkv": "both", "o": "both", "gate_up": "both", "down": "torch", "lm_head": "both"}
 TORCH_LAYOUT_ROWS = frozenset({2, 3})
-# Weights also kept in MKL's packed format (cblas_sgemm_pack, as torch's inductor uses it), for passes whose
-# row count is a key of PACKED_ROWS: the wider verification passes at batch 1 (k = 4) and small batches. A pack
-# is made for a row count (the value), and fewer rows are padded with zeros up to it, because MKL documents a
-# pack for the row count it was made for and every pack costs the weight's memory again. Why: from 4 rows on,
-# MKL's unpacked kernels slow down by half while the packed product stays near its 1-row cost. On gate/up and
-# the LM head the packs took 1.05-1.35x less time at 4-5 rows and 1.6x less at 8 than the better plain
-# layout, padding included; on the other weights they were slower up to 6 rows and at most 1.3x faster at 8.
+# Weights also kept in MKL's packed format, for passes whose row count is a key of PACKED_ROWS (padded with zeros
+# up to the value, the row count the pack was made for). Why: from about 4 rows MKL's unpacked kernels slow down
+# while a packed product does not; benchmarks/weight_layout.py shows which weights gain.
 CPU_PACKED = frozenset({"gate_up", "lm_head"})
 PACKED_ROWS = {4: 5, 5: 5, 6: 8, 7: 8, 8: 8}
-# Bytes the "both" copies and the packs may add (SmolLM2-135M: 431 MB, and 325 MB per pack size, beside its
-# 540 MB); for a larger model the weights stay as loaded, since memory then matters more than a few percent.
+# Bytes the "both" copies and the packs may add; beyond it the weights stay as loaded, since for a larger model
+# memory matters more than a few percent.
 CPU_COPY_BUDGET = 5 << 28
 
 
-# On Linux the weights a CPU decode step streams are moved into 2 MB pages (transparent huge pages:
-# MADV_HUGEPAGE, then MADV_COLLAPSE for pages already there; kernels without them, or with THP off, ignore it).
-# Why: a step reads every weight once, and with 4 KB pages the TLB misses cost as much as the reading. On this
-# CPU (2-core Xeon, THP "madvise") a one-row product over a 7 MB weight took 1.5x less time in huge pages, and
-# SmolLM2-135M's plain decoding 1.17x less. Moving SmolLM2's weights (0.55 GB of them lie in whole 2 MB pages;
-# a weight under 2 MB, such as a layer's o projection, holds none) took ~2 s, which a one-off generation of a
-# few dozen tokens would not win back: a decoder starts it, in a thread, after HUGE_PAGES_AFTER forwards (or
-# when asked: ``LeanDecoder.huge_pages_now``). MKL's packs (CPU_PACKED) are opaque to Python and stay as
-# allocated.
+# On Linux the weights a CPU decode step streams are moved into 2 MB pages (MADV_HUGEPAGE, then MADV_COLLAPSE),
+# since a step reads every weight once and 4 KB pages' TLB misses cost as much as the reading. Moving takes
+# seconds, so it starts in a thread after HUGE_PAGES_AFTER forwards (or ``LeanDecoder.huge_pages_now``).
 HUGE_PAGES = sys.platform.startswith("linux")
 HUGE_PAGES_AFTER = 256
 _HUGE = 2 << 20
@@ -300,7 +276,7 @@ def _linear(
     same weight packed by MKL) when given.
 
     The product ``F.linear`` makes for a 2-D input (``mm``, or ``addmm`` with a bias, on ``weight.t()``), so the
-    same floats, without its three dispatches (linear, t, matmul) per call: a SmolLM2 step makes 121 products.
+    same floats, without its three dispatches (linear, t, matmul) per call.
     """
     if packed is not None:
         return packed(x, bias)
@@ -476,8 +452,7 @@ class LeanDecoder(torch.nn.Module):
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # Exactly LlamaRMSNorm: statistics in float32, scale in the input dtype. In place where the tensor is this
-        # function's own; in float32 that is one allocation instead of torch's rms_norm's copies (3% of a CPU
-        # decode step here), and ``h * w`` is the same float as ``w * h``.
+        # function's own, to save torch's rms_norm's copies; ``h * w`` is the same float as ``w * h``.
         h = x if x.dtype == torch.float32 else x.to(torch.float32)
         squares = h.pow(2)
         # On a CPU ``mean`` is ``sum`` then ``div_`` by the count (torch's mean_out does exactly that), called

@@ -1,31 +1,13 @@
 """How many tokens to draft this step, chosen against what a verification pass measurably costs here.
 
-Why: a target pass over ``n`` columns costs very differently on different hardware. On a memory-bound GPU it
-is nearly flat in ``n``; on these CPUs it is flat up to 3 columns and then jumps by half (the BLAS switches
-kernels), so a fixed k either wastes passes or leaves tokens on the table. The pacer picks the width ``w``
-(drafts per row, at most each row's k) that maximises expected new tokens per second:
+A target pass over ``n`` columns costs very differently across hardware (nearly flat on a memory-bound GPU,
+step-shaped where the BLAS switches kernels), so a fixed k either wastes passes or leaves tokens on the table.
+The pacer picks the width ``w`` (drafts per row, at most each row's k) that maximises expected tokens per second:
 
     value(w) = sum over rows of (1 + sum_{j < min(k_row, w)} a_row[j])  /  (cost(B * (w + 1)) + w * draft_cost)
 
-``a_row[j]`` is the row's rate of getting draft position j accepted (which implies all before it). A width
-that drafts is chosen over plain decoding only when its value is ``MARGIN`` higher (estimates are noisy). A free
-proposer (n-gram: no model to run) drafts first, so the pacer sees each row's draft length; its whole draft,
-cut or not, is then scored against the tokens emitted after it (a one-token-per-position draft is accepted at
-j exactly as often as the target emits that token there), so positions past the width sent are learnt too; and
-its rates are kept apart by state: whether the row's previous draft matched in full, since text that is
-copying a run goes on copying it (code-rewrite here: 0.76 / 0.66 / 0.63 / 0.61 after a full match, 0.65 / 0.30 /
-0.18 / 0.16 otherwise), and how long a context match found the draft (a one-token match is a weak guess). A
-costly proposer (a draft model) is told the width before drafting, so its rates are per position offered, and
-a draft stopped early counts as a miss (``k_row`` is what the row may draft, or what a free proposer found).
-Rates are shrunk towards the engine-wide rate while a row has few observations, and a position seldom offered
-takes the trend of the positions before it (see :func:`_shrunk`). ``cost(m)`` is the measured seconds of a
-target pass that feeds ``m`` tokens in all (batch x columns), learnt from the engine's own passes and
-interpolated between them. A width outside what was measured is chosen for the step's real pass (so it gets
-timed), and so, now and then, are widths only interpolated and the width timed longest ago (the plain pass
-included). ``draft_cost`` is the proposer's measured seconds per drafted column (near zero for n-gram; a
-drafter's catch-up on history it skipped is a one-off and not counted); its ratio to a plain pass at the same
-batch rules out timing widths that could not pay at any cost of the target's pass (see ``choose``). A costly
-proposer's rates are learnt only while it drafts, so one judged useless is probed now and then (``PROBE_IDLE``).
+``a_row[j]`` is the row's rate of getting draft position j accepted (see ``DraftPacer.rates``); ``cost(m)`` the
+learnt seconds of a target pass feeding ``m`` tokens; ``draft_cost`` the proposer's seconds per drafted column.
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
 n-gram draft is a deterministic function of the history, so cutting it by its length is one as well.
@@ -35,23 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-# A width timed once during a burst of load (or only interpolated) could stay excluded for good; every this
-# many steps the width timed longest ago gets this step's pass. A size re-timed without then turning out the
-# best waits twice as long before its next re-timing, up to REMEASURE_MAX steps: on free chat here (a draft's
-# first token accepted a quarter of the time), re-timing widths 3-4 every 16 steps cost 3% of the time, as much
-# as drafting could win.
+# A width timed once under a burst of load could stay excluded for good, so the one timed longest ago is re-timed
+# now and then; each re-timing that does not make it the best doubles its wait, since re-timing costs passes.
 REMEASURE_EVERY = 16
 REMEASURE_MAX = 1024
 MEASURE_UNTIMED_EVERY = 4
-# Drafting must beat plain decoding by this share of expected tokens per second before it is chosen. Why: the
-# rates and costs are noisy estimates, and the width chosen is the one whose estimate came out highest, so its
-# error leans optimistic (the winner's curse). On free chat here the model promised +2-5% for drafting a token
-# or two and delivered -1% to -4%; a loss costs real seconds, while the margin forgoes at most itself.
+# Drafting must beat plain decoding by this share of expected tokens per second: the highest of noisy estimates
+# leans optimistic (the winner's curse), and a loss costs real seconds while the margin forgoes at most itself.
 MARGIN = 0.05
-# A costly proposer (a draft model) judged useless is only observed when it drafts, so without probes it would
-# never be tried again, whatever the text became. After this many steps without drafting it drafts one token
-# for PROBE_STEPS steps (enough for a row's own rates to outweigh the pool's, see PRIOR_WEIGHT); the wait
-# doubles after each probe, up to PROBE_IDLE_MAX, and starts over once drafting pays again.
+# A costly proposer judged useless is observed only when it drafts, so it is made to draft one token for
+# PROBE_STEPS steps after PROBE_IDLE idle ones; the wait doubles per probe and starts over once drafting pays.
 PROBE_IDLE = 256
 PROBE_IDLE_MAX = 8192
 PROBE_STEPS = 8
@@ -69,7 +44,7 @@ class DraftPacer:
         self.cost: dict[int, float] = {}  # tokens fed per pass -> seconds (moving average)
         self.warmed: set[int] = set()  # pass sizes run once already (see observe_pass)
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
-        self.retime_gap: dict[int, int] = {}  # tokens fed per pass -> steps its next re-timing waits (default 16)
+        self.retime_gap: dict[int, int] = {}  # tokens fed per pass -> steps its next re-timing waits
         self.steps = 0
         self.explored_at = 0  # step of the latest width chosen to be measured
         self.measuring = False  # the latest choice was made to measure its cost
@@ -85,10 +60,8 @@ class DraftPacer:
 
     # -- learning -------------------------------------------------------------------------------------------
     def observe_pass(self, tokens: int, seconds: float) -> None:
-        """A pass feeding ``tokens`` took ``seconds``. The first pass of each size is a warm-up and is not
-        believed: it pays one-time costs (on CUDA, kernels load lazily on first use and cuBLAS picks one per
-        shape; on an H200 such passes took 55 ms against 12-14 ms later). Until a second timing the size counts
-        as unmeasured, so it is chosen again when it could pay."""
+        """A pass feeding ``tokens`` took ``seconds``. The first pass of each size pays one-time costs (lazy
+        kernel loading, per-shape kernel choice) and is not believed; until a second timing the size is unmeasured."""
         if tokens not in self.warmed:
             self.warmed.add(tokens)
             return
@@ -114,12 +87,9 @@ class DraftPacer:
 
     # -- deciding -------------------------------------------------------------------------------------------
     def estimate(self, tokens: int) -> float | None:
-        """Seconds for a pass feeding ``tokens``: measured, or interpolated between measured neighbours.
-
-        Batches shrink one request at a time; interpolating keeps that from costing a measurement per width
-        at every new batch size. Outside the measured range there is no estimate (it gets measured). The curve
-        need not rise with every token: this CPU's BLAS picks kernels by row count, and a pass over 3 rows x 5
-        columns took 107 ms where 4 x 5 took 101 ms, so a cheaper larger pass says nothing about a smaller one.
+        """Seconds for a pass feeding ``tokens``: measured, or interpolated between measured neighbours (so a batch
+        shrinking by one request costs no measurement per width); None outside the measured range. The curve
+        need not rise with every token (BLAS picks kernels by shape), so no bound is taken from a larger pass.
         """
         if tokens in self.cost:
             return self.cost[tokens]
@@ -150,11 +120,9 @@ class DraftPacer:
     def choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]], probe: bool = False) -> int:
         """The width for this step: the best by the model, or now and then one whose cost needs measuring.
 
-        Measuring is done by running the step's real pass at that width (its tokens count like any other), not
-        by a throwaway pass, and only for a width that could beat the best even at the cheapest cost it may
-        have: so it costs at most the difference to the best width, and nothing where wide passes cannot pay.
-        ``probe``: the proposer is costly and learnt about only when it drafts, so now and then it is made to
-        (see ``PROBE_IDLE``).
+        Measuring runs the step's real pass at that width, and only for a width that could beat the best at its
+        cheapest possible cost, so it costs at most the difference to the best. ``probe``: the proposer is costly
+        and learnt about only when it drafts (see ``PROBE_IDLE``).
         """
         width = self._choose(ks, row_rates)
         return self._probe(width, merit=not self.measuring) if probe and max(ks, default=0) else width
@@ -199,11 +167,8 @@ class DraftPacer:
             if secs is not None and beats(w, secs, best_w, best_value):
                 best_w, best_value = w, value(w, secs)
         self.retime_gap.pop(batch * (best_w + 1), None)  # the best is timed every step it runs anyway
-        # A wider pass costs no less than a plain one at the same batch, and a drafter's cost grows with the batch
-        # as the target's does; so a width can only beat plain decoding if its expected tokens beat plain's by
-        # the drafter's cost per column in plain passes, whatever the pass costs. Before a batch's plain pass
-        # was timed nothing else bounded it: a drafter known to be useless ran (a catch-up on 16 prompts, then a
-        # timed pass) just to time a new batch size, and paced drafting lost 20% to plain decoding.
+        # A wider pass costs no less than a plain one and a drafter's cost scales with the batch, so a width can pay
+        # only if its gain beats plain's by the drafter's cost ratio: no timing a useless drafter at a new batch.
         def can_pay(w: int) -> bool:
             return w == 0 or gains[w] > gains[0] * (1.0 + w * self.draft_ratio)
 
@@ -216,20 +181,15 @@ class DraftPacer:
         return best_w
 
     def _floor(self, tokens: int) -> float:
-        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: the cheapest
-        size below (a bound wherever feeding more costs no less, roughly true; see ``estimate``). Not the
-        nearest size below: a size timed slow once (a burst of load) would then hide every size above it from
-        re-timing for good. Nothing is below the smallest size timed (usually the plain pass, width 0), so it
-        stays a candidate for re-timing too: a burst of load in its timing would otherwise make every draft
-        look cheap beside it."""
+        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: the cheapest size
+        below, not the nearest (one slow timing under load would hide every size above it for good); 0 below the
+        smallest size timed, so that one stays a candidate for re-timing too."""
         return min((c for m, c in self.cost.items() if m < tokens), default=0.0)
 
     def _to_measure(self, batch: int, promising: Sequence[int]) -> int | None:
-        """Of ``promising`` widths: one whose cost cannot be estimated (the widest first, so one pass brackets
-        the rest); else, every ``MEASURE_UNTIMED_EVERY`` steps, one only interpolated so far (a step-shaped cost
-        curve can hide a cheap width), and every ``REMEASURE_EVERY`` steps the one timed longest ago (a burst of
-        load may have inflated it) of those whose own wait (``retime_gap``, doubled by each re-timing that did
-        not make it the best) is over."""
+        """Of ``promising`` widths: one whose cost cannot be estimated (the widest, so one pass brackets the rest);
+        else now and then one only interpolated (a step-shaped curve can hide a cheap width), or the one timed
+        longest ago whose own wait (``retime_gap``) is over (load may have inflated its timing)."""
         outside = [w for w in promising if self.estimate(batch * (w + 1)) is None]
         if outside:
             return outside[-1]
@@ -260,12 +220,9 @@ def record(offered: list[int], accepted: list[int], n_offered: int, n_accepted: 
 def _shrunk(offered: Sequence[int], accepted: Sequence[int], k: int, pool: Sequence[float] | None) -> list[float]:
     """Observed rates per position, each pulled towards a prior by ``PRIOR_WEIGHT`` pseudo-observations.
 
-    The prior continues what is already known instead of assuming later positions hopeless: a position
-    that is never offered (the pacer chose narrower widths) would otherwise keep its prior for good, and a
-    pessimistic one locks the width low on text that copies long runs. Without a pool (the pool itself) the
-    prior at j continues the geometric trend of positions before it; a row's prior at j is its own rate at
-    j-1 times the pool's conditional rate of j given j-1. Rates never rise with the position (accepting j
-    implies accepting everything before it).
+    The prior continues the trend of earlier positions (for a row: its rate at j-1 times the pool's rate of j
+    given j-1), since a pessimistic prior on a position never offered would lock the width low for good. Rates
+    never rise with the position (accepting j implies accepting everything before it).
     """
     out: list[float] = []
     for j in range(k):
