@@ -39,11 +39,11 @@ def show(policy_path, config_path, output) -> None:
         )
         st = table(
             "stack cost factors",
-            ["stack", "BW eff", "FLOP eff", "layer ms", "fwd ms", "step ms", "spec ms", "trees", "spec request cap"],
+            ["stack", "BW eff", "FLOP eff", "layer ms", "fwd ms", "step ms", "spec ms", "layer us", "MoE layer us"],
             [
                 (n, f"{s.bw_efficiency:.2f}", f"{s.flops_efficiency:.2f}", f"{s.layer_overhead_ms:.3f}", f"{s.forward_overhead_ms:.2f}",
-                 f"{s.step_overhead_ms:.2f}", f"{s.spec_overhead_ms:.2f}", "yes" if s.trees else "", s.spec_max_running_requests or "")
-                for n, s in p.stacks.items()
+                 f"{s.step_overhead_ms:.2f}", f"{s.spec_overhead_ms:.2f}", f"{s.layer_latency_us:g}", f"{s.moe_layer_latency_us:g}")
+                for n, s in [*p.stacks.items(), ("(default)", p.stack_default)]
             ],
         )
         r = p.rules
