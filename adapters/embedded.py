@@ -54,6 +54,7 @@ class EmbeddedAdapter(BaseAdapter):
     install_hint = "pip install 'specplug[runtime]'"
     method_table = METHODS
     max_batch = 16  # the server's --max-batch-size default (serve.max_num_seqs sets it)
+    fallback_only = True  # the stand-in when no stack is installed, not a stack to prefer
     unsupported: ClassVar[dict[str, str]] = {m: f"not native: {why}; rendered as {t}" for m, (t, why) in MAPPED.items()}
     oldest = "0.1.0"
     # No public image: compose builds one from this Dockerfile, at the specplug version that rendered it

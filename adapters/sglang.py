@@ -100,6 +100,8 @@ class SGLangAdapter(BaseAdapter):
     executables = ("sglang", "python", "python3")
     method_table = METHODS
     trees = True  # ALGORITHMS_WITH_TREE draft steps x topk trees
+    shards_heads = True
+    draft_tp = "target"  # a STANDALONE draft model runs at the target's tensor parallel size
     spec_running_cap = SPEC_DEFAULT_RUNNING
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.4.1"

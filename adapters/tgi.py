@@ -64,6 +64,7 @@ SERVE_FLAGS = {
 class TGIAdapter(BaseAdapter):
     name = "tgi"
     display_name = "TGI (text-generation-inference)"
+    shards_heads = True
     install_hint = "docker pull ghcr.io/huggingface/text-generation-inference (or build text-generation-launcher)"
     executables = ("text-generation-launcher",)
     method_table = METHODS

@@ -138,6 +138,7 @@ class TRTLLMAdapter(BaseAdapter):
     executables = ("trtllm-serve",)
     method_table = METHODS
     trees = True  # Eagle/Eagle3 dynamic trees (dynamic_tree_max_topK)
+    shards_heads = True
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.17.0"
     image = StackImage("nvcr.io/nvidia/tensorrt-llm/release", "{version}", "/root/.cache/huggingface")

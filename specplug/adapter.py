@@ -116,6 +116,9 @@ class Adapter(Protocol):
     trees: bool  # drafts token trees
     spec_running_cap: int | None  # running requests allowed by default when speculating
     max_batch: int | None  # requests decoded together by default
+    shards_heads: bool  # tensor parallelism splits attention heads
+    fallback_only: bool  # never the default stack
+    draft_tp: str | None  # how a separate draft model is sharded: "own", "target" or None
 
 
 # Every member above has a named default in BaseAdapter: a plugin subclasses it and states its differences.
@@ -215,8 +218,8 @@ def get_adapter(name: str) -> Adapter:
 def default_stack() -> str:
     """The best installed stack, else vLLM."""
     for name in STACK_PREFERENCE:
-        a = _builtin(name) if name != "embedded" else None
-        if a is not None and a.installed_version():
+        a = _builtin(name)
+        if a is not None and not a.fallback_only and a.installed_version():
             return name
     return DEFAULT_STACK
 
@@ -314,6 +317,11 @@ class BaseAdapter:
     trees: ClassVar[bool] = False  # drafts token trees (steps x topk, num_draft_tokens) for the methods that can
     spec_running_cap: ClassVar[int | None] = None  # running requests the stack allows by default when speculating
     max_batch: ClassVar[int | None] = None  # requests decoded together by default (None: as many as memory holds)
+    shards_heads: ClassVar[bool] = False  # tensor parallelism splits attention heads (so it must divide them)
+    fallback_only: ClassVar[bool] = False  # never chosen as the default stack, only named (or as launch's fallback)
+    # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
+    # "target" (always the target's size), None (not sharded, or no draft models).
+    draft_tp: ClassVar[str | None] = None
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["InvalidPlan", "Problem", "plan_problems", "validate_plan"]
 
 # Stacks that shard attention heads across tensor-parallel ranks (llama.cpp splits layers; embedded is one device).
-HEAD_SHARDING_STACKS = ("vllm", "sglang", "trtllm", "tgi")
 # Drafters worth naming: catalog models sharing the target's tokenizer, 1/200 to 1/6 of its size.
 DRAFT_SIZE_RANGE = (1 / 200, 1 / 6)
 MAX_SUGGESTIONS = 6
@@ -74,7 +73,7 @@ def plan_problems(plan: Plan) -> list[Problem]:
     out: list[Problem] = []
     out += _draft_vocab_problems(plan, adapter)
     out += _k_problems(plan)
-    out += _parallel_problems(plan)
+    out += _parallel_problems(plan, adapter)
     try:
         out += adapter.problems(plan, version)
     except SpecplugError as exc:  # a plugin that raises instead of listing: still one problem, not a crash
@@ -172,17 +171,17 @@ def _divisors_note(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0 and d <= 64)
 
 
-def _parallel_problems(plan: Plan) -> list[Problem]:
+def _parallel_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     tp = plan.serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
     pp = max(plan.serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
     if tp == 1 and pp == 1:
         return []
     model = _catalog_model(plan.model.local_path or plan.model.hf_id)
     if model is None:
-        return _draft_tp_problems(plan, tp)
+        return _draft_tp_problems(plan, tp, adapter)
     out: list[Problem] = []
     heads, kv = model.num_attention_heads, model.num_kv_heads
-    if tp > 1 and plan.stack.name in HEAD_SHARDING_STACKS and heads:
+    if tp > 1 and adapter.shards_heads and heads:
         if heads % tp:
             out.append(Problem(
                 f"Tensor parallel size {tp} does not divide {model.hf_id}'s {heads} attention heads.",
@@ -196,7 +195,7 @@ def _parallel_problems(plan: Plan) -> list[Problem]:
                 f"Use a tensor parallel size that divides {kv} or is a multiple of {kv}, and divides {heads}.",
                 key="serve.tensor_parallel_size",
             ))
-    out += _draft_tp_problems(plan, tp)
+    out += _draft_tp_problems(plan, tp, adapter)
     layers = model.num_layers
     if pp > 1 and layers and pp > layers:
         out.append(Problem(
@@ -206,23 +205,24 @@ def _parallel_problems(plan: Plan) -> list[Problem]:
     return out
 
 
-def _draft_tp_problems(plan: Plan, tp: int) -> list[Problem]:
-    """A separate draft model is sharded too: at draft_tensor_parallel_size on vLLM (unset: the target's size),
-    at the target's size on SGLang; its heads must split as the target's do."""
+def _draft_tp_problems(plan: Plan, tp: int, adapter: Adapter) -> list[Problem]:
+    """A separate draft model is sharded too: at draft_tensor_parallel_size where the stack takes one (unset: the
+    target's size), else at the target's size; its heads must split as the target's do."""
     s = plan.speculation
-    if s.method != "draft_model" or not s.drafter or plan.stack.name not in ("vllm", "sglang"):
+    if s.method != "draft_model" or not s.drafter or adapter.draft_tp is None:
         return []
-    dtp = (s.draft_tensor_parallel_size or tp) if plan.stack.name == "vllm" else tp
+    own = adapter.draft_tp == "own"
+    dtp = (s.draft_tensor_parallel_size or tp) if own else tp
     draft = _catalog_model(s.drafter)
     if dtp == 1 or draft is None or not draft.num_attention_heads:
         return []
     heads, kv = draft.num_attention_heads, draft.num_kv_heads
     if heads % dtp == 0 and (not kv or draft.uses_mla or kv % dtp == 0 or dtp % kv == 0):
         return []
-    hint = ("Set speculation.draft_tensor_parallel_size: 1 (the drafter on one GPU)" if plan.stack.name == "vllm"
+    hint = ("Set speculation.draft_tensor_parallel_size: 1 (the drafter on one GPU)" if own
             else "Pick a drafter whose heads divide by the tensor parallel size")
     return [Problem(
         f"The draft model {s.drafter} runs at tensor parallel size {dtp}, which does not split its {heads} attention"
         f" heads ({kv} KV heads).",
-        hint + ".", key="speculation.draft_tensor_parallel_size" if plan.stack.name == "vllm" else "speculation.drafter",
+        hint + ".", key="speculation.draft_tensor_parallel_size" if own else "speculation.drafter",
     )]
