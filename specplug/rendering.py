@@ -130,16 +130,12 @@ def resolve_plan(cfg: Config, adapter: Adapter | None = None) -> Plan:
     adapter = adapter or get_adapter(cfg.stack.name)
     if cfg.model is None:
         raise SpecplugError("No model given.", "Pass --model NAME (alias, HF id or folder), or set model: in specplug.yaml.")
-    version, source = cfg.stack.version, "pinned"
-    if version is None:
-        version, source = adapter.installed_version(), "installed"
-    plan = _plan_from_config(cfg, version)
-    if plan.stack.name != adapter.name or plan.stack.version != version:
-        plan = plan.model_copy(
-            update={"stack": plan.stack.model_copy(update={"name": adapter.name, "version": version,
-                                                           "version_source": source if version else "unknown"})}
-        )
-    return plan
+    if cfg.stack.name != adapter.name or "name" not in cfg.stack.model_fields_set:
+        from specplug.config import StackSpec
+
+        cfg = cfg.model_copy(update={"stack": StackSpec(name=adapter.name, version=cfg.stack.version)})
+    # The version (pinned, else installed) is resolved once, with the stack's capabilities, by the planner.
+    return _plan_from_config(cfg, None)
 
 
 def plan_for_request(stack: str, *, config_path: str | None = None, **flags: Any) -> tuple[Plan, Config]:
