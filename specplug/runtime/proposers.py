@@ -58,12 +58,9 @@ class NgramProposer:
     Tries n from ``max_match`` down to ``min_match``. An index per n maps each n-gram to the latest position
     after it, updated incrementally, so a lookup is a few dict probes instead of a scan of the history.
 
-    While the text goes on as the place the last draft was copied from did (every draft token kept, and the
-    target's own next token the source's next one too), the next draft goes on copying from there rather than
-    from the latest match: text that copies a passage keeps copying that passage, while the latest occurrence
-    of its last few tokens may sit in another passage that shares them. On the runtime benchmark's code-edit
-    answer (SmolLM2-135M repeating a file) this drafts 3.56 tokens per pass at k = 4 where the latest match
-    alone drafts 3.43 (4.00 and 3.77 over 200 tokens); on the other workloads it changes nothing.
+    While the text goes on as its last draft's source did (every draft kept, and the target's next token the
+    source's next one too), the next draft goes on copying from there rather than from the latest match: text
+    that copies a passage keeps copying it, while the latest match may sit in another passage sharing a few tokens.
     """
 
     name = "ngram"
@@ -163,8 +160,8 @@ class DraftModelProposer:
 
     ``vocab`` (token ids) makes the drafter draft only those tokens, as EAGLE-3's draft vocabulary and FR-Spec
     do: its distribution q is taken over them (zero elsewhere), so verification stays exact, and its LM head
-    multiplies only their rows. Why: the head of a small drafter is much of its cost (SmolLM2-135M's is 28M of
-    its drafter's 42M multiply-adds per token), while the tokens a text is made of are mostly few.
+    multiplies only their rows. Why: the head of a small drafter is much of its cost, while the tokens a text is
+    made of are mostly few.
     """
 
     name = "draft_model"
@@ -218,9 +215,7 @@ class DraftModelProposer:
         width = max(len(p) for p in self.pending)
         if self.kv.length and width > CATCH_UP_MAX:
             # Idle for long (the pacer judged drafting useless, and now probes it): restart from each row's latest
-            # text instead of reading everything skipped. Why: that backlog grows with the wait, so a full catch-up
-            # cost a fixed share of the time idled at every probe (on this CPU at batch 16, 2.5 s of prefill after
-            # 256 idle steps; 1.0 s bounded), and bounded, it amortises. Drafts from a shorter context stay exact.
+            # text, since a full catch-up grows with the wait. Drafts from a shorter context stay exact.
             self.kv = KVState(self.model, b, self.device)
             self.pending = [list(h[-CATCH_UP_MAX:]) for h in histories]
             width = max(len(p) for p in self.pending)

