@@ -1,7 +1,7 @@
 """llama.cpp: ``llama-server -m MODEL.gguf`` with the old ``--draft-*`` or the new ``--spec-*`` flag generation.
 
-Versions are llama.cpp build numbers (``b10576``). The new generation is confirmed at b10576 (2026-08 audit
-quoted in stacks.md 4.2); build b8955 (2026-05, llama.cpp PR #22673) still took ``--draft-min/--draft-max``.
+Versions are llama.cpp build numbers (``b10576``). The new generation is confirmed at b10576 (a 2026-08 audit of
+llama.cpp's common/arg.cpp); build b8955 (2026-05, llama.cpp PR #22673) still took ``--draft-min/--draft-max``.
 A build that reports no number (``build 0``, e.g. compiled from a vendored tree) is placed by probing
 ``--help``: ``--spec-draft-n-max`` means the new generation.
 """

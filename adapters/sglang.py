@@ -1,7 +1,7 @@
 """SGLang: ``python -m sglang.launch_server`` with ``--speculative-algorithm`` and the ``--speculative-*`` knobs.
 
-Facts and sources: ../shared/reference/stacks.md section 2; checked against sglang 0.5.23's ``ServerArgs`` and
-``resolve_once()`` in tests/stacks/test_sglang_real.py.
+Each flag keeps its version window and source beside it; renders are checked against sglang 0.5.23's
+``ServerArgs`` and ``resolve_once()`` in tests/stacks/test_sglang_real.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 TGI picks the technique from the checkpoint: a Medusa repo (config.json has ``medusa_num_heads``) or an MLP
 speculator repo is served *as the model id* (its config names the base model); anything else with
-``--speculate N`` uses n-gram speculation. Source: stacks.md section 5 (launcher/src/main.rs @db931fcf).
+``--speculate N`` uses n-gram speculation (TGI's launcher/src/main.rs @db931fcf).
 """
 
 from __future__ import annotations

