@@ -66,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens-limit", type=_positive, default=2048, help="Largest max_tokens accepted.")
     s.add_argument("--default-max-tokens", type=_positive, default=256, help="max_tokens when a chat omits it.")
     s.add_argument("--max-body-bytes", type=_positive, default=1 << 20, help="Largest request body (default 1 MiB).")
+    s.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"), default="none",
+                   help="Add vLLM's metrics.speculative_decoding to each response (default none, as vLLM).")
     s.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return p
 
@@ -114,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         default_max_tokens=args.default_max_tokens,
         max_body_bytes=args.max_body_bytes,
         info=model_info,
+        per_request_spec_metrics=args.per_request_spec_decode_metrics,
+        num_spec_tokens=args.num_speculative_tokens if args.method != "none" else 0,
     )
     metrics = ServerMetrics(name, max_positions=max(args.num_speculative_tokens, 1))
     scheduler = Scheduler(backend, tokenizer, metrics, max_waiting=args.max_queue)

@@ -229,7 +229,9 @@ def test_streaming_holds_back_partial_stop_string(client):
         ({"model": "tiny", "prompt": "x", "n": 2}, "n", "not supported"),
         ({"model": "tiny", "prompt": "x", "logprobs": 2}, "logprobs", "not supported"),
         ({"model": "tiny", "prompt": "x", "presence_penalty": 1.0}, "presence_penalty", "not supported"),
-        ({"model": "tiny", "prompt": "x", "frobnicate": 1}, "frobnicate", "Unrecognized request argument"),
+        ({"model": "tiny", "prompt": "x", "ignore_eos": "yes"}, "ignore_eos", ""),
+        ({"model": "tiny", "prompt": "x", "repetition_penalty": 1.3}, "repetition_penalty", "not supported"),
+        ({"model": "tiny", "prompt": "x", "min_tokens": -1}, "min_tokens", ""),
         ({"model": "tiny", "prompt": ["a", "b"]}, "prompt", "one prompt per request"),
         ({"model": "tiny", "prompt": ""}, "prompt", "must not be empty"),
         ({"model": "tiny", "prompt": [99999999]}, "prompt", "outside the vocabulary"),
@@ -425,3 +427,31 @@ def test_disconnect_cancels_the_request():
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_vllm_dialect_extras_accepted_and_unknown_fields_ignored(client):
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "ignore_eos": True, "min_tokens": 0, "stop": None,
+            "skip_special_tokens": True, "repetition_penalty": 1.0, "frobnicate": 1}
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-ignored-fields"] == "frobnicate"
+    assert r.json()["usage"]["completion_tokens"] == 4
+
+
+def test_continuous_usage_stats_streams_usage_on_every_chunk(client):
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 6, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with client.stream("POST", "/v1/completions", json=body) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert all("usage" in c for c in chunks)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_per_request_spec_decode_metrics_summary():
+    c, _, _ = make_client(per_request_spec_metrics="summary", num_spec_tokens=2)
+    with c:
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 6})
+    sd = r.json()["metrics"]["speculative_decoding"]
+    # The scripted backend drafts 2 and accepts 1 every step.
+    assert sd["acceptance_histogram"] == [0, 3, 0] and sd["num_draft_tokens"] == 6
+    assert sd["mean_acceptance_length"] == 2.0 and sd["draft_acceptance_rate"] == 0.5

@@ -52,6 +52,8 @@ class ServerSettings:
     default_max_tokens: int = 256
     max_body_bytes: int = 1 << 20
     info: dict[str, Any] = field(default_factory=dict)  # speculation settings shown on /v1/models and /health
+    per_request_spec_metrics: str = "none"  # vLLM's --per-request-spec-decode-metrics: none, summary, detailed
+    num_spec_tokens: int = 0
 
 
 class ApiError(Exception):
@@ -255,7 +257,26 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             top_p=1.0 if req.top_p is None else float(req.top_p),
             top_k=top_k,
             seed=None if req.seed is None else int(req.seed) % (2**64),
+            ignore_eos=bool(req.ignore_eos),
+            include_stop_str_in_output=bool(req.include_stop_str_in_output),
+            skip_special_tokens=req.skip_special_tokens is not False,
+            spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
         )
+
+    def ignored(req: CompletionRequest | ChatCompletionRequest) -> dict[str, str]:
+        # vLLM accepts fields it does not know and ignores them; say which, in the log and to the client.
+        names_ = req.ignored_fields()
+        if not names_:
+            return {}
+        shown = ",".join(n[:64] for n in names_[:32])
+        log.info("request fields ignored: %s", shown)
+        return {"X-Ignored-Fields": shown}
+
+    def spec(handle: RequestHandle) -> dict[str, Any] | None:
+        level = settings.per_request_spec_metrics
+        if level == "none" or settings.num_spec_tokens < 1:
+            return None
+        return {"speculative_decoding": handle.spec_metrics(settings.num_spec_tokens, level == "detailed")}
 
     def budget(prompt_len: int, requested: int | None) -> int:
         if prompt_len > settings.max_prompt_tokens:
@@ -351,9 +372,10 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
         echo = (prompt if isinstance(prompt, str) else tokenizer.decode(ids)) if body.echo else ""
         handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
         rid = "cmpl-" + uuid.uuid4().hex
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        include_usage, continuous = _stream_usage(body)
+        headers = ignored(body)
         if body.stream:
-            return _sse(_completion_stream(handle, rid, body.model, echo, include_usage))
+            return _sse(_completion_stream(handle, rid, body.model, echo, include_usage, continuous, spec), headers)
         text, reason = await _collect(handle, request)
         if text is None:
             return Response(status_code=499)
@@ -365,7 +387,9 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
                 "model": body.model,
                 "choices": [{"index": 0, "text": echo + text, "logprobs": None, "finish_reason": reason}],
                 "usage": _usage(handle),
-            }
+                **_metrics(spec(handle)),
+            },
+            headers=headers,
         )
 
     @app.post("/v1/chat/completions", responses={200: {"model": ChatCompletionResponse}, **errors})
@@ -382,9 +406,10 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
         max_tokens = budget(len(ids), body.requested_max_tokens())
         handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
         rid = "chatcmpl-" + uuid.uuid4().hex
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        include_usage, continuous = _stream_usage(body)
+        headers = ignored(body)
         if body.stream:
-            return _sse(_chat_stream(handle, rid, body.model, include_usage))
+            return _sse(_chat_stream(handle, rid, body.model, include_usage, continuous, spec), headers)
         out, reason = await _collect(handle, request)
         if out is None:
             return Response(status_code=499)
@@ -396,7 +421,9 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
                 "model": body.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": out}, "logprobs": None, "finish_reason": reason}],
                 "usage": _usage(handle),
-            }
+                **_metrics(spec(handle)),
+            },
+            headers=headers,
         )
 
     default_openapi = app.openapi
@@ -468,16 +495,34 @@ async def _collect(handle: RequestHandle, request: Request) -> tuple[str | None,
         raise
 
 
-def _sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
+def _stream_usage(body: CompletionRequest | ChatCompletionRequest) -> tuple[bool, bool]:
+    """(include_usage, continuous_usage_stats) as vLLM reads them: continuous only counts with include_usage."""
+    so = body.stream_options
+    include = bool(so and so.include_usage)
+    return include, bool(include and so and so.continuous_usage_stats)
+
+
+def _metrics(m: dict | None) -> dict:
+    return {"metrics": m} if m else {}
+
+
+SpecFn = Callable[[RequestHandle], dict | None]
+
+
+def _sse(chunks: AsyncIterator[dict], headers: dict[str, str] | None = None) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         async for chunk in chunks:
             yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
 
 
-async def _completion_stream(handle: RequestHandle, rid: str, model: str, echo: str, include_usage: bool) -> AsyncIterator[dict]:
+async def _completion_stream(
+    handle: RequestHandle, rid: str, model: str, echo: str, include_usage: bool, continuous: bool = False,
+    spec: SpecFn | None = None,
+) -> AsyncIterator[dict]:
     created = int(time.time())
 
     def chunk(text: str, reason: str | None) -> dict:
@@ -493,16 +538,20 @@ async def _completion_stream(handle: RequestHandle, rid: str, model: str, echo: 
                 return
             if ev.text or ev.finished:
                 c = chunk(ev.text, ev.finish_reason if ev.finished else None)
-                if ev.finished and not include_usage:
+                if continuous or (ev.finished and not include_usage):
                     c["usage"] = _usage(handle)  # usage on the last chunk even when not asked for
                 yield c
         if include_usage:
-            yield {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [], "usage": _usage(handle)}
+            yield {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [],
+                   "usage": _usage(handle), **_metrics(spec(handle) if spec else None)}
     finally:
         handle.cancel()  # no-op once finished; stops decoding when the client went away mid-stream
 
 
-async def _chat_stream(handle: RequestHandle, rid: str, model: str, include_usage: bool) -> AsyncIterator[dict]:
+async def _chat_stream(
+    handle: RequestHandle, rid: str, model: str, include_usage: bool, continuous: bool = False,
+    spec: SpecFn | None = None,
+) -> AsyncIterator[dict]:
     created = int(time.time())
 
     def chunk(delta: dict, reason: str | None) -> dict:
@@ -516,14 +565,18 @@ async def _chat_stream(handle: RequestHandle, rid: str, model: str, include_usag
                 yield {"error": error_body(ev.error, "server_error", None, "engine_error")["error"]}
                 return
             if ev.text:
-                yield chunk({"content": ev.text}, None)
+                c = chunk({"content": ev.text}, None)
+                if continuous:
+                    c["usage"] = _usage(handle)
+                yield c
             if ev.finished:
                 c = chunk({}, ev.finish_reason)
-                if not include_usage:
+                if continuous or not include_usage:
                     c["usage"] = _usage(handle)
                 yield c
         if include_usage:
-            yield {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": _usage(handle)}
+            yield {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
+                   "usage": _usage(handle), **_metrics(spec(handle) if spec else None)}
     finally:
         handle.cancel()
 

@@ -45,6 +45,7 @@ class EngineBackend:
         params = GenerationParams(
             max_new_tokens=max_tokens,
             sampling=RtSampling(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed),
+            ignore_eos=sampling.ignore_eos,
         )
         erid = self.batch.add(list(prompt_ids), params)
         self._ids[rid] = _Seen(erid)

@@ -35,6 +35,11 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
     seed: int | None = None
+    ignore_eos: bool = False
+    # How token ids become text (vLLM's meaning); see specplug.runtime.serving.dialect.
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
 
 
 @dataclass
@@ -85,6 +90,10 @@ class RequestHandle:
         self.rid = rid
         self.num_prompt_tokens = num_prompt_tokens
         self.num_generated = 0
+        # Per-request spec-decode record, vLLM's --per-request-spec-decode-metrics shape (filled by the engine thread).
+        self.spec_histogram: list[int] = []
+        self.spec_draft_tokens = 0
+        self.spec_steps: list[tuple[int, int]] = []
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
         self.done = False
 
@@ -96,6 +105,25 @@ class RequestHandle:
             if ev.finished or ev.error:
                 self.done = True
                 return
+
+    def spec_metrics(self, num_spec_tokens: int, detailed: bool = False) -> dict[str, Any]:
+        """vLLM's ``metrics.speculative_decoding`` body for this request (mean length counts the bonus token)."""
+        hist = (self.spec_histogram + [0] * (num_spec_tokens + 1))[: max(num_spec_tokens + 1, len(self.spec_histogram))]
+        steps = sum(hist)
+        accepted = sum(j * c for j, c in enumerate(hist))
+        out: dict[str, Any] = {
+            "mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted / self.spec_draft_tokens if self.spec_draft_tokens else 0.0,
+            "acceptance_histogram": hist,
+            "num_spec_steps": steps,
+            "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": self.spec_draft_tokens,
+            "num_spec_tokens": num_spec_tokens,
+        }
+        if detailed and self.spec_steps:
+            out["per_step_accepted"] = [a for a, _ in self.spec_steps]
+            out["per_step_drafted"] = [d for _, d in self.spec_steps]
+        return out
 
     def cancel(self) -> None:
         if not self.done:
@@ -115,6 +143,15 @@ class _Live:
     arrived: float
     first_token_at: float | None = None
     generated: int = 0
+
+
+def _text_stream(tokenizer: Any, stop: Sequence[str], sampling: SamplingParams) -> TextStream:
+    from specplug.runtime.serving.dialect import DialectTextStream
+
+    if sampling.include_stop_str_in_output or not sampling.skip_special_tokens or not sampling.spaces_between_special_tokens:
+        return DialectTextStream(tokenizer, stop, sampling.include_stop_str_in_output, sampling.skip_special_tokens,
+                                 sampling.spaces_between_special_tokens)
+    return TextStream(tokenizer, stop)
 
 
 def _post(live: _Live, ev: Event) -> None:
@@ -170,7 +207,8 @@ class Scheduler:
             rid = f"r{next(self._ids)}"
             handle = RequestHandle(self, rid, len(prompt_ids))
             self._waiting.append(
-                _Live(rid, list(prompt_ids), max_tokens, sampling, TextStream(self.tokenizer, stop), loop, handle, time.monotonic())
+                _Live(rid, list(prompt_ids), max_tokens, sampling, _text_stream(self.tokenizer, stop, sampling), loop, handle,
+                      time.monotonic())
             )
             self.metrics.num_waiting.set(len(self._waiting))
             self._cond.notify_all()
@@ -242,6 +280,12 @@ class Scheduler:
             return
         for drafted, accepted in out.drafts:
             self.metrics.record_draft(drafted, accepted)
+            h = live.handle
+            if len(h.spec_histogram) <= accepted:
+                h.spec_histogram.extend([0] * (accepted + 1 - len(h.spec_histogram)))
+            h.spec_histogram[accepted] += 1
+            h.spec_draft_tokens += drafted
+            h.spec_steps.append((accepted, drafted))
         new_ids = out.new_token_ids
         finished, reason = out.finished, out.finish_reason
         room = live.max_tokens - live.generated

@@ -1,10 +1,11 @@
 """Request and response bodies of the OpenAI-compatible API, and OpenAI's error shape.
 
-Requests are strict: integers must be JSON integers (not ``true`` or ``"5"``), numbers are range-checked,
-and an argument this server does not know is refused with OpenAI's own wording ("Unrecognized request
-argument supplied"). Arguments OpenAI clients commonly send at their neutral value (``n: 1``,
-``presence_penalty: 0``, ``logprobs: null``...) are accepted; any other value is a 400 that says it is not
-supported, rather than being silently ignored.
+Requests speak vLLM's dialect: known fields are strict (integers must be JSON integers, not ``true`` or
+``"5"``; numbers are range-checked), vLLM's extra sampling parameters (:data:`VLLM_EXTRAS`) are accepted,
+and a field neither OpenAI nor vLLM defines is accepted and ignored as vLLM does (the app logs it and names
+it in the ``X-Ignored-Fields`` header). Arguments the runtime cannot honour are accepted at their neutral
+value (``n: 1``, ``presence_penalty: 0``, ``repetition_penalty: 1``...); any other value is a 400 that says
+it is not supported, rather than being silently ignored.
 """
 
 from __future__ import annotations
@@ -33,15 +34,33 @@ class UnsupportedParameter(ValueError):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
     include_usage: StrictBool | None = None
     continuous_usage_stats: StrictBool | None = None
+
+
+# vLLM's extra sampling parameters (its CompletionRequest / ChatCompletionRequest), stated once: name ->
+# the neutral value, or None where the server honours every valid value. Non-neutral values of the others
+# are refused in _check_common, so a client never gets silently different sampling.
+VLLM_EXTRAS: dict[str, object] = {
+    "ignore_eos": None,
+    "include_stop_str_in_output": None,
+    "skip_special_tokens": None,
+    "spaces_between_special_tokens": None,
+    "min_tokens": 0,
+    "stop_token_ids": (),
+    "repetition_penalty": 1.0,
+    "min_p": 0.0,
+    "length_penalty": 1.0,
+    "use_beam_search": False,
+}
 
 
 class _Sampling(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Unknown fields are kept aside (model_extra) and ignored, as vLLM's OpenAIBaseModel does.
+    model_config = ConfigDict(extra="allow")
 
     model: StrictStr = Field(min_length=1, max_length=512, description="Served model name (see GET /v1/models).")
     max_tokens: Int | None = Field(None, ge=1, le=MAX_TOKENS_CEILING, description="Tokens to generate at most.")
@@ -58,6 +77,21 @@ class _Sampling(BaseModel):
     presence_penalty: Float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: Float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[StrictStr, Float] | None = None
+    # vLLM's extras (see VLLM_EXTRAS).
+    ignore_eos: StrictBool | None = False
+    include_stop_str_in_output: StrictBool | None = False
+    skip_special_tokens: StrictBool | None = True
+    spaces_between_special_tokens: StrictBool | None = True
+    min_tokens: Int | None = Field(0, ge=0, le=MAX_TOKENS_CEILING)
+    stop_token_ids: list[Int] | None = None
+    repetition_penalty: Float | Int | None = Field(None, gt=0.0, le=100.0)
+    min_p: Float | Int | None = Field(None, ge=0.0, le=1.0)
+    length_penalty: Float | Int | None = None
+    use_beam_search: StrictBool | None = False
+
+    def ignored_fields(self) -> list[str]:
+        """Fields neither OpenAI nor vLLM defines: accepted and ignored, as vLLM does."""
+        return sorted(self.model_extra or {})
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -79,6 +113,17 @@ class _Sampling(BaseModel):
                 raise UnsupportedParameter(name, f"{name} is not supported by the embedded server; omit it or send 0.")
         if self.logit_bias:
             raise UnsupportedParameter("logit_bias", "logit_bias is not supported by the embedded server; omit it.")
+        for name, neutral in VLLM_EXTRAS.items():
+            value = getattr(self, name)
+            if neutral is None or value is None:
+                continue
+            if isinstance(neutral, tuple):
+                if value:
+                    raise UnsupportedParameter(name, f"{name} is not supported by the embedded server; omit it.")
+            elif value != neutral:
+                raise UnsupportedParameter(
+                    name, f"{name} is not supported by the embedded server; omit it or send {neutral!r}."
+                )
         return self
 
 
