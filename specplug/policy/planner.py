@@ -359,11 +359,11 @@ def plan(
     base_mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, None)
     if not base_mem.fits:
         fixes = [] if _fixing else _fixes(cfg, caps, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, False)
-        raise SpecplugError(
+        raise _does_not_fit(
             f"{model.name} does not fit on {n} x {gpu.name}: {base_mem.used_gb:.1f} GB needed per GPU "
             f"({base_mem.target_gb:.1f} GB of {fmt_.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {seqs} x {tokens} tokens), "
             f"{base_mem.usable_gb:.1f} GB usable.",
-            ("What would fit:\n  " + "\n  ".join(fixes)) if fixes else "Use more GPUs, lighter weights or a shorter context.",
+            fixes, "Use more GPUs, lighter weights or a shorter context.",
         )
 
     # ---- candidates
@@ -512,11 +512,11 @@ def plan(
     if not mem.fits:
         # Only a configured drafter gets here (chosen ones were checked): the drafter is what does not fit.
         fixes = [] if _fixing else _fixes(cfg, caps, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, True)
-        raise SpecplugError(
+        raise _does_not_fit(
             f"{model.name} with the {chosen[0].method if chosen else ''} drafter does not fit on {n} x {gpu.name}: "
             f"{mem.used_gb:.1f} GB needed per GPU ({mem.drafter_gb + mem.drafter_kv_gb:.1f} GB for the drafter), "
             f"{mem.usable_gb:.1f} GB usable.",
-            ("What would fit:\n  " + "\n  ".join(fixes)) if fixes else "Use a smaller drafter or more GPUs.",
+            fixes, "Use a smaller drafter or more GPUs.",
         )
     budget = _budget(mem, None)
 
@@ -563,6 +563,11 @@ def plan(
         out.traffic = prof.summary()
     _validate(out)
     return out
+
+
+def _does_not_fit(message: str, fixes: list[str], otherwise: str) -> SpecplugError:
+    """The error for a deployment that cannot start: never a speedup, always the planned fixes."""
+    return SpecplugError(message, ("What would fit:\n  " + "\n  ".join(fixes)) if fixes else otherwise)
 
 
 def _validate(plan: Plan) -> None:
