@@ -232,7 +232,7 @@ def _batch(text: str) -> int | None:
 
 
 def _k(config: str) -> int | None:
-    m = re.search(r"(?:k|gamma|k in|n_draft|draft|num_speculative_tokens|draft step)\s*=?\s*(\d+)", config.lower())
+    m = re.search(r"(?<![a-z_])(?:k|gamma|k in|n_draft|draft|num_speculative_tokens|draft step)\s*=?\s*(\d+)", config.lower())
     if m:
         return int(m.group(1))
     m = re.search(r"chain, (\d+) draft", config.lower())
@@ -316,7 +316,13 @@ def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[s
             skip("draft model not named")
             continue
         tree = None if "chain" in text.lower() or stack != "hf" and "tree" not in text.lower() else _first(TREES, text, None)
-        if stack == "hf" and method in ("eagle", "eagle3", "medusa") and tree is None and "chain" not in text.lower():
+        k = None
+        # SGLang's (steps, topk, num_draft_tokens): a chain of `steps` when topk is 1, else a tree.
+        sgl = re.search(r"steps (\d+), topk (\d+), num_draft_tokens (\d+)", text.lower())
+        if sgl:
+            steps, topk, tokens = (int(v) for v in sgl.groups())
+            tree, k = (None, steps) if topk == 1 else ((steps, topk, tokens), None)
+        elif stack == "hf" and method in ("eagle", "eagle3", "medusa") and tree is None and "chain" not in text.lower():
             tree = (6, 10, 60) if re.search(r"eagle-?[23]", text.lower()) else ((4, 10, 64) if method == "medusa" else (5, 4, 26))
         dtype = "int4" if re.search(r"nvfp4|q4|int4|4-bit", f"{r['engine']} {r['target']} {r['method']}".lower()) else (
             "fp8" if re.search(r"\(fp8\)|q8", r["target"].lower()) else "auto")
@@ -330,7 +336,7 @@ def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[s
 
             num = _choose_gpus(pol, m, E.arch_of(m, E.serve_format(m, None, dtype)), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8) or 8
         out.append(
-            Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else _k(r["config"]), tree,
+            Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else (k or _k(r["config"])), tree,
                 batch, temp, wl, speedup, tau, dtype, inp, r["dataset"], (r["flag"] or "").lower(), r.get("_extra") == "1",
                 m.is_moe)
         )
@@ -346,6 +352,8 @@ FIT_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suff
 ORDERED = (("eagle3", "eagle"),)
 FIT_WORKLOADS = ("code", "code-edit", "math", "summarization", "translation", "qa", "rag", "creative")
 KINDS = ("model", "copy")
+# Copy methods that propose only on a match: their acceptance given a match is fitted (logit, ridge to the prior).
+MATCHED = ("ngram", "suffix")
 # (stack, field, lower, upper): host overheads fitted in log space within physical bounds.
 STACK_PARAMS = [
     ("hf", "layer_overhead_ms", 0.02, 0.6),
@@ -353,6 +361,9 @@ STACK_PARAMS = [
     ("hf", "spec_overhead_ms", 0.1, 20.0),
     ("vllm", "spec_overhead_ms", 0.05, 10.0),
     ("trtllm", "spec_overhead_ms", 0.05, 10.0),
+    # Per drafter pass: what a learned drafter pays and a copy method does not.
+    ("vllm", "draft_pass_overhead_ms", 0.01, 3.0),
+    ("trtllm", "draft_pass_overhead_ms", 0.01, 3.0),
     ("hf", "flops_efficiency", 0.2, 1.0),
     # Eager tree verification builds masks and runs unfused attention per verified token.
     ("hf", "spec_overhead_per_token_ms", 0.001, 0.5),
@@ -398,6 +409,7 @@ def _x0(base: dict[str, Any]) -> list[float]:
     x += [0.0] * (len(KINDS) * len(FIT_WORKLOADS))
     x += [-0.3] * len(FIT_METHODS)  # temperature slopes, one per method
     x += [base["acceptance"]["draft_model"]["size_slope"], base["acceptance"]["tree"]["gain"]]
+    x += [_logit(base["acceptance"]["methods"][m]["match_accept"]) for m in MATCHED]
     x += [math.log(max(base["stacks"][s].get(f, 0.1) or 0.1, lo)) for s, f, lo, _ in STACK_PARAMS]
     return x
 
@@ -425,6 +437,8 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
     i += len(FIT_METHODS)
     size_slope, gain = x[i], x[i + 1]
     i += 2
+    match = {m: round(min(max(_sig(x[i + j]), 0.3), 0.95), 4) for j, m in enumerate(MATCHED)}
+    i += len(MATCHED)
     methods: dict[str, Any] = {}
     derived = {"reasoning": "math", "agent": "code-edit", "long-context": "summarization"}
     all_wl = ("chat", *FIT_WORKLOADS, *derived)
@@ -440,6 +454,8 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
             e += 0.0 if w == "chat" else effects[kind][derived.get(w, w)]
             alpha[w] = round(min(max(_sig(levels[m] + e), 0.02), 0.97), 4)
         methods[m] = {"alpha": alpha, "temperature_slope": round(max(min(tslope[m], 0.5), -1.5), 4)}
+        if m in match:
+            methods[m]["match_accept"] = match[m]
     # MLP speculators share Medusa-like heads: no rows of their own, so they follow Medusa's fit.
     methods["mlp_speculator"] = {"alpha": dict(methods["medusa"]["alpha"]), "temperature_slope": methods["medusa"]["temperature_slope"]}
     stacks: dict[str, dict[str, float]] = {}
@@ -447,7 +463,8 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
         stacks.setdefault(s, {})[f] = round(min(max(math.exp(v), lo), hi), 4)
     # No SGLang rows are calibration data: it is a CUDA-graph engine of vLLM's class, so it takes vLLM's fitted
     # speculation overhead rather than keeping an optimistic hand-set one.
-    stacks.setdefault("sglang", {})["spec_overhead_ms"] = stacks.get("vllm", {}).get("spec_overhead_ms", 1.0)
+    for f in ("spec_overhead_ms", "draft_pass_overhead_ms"):
+        stacks.setdefault("sglang", {})[f] = stacks.get("vllm", {}).get(f, 0.0)
     return {
         "acceptance": {
             "methods": methods,
@@ -456,7 +473,7 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
         },
         "stacks": stacks,
         # A third-party engine is costed like the CUDA-graph engines, with vLLM's fitted overhead.
-        "stack_default": {"spec_overhead_ms": stacks["sglang"]["spec_overhead_ms"]},
+        "stack_default": {f: stacks["sglang"][f] for f in ("spec_overhead_ms", "draft_pass_overhead_ms")},
     }
 
 
@@ -598,12 +615,12 @@ class Features:
         """(forward_overhead, layer_overhead, spec_overhead) per stack, default.yaml merged with ``p``."""
         import numpy as np
 
-        out = np.zeros((len(self.stacks), 6))
+        out = np.zeros((len(self.stacks), 7))
         for j, s in enumerate(self.stacks):
             sd = {**self.base["stacks"][s], **p["stacks"].get(s, {})}
             out[j] = (sd.get("forward_overhead_ms", 0.0), sd.get("layer_overhead_ms", 0.0), sd.get("spec_overhead_ms", 0.5),
                       sd.get("flops_efficiency", 0.6), sd.get("spec_overhead_per_token_ms", 0.0),
-                      sd.get("spec_overhead_per_seq_ms", 0.0))
+                      sd.get("spec_overhead_per_seq_ms", 0.0), sd.get("draft_pass_overhead_ms", 0.0))
         return out
 
     def predict(self, x: list[float]) -> tuple[Any, Any]:
@@ -621,7 +638,9 @@ class Features:
         w = a["width"][:, None]
         ai = np.where(w > 1.0, 1 - (1 - ai) * w ** (-p["acceptance"]["tree"]["gain"]), ai)
         ai = np.where(self.pos < a["depth"][:, None], ai, 0.0)
-        tau = 1 + np.cumprod(ai, axis=1).sum(axis=1)
+        mq = np.array([am[m].get("match_accept") or 0.0 for m in FIT_METHODS])[a["m"]]
+        share = np.where(mq > 0, np.minimum(1.0, ai[:, 0] / np.where(mq > 0, mq, 1.0)), 1.0)
+        tau = 1 + share * np.cumprod(np.minimum(ai / share[:, None], 1.0), axis=1).sum(axis=1)
         st = self._stack_table(p)[a["stack"]]
         scale = a["e0"] / st[:, 3]
 
@@ -631,10 +650,12 @@ class Features:
         host_t = st[:, 0] + st[:, 1] * a["lt"]
         base = np.maximum(gpu("base"), host_t) + a["step"]
         verify = np.maximum(gpu("verify"), host_t) + a["step"]
+        verify = base + share * (verify - base)
         host_d = st[:, 0] + st[:, 1] * a["ld"]
-        draft = a["passes"] * np.maximum(gpu("draft"), host_d) + a["isdm"] * 0.5 * np.maximum(gpu("draft2"), host_d)
+        draft = a["passes"] * (np.maximum(gpu("draft"), host_d) + st[:, 6]) + a["isdm"] * 0.5 * np.maximum(gpu("draft2"), host_d)
         draft = np.where(a["passes"] > 0, draft, 0.0)
-        sp = tau * base / (verify + draft + st[:, 2] + st[:, 4] * a["ntok"] + st[:, 5] * a["batch"])
+        tokens = a["batch"] + share * (a["ntok"] - a["batch"])
+        sp = tau * base / (verify + draft + st[:, 2] + st[:, 4] * tokens + st[:, 5] * a["batch"])
         # The best candidate per row: estimate() optimises the shape where the row does not fix it.
         best = np.full(self.n, -np.inf)
         np.maximum.at(best, a["row"], sp)
@@ -662,7 +683,9 @@ def residuals(x: Any, F: Features, x0: list[float]) -> Any:
     kinds = np.array([F.base["acceptance"]["methods"][m]["kind"] for m in FIT_METHODS])
     tmean = np.array([ts[kinds == k].mean() for k in kinds])
     tr = RIDGE_TEMPERATURE * (ts - tmean)
-    return np.concatenate([rs[~np.isnan(rs)], rt[~np.isnan(rt)], pri, wl, tr])
+    j = nm + nw + nm + 2
+    mr = RIDGE_PRIOR * (np.asarray(x[j : j + len(MATCHED)]) - np.asarray(x0[j : j + len(MATCHED)]))
+    return np.concatenate([rs[~np.isnan(rs)], rt[~np.isnan(rt)], pri, wl, tr, mr])
 
 
 def fit(rows: list[Row], x0: list[float] | None = None, max_nfev: int | None = None, features: Features | None = None) -> list[float]:

@@ -232,7 +232,9 @@ def step_cost(
     batch: int,
     ctx: float,
     draft_tp: int | None = None,
+    share: float = 1.0,
 ) -> StepCost:
+    """``share``: the fraction of steps (or of a batch's sequences) that draft; the rest verify one token."""
     base = forward_ms(target, dev, sf, tp, batch, batch, ctx) + sf.step_overhead_ms
     if shape.k <= 0 or method == "none":
         return StepCost(base, base, 0.0, 0.0)
@@ -241,6 +243,8 @@ def step_cost(
         # Jacobi lookahead branch (window 7 x level 5) and guess verification ride along in the same pass.
         n_verify = batch * (1 + 2 * 7 * 4)
     verify = forward_ms(target, dev, sf, tp, n_verify, batch, ctx) + sf.step_overhead_ms
+    # Steps without a match cost a plain step; a batch mixing both costs in proportion to its tokens.
+    verify = base + share * (verify - base)
     d = draft_arch(method, target, drafter)
     draft = 0.0
     if d is not None and prior.draft_forwards != "none":
@@ -251,11 +255,12 @@ def step_cost(
             passes, width = shape.depth, max(1, round(shape.width))
         # A separate draft model caches the whole context; heads attend over the target's features (1 layer).
         for _ in range(passes):
-            draft += forward_ms(d, dev, sf, dtp, batch * width, batch, ctx)
+            draft += forward_ms(d, dev, sf, dtp, batch * width, batch, ctx) + sf.draft_pass_overhead_ms
         if method == "draft_model":
             # The drafter also reads in the accepted tokens before drafting again.
             draft += forward_ms(d, dev, sf, dtp, batch * 2, batch, ctx) * 0.5
-    overhead = sf.spec_overhead_ms + sf.spec_overhead_per_seq_ms * batch + sf.spec_overhead_per_token_ms * batch * shape.verify_tokens
+    tokens = 1 + share * (shape.verify_tokens - 1)
+    overhead = sf.spec_overhead_ms + sf.spec_overhead_per_seq_ms * batch + sf.spec_overhead_per_token_ms * batch * tokens
     return StepCost(base, verify, draft, overhead)
 
 
@@ -289,8 +294,10 @@ def evaluate(
         alphas = [rates[min(i, len(rates) - 1)] * (prior.decay ** max(0, i - len(rates) + 1)) for i in range(shape.depth)]
     else:
         alphas = position_alphas(alpha, prior.decay, shape.depth, shape.width, policy.acceptance.tree.gain)
-    tau = acceptance_length(alphas)
-    cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx)
+    share = prior.drafted_share(alphas[0]) if alphas else 1.0
+    # A copy method that drafts on a share of steps accepts alpha_i / share on those steps.
+    tau = 1.0 + share * (acceptance_length([min(a / share, 1.0) for a in alphas]) - 1.0)
+    cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx, share=share)
     return Outcome(shape, tuple(alphas), tau, tau * cost.baseline_ms / cost.spec_ms, cost)
 
 

@@ -35,6 +35,13 @@ class MethodPrior(_Strict):
         "per_token",
         description="Drafter passes per step: 'per_token' (one per draft token), 'one' (all heads at once), 'none'.",
     )
+    match_accept: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Copy methods that draft only on a match: acceptance of the first token when one is found. A "
+        "step drafts with probability alpha / match_accept; the others verify just their own token.",
+    )
 
     @field_validator("alpha")
     @classmethod
@@ -50,6 +57,10 @@ class MethodPrior(_Strict):
 
     def alpha_for(self, workload: str) -> float:
         return self.alpha.get(workload, self.alpha["chat"])
+
+    def drafted_share(self, alpha: float) -> float:
+        """Share of steps that draft at all: 1, except for copy methods that propose only on a match."""
+        return min(1.0, alpha / self.match_accept) if self.match_accept else 1.0
 
 
 class DraftModelPrior(_Strict):
@@ -91,6 +102,9 @@ class StackFactors(_Strict):
     )
     moe_draft_locality: float = Field(
         0.0, ge=0.0, le=1.0, description="Share of a sequence's extra verified tokens routed to experts it already uses."
+    )
+    draft_pass_overhead_ms: float = Field(
+        0.0, ge=0.0, description="Host and pipeline time per drafter pass (input preparation, sampling, launch)."
     )
     spec_overhead_per_seq_ms: float = Field(
         0.0, ge=0.0, description="Extra time per running request per step when speculating (proposer, sampler metadata)."
