@@ -88,8 +88,7 @@ def canon(plan: Plan, display_name: str) -> Canon:
     s, serve = plan.speculation, plan.serve
     method = s.method
     raise_problems(canon_problems(plan, display_name))
-    tp = serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
-    pp = max(serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
+    tp, pp = plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size
     dtype = None if serve.dtype in ("auto", "") else serve.dtype
     p = precision(plan)
     if dtype is None and p.served != p.checkpoint and p.served in DTYPE_OF_FORMAT and p.checkpoint_bits >= 16:

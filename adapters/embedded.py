@@ -14,8 +14,9 @@ import sys
 from typing import ClassVar
 
 from specplug.adapters._common import HUB_SECRETS, KV_16BIT, canon, has_flag, precision, url
+from specplug.adapters.vllm import COUNTERS as VLLM_COUNTERS
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window
+from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, StackMetrics, Window
 from specplug.plan import Plan
 
 # What the runtime does natively.
@@ -50,6 +51,7 @@ def map_method(method: str) -> tuple[str, str | None]:
 
 class EmbeddedAdapter(BaseAdapter):
     name = "embedded"
+    cost_profile = "embedded"  # its own row in policies/default.yaml
     display_name = "specplug embedded runtime"
     install_hint = "pip install 'specplug[runtime]'"
     method_table = METHODS
@@ -57,6 +59,8 @@ class EmbeddedAdapter(BaseAdapter):
     fallback_only = True  # the stand-in when no stack is installed, not a stack to prefer
     unsupported: ClassVar[dict[str, str]] = {m: f"not native: {why}; rendered as {t}" for m, (t, why) in MAPPED.items()}
     oldest = "0.1.0"
+    # The server speaks vLLM's counters, plus specplug: ones of its own that tell it apart.
+    metrics = StackMetrics(markers=("vllm:", "specplug:"), acceptance=VLLM_COUNTERS)
     # No public image: compose builds one from this Dockerfile, at the specplug version that rendered it
     # ({workdir} is where deploy mounts the rendered files).
     image = StackImage(
@@ -100,8 +104,7 @@ class EmbeddedAdapter(BaseAdapter):
                 # The runtime is one process on one device: the stack's GPU layout no longer applies.
                 "parallelism": plan.parallelism.model_copy(update={"tensor_parallel_size": 1, "pipeline_parallel_size": 1}),
                 # ... and it serves the checkpoint as it is, with a cache in the model's dtype.
-                "serve": plan.serve.model_copy(update={"tensor_parallel_size": None, "pipeline_parallel_size": 1,
-                                                       "quantization": None, "kv_cache_dtype": "auto"}),
+                "serve": plan.serve.model_copy(update={"quantization": None, "kv_cache_dtype": "auto"}),
                 "reasons": reasons + list(plan.reasons),
             }
         )
@@ -111,8 +114,7 @@ class EmbeddedAdapter(BaseAdapter):
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out: list[Problem] = []
-        tp = plan.serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
-        pp = max(plan.serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
+        tp, pp = plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size
         if tp > 1 or pp > 1:
             out.append(Problem(
                 f"The plan splits the model over {tp * pp} GPUs; the embedded runtime runs on one device.",

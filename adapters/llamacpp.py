@@ -25,9 +25,12 @@ from specplug.adapters._common import (
 
 from specplug.adapter import (
     BaseAdapter,
+    Counters,
     LaunchSpec,
     Problem,
+    ResponseTimings,
     StackImage,
+    StackMetrics,
     Window,
     program_output,
     spelling,
@@ -176,6 +179,7 @@ def _kv_args(p: Precision, version: str | None, extra: list[str], notes: list[st
 
 class LlamaCppAdapter(BaseAdapter):
     name = "llamacpp"
+    cost_profile = "llamacpp"  # its own row in policies/default.yaml
     display_name = "llama.cpp (llama-server)"
     install_hint = "build llama-server from https://github.com/ggml-org/llama.cpp (or: scripts/stack_envs.sh llamacpp)"
     executables = ("llama-server",)
@@ -185,6 +189,18 @@ class LlamaCppAdapter(BaseAdapter):
     # CUDA server images are published per build number as server-cuda-bNNNN.
     image = StackImage("ghcr.io/ggml-org/llama.cpp", "server-cuda-b{version}", "/root/.cache/llama.cpp",
                        ("LLAMA_CACHE", "HF_HOME"), (("llama-server", "/app/llama-server"),), version_prefix="b")
+    # vLLM's counter names under llamacpp: with --metrics (rendered); each response's timings say it too.
+    metrics = StackMetrics(
+        markers=("llamacpp:",),
+        acceptance=Counters(
+            source="llama.cpp counters",
+            drafts="llamacpp:spec_decode_num_drafts_total",
+            draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
+            accepted="llamacpp:spec_decode_num_accepted_tokens_total",
+            per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
+        ),
+        timings=ResponseTimings("llama.cpp response timings", "draft_n", "draft_n_accepted"),
+    )
 
     def installed_version(self) -> str | None:
         out = program_output(["llama-server", "--version"])

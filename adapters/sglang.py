@@ -22,7 +22,17 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, describe_windows, spelling
+from specplug.adapter import (
+    BaseAdapter,
+    Gauges,
+    LaunchSpec,
+    Problem,
+    StackImage,
+    StackMetrics,
+    Window,
+    describe_windows,
+    spelling,
+)
 from specplug.plan import Plan
 
 DIST_PORT = 20000  # where the nodes of a multi-node group rendezvous
@@ -94,6 +104,7 @@ TREE_ATTENTION_BACKEND = "flashinfer"
 
 class SGLangAdapter(BaseAdapter):
     name = "sglang"
+    cost_profile = "sglang"  # its own row in policies/default.yaml
     display_name = "SGLang"
     install_hint = "pip install sglang"
     distributions = ("sglang",)
@@ -107,6 +118,11 @@ class SGLangAdapter(BaseAdapter):
     oldest = "0.4.1"
     image = StackImage("lmsysorg/sglang", "v{version}", "/root/.cache/huggingface")
     multi_node = "torch.distributed"
+    # Per-batch gauges on /metrics (sglang/srt/metrics/collector.py): the latest batch only, so sampled.
+    metrics = StackMetrics(
+        markers=("sglang:",),
+        acceptance=Gauges("sglang gauges (mean of samples)", "sglang:spec_accept_length", "sglang:spec_accept_rate"),
+    )
 
     def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
         # Every node runs the same server with its rank; only rank 0 answers HTTP.

@@ -22,7 +22,17 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, program_output, spelling
+from specplug.adapter import (
+    BaseAdapter,
+    LaunchSpec,
+    Problem,
+    SkippedTokens,
+    StackImage,
+    StackMetrics,
+    Window,
+    program_output,
+    spelling,
+)
 from specplug.plan import Plan
 
 METHODS: dict[str, tuple[Window, ...]] = {
@@ -63,6 +73,7 @@ SERVE_FLAGS = {
 
 class TGIAdapter(BaseAdapter):
     name = "tgi"
+    cost_profile = "tgi"  # its own row in policies/default.yaml
     display_name = "TGI (text-generation-inference)"
     shards_heads = True
     install_hint = "docker pull ghcr.io/huggingface/text-generation-inference (or build text-generation-launcher)"
@@ -71,6 +82,13 @@ class TGIAdapter(BaseAdapter):
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "2.0.0"
     image = StackImage("ghcr.io/huggingface/text-generation-inference", "{version}", "/data")
+    # Tokens a request skipped thanks to speculation, against tokens generated (router/src/server.rs histograms).
+    metrics = StackMetrics(
+        markers=("tgi_",),
+        acceptance=SkippedTokens(
+            "tgi skipped-tokens histogram", "tgi_request_skipped_tokens_sum", "tgi_request_generated_tokens_sum"
+        ),
+    )
 
     def installed_version(self) -> str | None:
         out = program_output(["text-generation-launcher", "--version"])

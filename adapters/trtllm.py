@@ -22,7 +22,17 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, pick_floor, raise_problems
+from specplug.adapter import (
+    BaseAdapter,
+    IterationStats,
+    LaunchSpec,
+    Problem,
+    StackImage,
+    StackMetrics,
+    Window,
+    pick_floor,
+    raise_problems,
+)
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -132,6 +142,7 @@ def llm_args_problems(llm_args: dict[str, Any], version: str | None) -> list[Pro
 
 class TRTLLMAdapter(BaseAdapter):
     name = "trtllm"
+    cost_profile = "trtllm"  # its own row in policies/default.yaml
     display_name = "TensorRT-LLM"
     install_hint = "pip install tensorrt-llm --extra-index-url https://pypi.nvidia.com"
     distributions = ("tensorrt-llm", "tensorrt_llm")
@@ -142,6 +153,15 @@ class TRTLLMAdapter(BaseAdapter):
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.17.0"
     image = StackImage("nvcr.io/nvidia/tensorrt-llm/release", "{version}", "/root/.cache/huggingface")
+    # trtllm-serve's /metrics answers JSON iteration stats; the field names are not confirmed upstream.
+    metrics = StackMetrics(acceptance=IterationStats(
+        "trtllm iteration stats (unconfirmed field names)",
+        blocks=("specDecodingStats", "spec_decoding_stats"),
+        draft_tokens="numDraftTokens",
+        accepted="numAcceptedTokens",
+        requests="numRequestsWithDraftTokens",
+        length="acceptanceLength",
+    ))
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out: list[Problem] = []

@@ -24,7 +24,17 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, Window, spelling, version_at_least
+from specplug.adapter import (
+    BaseAdapter,
+    Counters,
+    LaunchSpec,
+    Problem,
+    StackImage,
+    StackMetrics,
+    Window,
+    spelling,
+    version_at_least,
+)
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -113,6 +123,16 @@ SERVE_FLAGS = {
     "dtype": "--dtype",
 }
 
+# Speculative-decoding counters on /metrics (vllm/v1/spec_decode/metrics.py); V0 had no draft count.
+COUNTERS = Counters(
+    source="vllm counters",
+    drafts="vllm:spec_decode_num_drafts_total",
+    draft_tokens="vllm:spec_decode_num_draft_tokens_total",
+    accepted="vllm:spec_decode_num_accepted_tokens_total",
+    per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    without_drafts="V0: no draft count",
+)
+
 
 def has_schedule(version: str | None) -> bool:
     return version is None or version_at_least(version, PER_BATCH_SCHEDULE_SINCE)
@@ -120,6 +140,7 @@ def has_schedule(version: str | None) -> bool:
 
 class VLLMAdapter(BaseAdapter):
     name = "vllm"
+    cost_profile = "vllm"  # its own row in policies/default.yaml
     display_name = "vLLM"
     shards_heads = True
     draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's
@@ -132,6 +153,7 @@ class VLLMAdapter(BaseAdapter):
     # Official image; tags follow the release naming (a 'v' prefix).
     image = StackImage("vllm/vllm-openai", "v{version}", "/root/.cache/huggingface")
     multi_node = "Ray"
+    metrics = StackMetrics(markers=("vllm:",), acceptance=COUNTERS)
 
     def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
         # The leader heads a Ray cluster that the workers join; it serves once every node's GPUs are in.
@@ -161,7 +183,7 @@ class VLLMAdapter(BaseAdapter):
         out = precision_problems(plan, version)
         if plan.speculation.method == "none":
             return out
-        tp = plan.serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
+        tp = plan.parallelism.tensor_parallel_size
         out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
         out += draft_tp_problems(plan, tp)
         if plan.speculation.method == "mtp" and mtp_method_name(plan.model.local_path or plan.model.hf_id, version) is None:

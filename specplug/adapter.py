@@ -75,6 +75,83 @@ class StackImage:
         return f"{self.repository}:{self.tag.format(version=version.removeprefix(self.version_prefix))}"
 
 
+# -- how a stack reports acceptance: data that specplug.bench.metrics reads, one reader per shape of report
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Counters that only grow: drafts, draft tokens, accepted tokens and accepted tokens per draft position."""
+
+    source: str  # how a bench report names these figures
+    drafts: str | None
+    draft_tokens: str
+    accepted: str
+    per_position: str | None = None
+    position_label: str = "position"
+    without_drafts: str = "no draft count"  # said when the draft counter is absent (no acceptance length then)
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """Gauges holding the latest batch's acceptance: sampled while a run goes on, then averaged."""
+
+    source: str
+    length: str | None = None  # mean tokens per verification step
+    rate: str | None = None  # accepted per drafted token
+
+
+@dataclass(frozen=True)
+class SkippedTokens:
+    """Sums of two histograms: tokens speculation let a request skip, and tokens generated."""
+
+    source: str
+    skipped: str
+    generated: str
+
+
+@dataclass(frozen=True)
+class IterationStats:
+    """``/metrics`` answers JSON: a list of iteration records, each with a block of speculative-decoding stats."""
+
+    source: str
+    blocks: tuple[str, ...]  # the block's key, in the spellings the stack has used
+    draft_tokens: str
+    accepted: str
+    requests: str  # requests that drafted in the iteration
+    length: str  # the iteration's mean acceptance length
+
+
+@dataclass(frozen=True)
+class ResponseTimings:
+    """Fields of each response's ``timings``: tokens drafted and accepted, summed over a run."""
+
+    source: str
+    drafted: str
+    accepted: str
+
+
+AcceptanceReader = Counters | Gauges | SkippedTokens | IterationStats
+
+
+@dataclass(frozen=True)
+class StackMetrics:
+    """Where a stack shows speculative-decoding acceptance, for ``specplug bench`` and ``calibrate``.
+
+    ``markers`` are metric-name prefixes that together identify the stack's ``/metrics`` (a stack speaking
+    another's names adds one of its own, and the most specific match wins).
+    """
+
+    markers: tuple[str, ...] = ()
+    acceptance: AcceptanceReader | None = None
+    timings: ResponseTimings | None = None
+
+
+# The default: the stack shows no acceptance specplug can read, so bench reports speed alone.
+NO_METRICS = StackMetrics()
+# The policy's cost factors for a stack with no row of its own ('stack_default' in 'specplug policy show').
+DEFAULT_COST_PROFILE = "stack_default"
+
+
 @runtime_checkable
 class Adapter(Protocol):
     name: str  # canonical stack name: vllm, sglang, ...
@@ -111,6 +188,12 @@ class Adapter(Protocol):
     def launch_argv(self, argv: list[str]) -> list[str]:
         """The argv to start here (a chance to point a generic program at the stack's own)."""
 
+    def fallback_plan(self, plan: Plan, reason: str) -> Plan:
+        """``plan`` as this stack runs it when it stands in for one that cannot start (``reason``)."""
+
+    def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
+        """(leader, worker) shell scripts serving ``argv`` across nodes, for a stack with ``multi_node``."""
+
     image: StackImage | None  # what ``specplug deploy`` runs (None: the user names one)
     multi_node: str | None  # how the stack spans nodes, named in messages (None: one node only)
     trees: bool  # drafts token trees
@@ -119,6 +202,8 @@ class Adapter(Protocol):
     shards_heads: bool  # tensor parallelism splits attention heads
     fallback_only: bool  # never the default stack
     draft_tp: str | None  # how a separate draft model is sharded: "own", "target" or None
+    metrics: StackMetrics  # where its /metrics (or responses) show acceptance
+    cost_profile: str  # the policy's stack row it is costed with when the policy has none under its name
 
 
 # Every member above has a named default in BaseAdapter: a plugin subclasses it and states its differences.
@@ -322,6 +407,9 @@ class BaseAdapter:
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).
     draft_tp: ClassVar[str | None] = None
+    metrics: ClassVar[StackMetrics] = NO_METRICS  # where /metrics (or responses) show acceptance; see StackMetrics
+    # The policy's stack row that costs it when the policy has none under its name (a vLLM fork: "vllm").
+    cost_profile: ClassVar[str] = DEFAULT_COST_PROFILE
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:
@@ -465,6 +553,10 @@ class BaseAdapter:
     def launch_argv(self, argv: list[str]) -> list[str]:
         """The argv to start here: a chance to point a generic program (``python3``) at the stack's own."""
         return argv
+
+    def fallback_plan(self, plan: Plan, reason: str) -> Plan:
+        """``plan`` as this stack runs it when it stands in for one that cannot start (default: unchanged)."""
+        return plan
 
 
 # ---------------------------------------------------------------------------------------------- lookups

@@ -7,6 +7,7 @@ came from).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -20,6 +21,11 @@ class StackCapabilities:
     trees: bool = False  # drafts token trees
     running_cap: int | None = None  # running requests the stack allows by default when speculating
     max_batch: int | None = None  # requests decoded together by default
+    cost_profile: str = "stack_default"  # the policy's stack row it is costed with when it has none of its own
+
+    def costed_as(self, rows: Iterable[str]) -> str:
+        """The policy row that costs this stack: its own, else the one its adapter declares."""
+        return self.name if self.name in rows else self.cost_profile
 
     def why_not(self, method: str) -> str | None:
         return self.methods.get(method, f"{self.name} does not offer {method}")
@@ -43,7 +49,9 @@ def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> St
     from specplug.config import METHODS
 
     if name == RESEARCH_CODE:
-        return StackCapabilities(name, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1)
+        return StackCapabilities(
+            name, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1, cost_profile=name
+        )
     adapter = get_adapter(name)
     installed = adapter.installed_version()
     version, source = (flag, "flag") if flag else (pinned, "pinned") if pinned else (installed, "installed") if installed else (None, "unknown")
@@ -56,4 +64,5 @@ def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> St
         adapter.trees,
         adapter.spec_running_cap,
         adapter.max_batch,
+        adapter.cost_profile,
     )

@@ -14,6 +14,7 @@ A file looks like::
 from __future__ import annotations
 
 import difflib
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -101,6 +103,12 @@ class ScheduleEntry(Strict):
 
 
 class SpeculationSpec(Strict):
+    """``speculation:`` in specplug.yaml. A file is read as the member of :data:`Speculation` its ``method`` names,
+    which holds that kind of method's own rules; this base is what code builds and reads."""
+
+    # A SpeculationSpec built in code is checked as its method's member when it enters a Config.
+    model_config = ConfigDict(from_attributes=True)
+
     method: Method = Field(description="Speculation technique.")
     drafter: str | None = Field(None, description="Draft model / head: catalog id, HF id or local folder.")
     num_speculative_tokens: int | None = Field(None, ge=0, le=64, description="Draft length k.")
@@ -111,18 +119,57 @@ class SpeculationSpec(Strict):
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _check(self) -> SpeculationSpec:
+    def _as_its_method(self) -> SpeculationSpec:
+        if type(self) is SpeculationSpec:  # built in code: held to its method's rules all the same
+            try:
+                _members().validate_python(self.model_dump(exclude_unset=True))
+            except ValidationError as exc:
+                raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        return self
+
+
+class NoSpeculation(SpeculationSpec):
+    """Plain decoding."""
+
+    method: Literal["none"] = Field(description="Speculation technique.")
+
+
+class CopySpeculation(SpeculationSpec):
+    """Drafts copied from text already seen (the prompt, earlier output): n-gram lookup, suffix trees, lookahead."""
+
+    method: Literal["ngram", "suffix", "lookahead"] = Field(description="Speculation technique.")
+
+    @model_validator(mode="after")
+    def _lookup_window(self) -> CopySpeculation:
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"prompt_lookup_min ({lo}) must not exceed prompt_lookup_max ({hi})")
         return self
 
 
-class ServeSpec(Strict):
+class DrafterSpeculation(SpeculationSpec):
+    """Drafts from a model: a separate draft model, a head trained on the target (EAGLE, Medusa, MLP) or the
+    target's own MTP layers."""
+
+    method: Literal["draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp"] = Field(
+        description="Speculation technique."
+    )
+
+
+# speculation: as specplug.yaml gives it, read as the member its method names.
+Speculation = Annotated[NoSpeculation | CopySpeculation | DrafterSpeculation, Field(discriminator="method")]
+
+
+@cache
+def _members() -> TypeAdapter[Any]:
+    return TypeAdapter(Speculation)
+
+
+class ServeOptions(Strict):
+    """How the server is run, apart from how it is split over GPUs (the Plan keeps that in ``parallelism``)."""
+
     host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
     port: int = Field(8000, ge=1, le=65535)
-    tensor_parallel_size: int | None = Field(None, ge=1, description="Default: enough GPUs for the model.")
-    pipeline_parallel_size: int = Field(1, ge=1)
     max_model_len: int | None = Field(None, ge=16)
     max_num_seqs: int | None = Field(None, ge=1)
     dtype: str = Field("auto", description="Activation dtype: auto, bfloat16, float16 (fp8 here means quantization: fp8).")
@@ -161,6 +208,21 @@ class ServeSpec(Strict):
         return v
 
 
+# The keys of serve: that ask for a split; the planner resolves them into Plan.parallelism.
+PARALLEL_KEYS = ("tensor_parallel_size", "pipeline_parallel_size")
+
+
+class ServeSpec(ServeOptions):
+    """serve: in specplug.yaml: the server options plus the split the user asks for."""
+
+    tensor_parallel_size: int | None = Field(None, ge=1, description="Default: enough GPUs for the model.")
+    pipeline_parallel_size: int = Field(1, ge=1)
+
+    def options(self) -> ServeOptions:
+        """Everything but the split, as the Plan carries it."""
+        return ServeOptions.model_validate(self.model_dump(exclude=set(PARALLEL_KEYS), exclude_unset=True))
+
+
 class Config(Strict):
     """The whole of specplug.yaml."""
 
@@ -169,7 +231,7 @@ class Config(Strict):
     stack: StackSpec = Field(default_factory=StackSpec)
     hardware: Literal["auto"] | HardwareSpec = "auto"
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    speculation: Literal["auto"] | SpeculationSpec = "auto"
+    speculation: Literal["auto"] | Speculation = "auto"
     serve: ServeSpec = Field(default_factory=ServeSpec)
     policy: dict[str, Any] = Field(default_factory=dict, description="Overrides merged onto the default policy.")
     calibration: str | None = Field(None, description="Calibration file written by 'specplug calibrate'.")
@@ -259,10 +321,16 @@ def _explain(exc: ValidationError, root: Any, filename: str) -> str:
         # "auto" | {mapping}: when a mapping was given, the 'should be auto' branch is noise.
         if err["type"] == "literal_error" and isinstance(err.get("input"), dict):
             continue
-        if err["type"] in ("model_type", "dict_type") and any(
+        if err["type"] in ("model_type", "dict_type", "model_attributes_type") and any(
             e["type"] == "literal_error" and o == loc for e, o in errors
         ):
             continue
+        if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+            # The member is chosen by the discriminator (speculation.method): report that key.
+            disc = str((err.get("ctx") or {}).get("discriminator", "method")).strip("'")
+            loc = [*loc, disc]
+            expected = ", ".join(repr(m) for m in METHODS[:-1]) + f" or {METHODS[-1]!r}"
+            err = {**err, "msg": "Field required" if err["type"] == "union_tag_not_found" else f"Input should be {expected}"}
         key = ".".join(str(p) for p in loc) or "(top level)"
         line = _line_of(root, loc)
         where = f"{filename}:{line}" if line else filename
@@ -283,8 +351,10 @@ def _explain(exc: ValidationError, root: Any, filename: str) -> str:
 
 
 def _is_union_tag(part: Any) -> bool:
+    # Union members in a location: 'literal[...]', 'tagged-union[...]', model names, and the method that chose
+    # the speculation member.
     return isinstance(part, str) and (
-        part.startswith(("literal[", "function-")) or part in {"HardwareSpec", "SpeculationSpec"}
+        part.startswith(("literal[", "function-", "tagged-union[")) or part in {"HardwareSpec", "SpeculationSpec", *METHODS}
     )
 
 
@@ -294,17 +364,18 @@ def _allowed_keys(loc: list[Any]) -> list[str]:
         field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
         if field is None:
             return []
-        ann = field.annotation
-        nxt = None
-        for cand in getattr(ann, "__args__", (ann,)):
-            inner = getattr(cand, "__args__", None)
-            for c in inner or (cand,):
-                if isinstance(c, type) and issubclass(c, BaseModel):
-                    nxt = c
-        if nxt is None:
+        models = _models_in(field.annotation)
+        if not models:
             return []
-        model = nxt
+        model = models[-1]  # the members of a union of models share their keys (SpeculationSpec's)
     return list(model.model_fields)
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation names, through unions, Annotated and containers."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    return [m for a in getattr(ann, "__args__", ()) for m in _models_in(a)]
 
 
 def _line_of(node: Any, loc: list[Any]) -> int | None:

@@ -4,8 +4,8 @@ Shared by every adapter. The server runs in its own process group (session); wha
 Ctrl-C, SIGTERM, an early server death, an exception — the whole group is terminated before we return.
 
 Fallback: ``launch(..., fallback="embedded")`` relaunches the same plan through another adapter when the
-requested stack is missing or dies before it is healthy. The fallback adapter may define
-``fallback_plan(plan: Plan, reason: str) -> Plan`` to adjust the plan (e.g. pick a method it supports).
+requested stack is missing or dies before it is healthy. The fallback adapter's ``fallback_plan(plan, reason)``
+adjusts the plan (e.g. picks a method it supports).
 """
 
 from __future__ import annotations
@@ -366,8 +366,7 @@ def launch(
         fb = get_adapter(fallback)
         reason = exc.message
         out.write(f"{plan.stack.name} cannot start here: {reason}\nLaunching with the {fallback} fallback instead.\n")
-        adjust = getattr(fb, "fallback_plan", None)
-        fb_plan = adjust(plan, reason) if adjust else plan
+        fb_plan = fb.fallback_plan(plan, reason)
         fb_plan = fb_plan.model_copy(
             update={"stack": fb_plan.stack.model_copy(update={"name": fallback, "version": fb.installed_version(),
                                                               "version_source": "installed"})}

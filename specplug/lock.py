@@ -272,7 +272,7 @@ def parse_lock(text: str, filename: str = LOCK_NAME) -> Lock:
             "Upgrade specplug to the version that wrote the lock.",
         )
     try:
-        return Lock.model_validate(_without_unknown_keys(data))
+        return Lock.model_validate(_without_unknown_keys(_split_in_parallelism(data)))
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
@@ -280,6 +280,27 @@ def parse_lock(text: str, filename: str = LOCK_NAME) -> Lock:
             f"{filename}: {key}: {first['msg']} (the lock was written by another specplug version or edited).",
             "Re-create it with 'specplug plan'.",
         ) from None
+
+
+def _split_in_parallelism(data: dict[str, Any]) -> dict[str, Any]:
+    """Older locks kept the asked split in plan.serve beside plan.parallelism, and renders took serve's when set:
+    fold it into parallelism, the plan's one source for it now."""
+    from specplug.config import PARALLEL_KEYS
+
+    plan = data.get("plan")
+    serve = plan.get("serve") if isinstance(plan, dict) else None
+    par = plan.get("parallelism", {}) if isinstance(plan, dict) else None
+    if not isinstance(serve, dict) or not isinstance(par, dict) or not any(k in serve for k in PARALLEL_KEYS):
+        return data
+    data = copy.deepcopy(data)
+    serve, par = data["plan"]["serve"], dict(data["plan"].get("parallelism", {}))
+    tp, pp = serve.pop("tensor_parallel_size", None), serve.pop("pipeline_parallel_size", None)
+    if tp:
+        par["tensor_parallel_size"] = tp
+    if isinstance(pp, int) and isinstance(par.get("pipeline_parallel_size", 1), int):
+        par["pipeline_parallel_size"] = max(pp, par.get("pipeline_parallel_size", 1))
+    data["plan"]["parallelism"] = par
+    return data
 
 
 def _without_unknown_keys(data: dict[str, Any]) -> dict[str, Any]:

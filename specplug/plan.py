@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specplug.config import Method, ScheduleEntry, ServeSpec, StackName, TreeSpec, WorkloadSpec
+from specplug.config import Method, ScheduleEntry, ServeOptions, StackName, TreeSpec, WorkloadSpec
 from specplug.probe import Hardware
 
 PLAN_VERSION = 1
@@ -32,6 +32,8 @@ class StackRef(PlanModel):
 
 
 class Parallelism(PlanModel):
+    """How the target is split over GPUs: the Plan's one source for it (serve: in specplug.yaml only asks)."""
+
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
     num_nodes: int = Field(1, ge=1)
@@ -106,7 +108,7 @@ class Plan(PlanModel):
     workload: WorkloadSpec
     parallelism: Parallelism = Field(default_factory=Parallelism)
     speculation: Speculation = Field(default_factory=Speculation)
-    serve: ServeSpec = Field(default_factory=ServeSpec)
+    serve: ServeOptions = Field(default_factory=ServeOptions)
     memory: MemoryBudget | None = None
     prediction: Prediction = Field(default_factory=Prediction)
     candidates: list[Candidate] = Field(default_factory=list)

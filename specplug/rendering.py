@@ -99,7 +99,7 @@ def build_config(
             base["drafter"] = drafter
         if num_speculative_tokens is not None:
             base["num_speculative_tokens"] = num_speculative_tokens
-        data["speculation"] = SpeculationSpec(**base)
+        data["speculation"] = base  # validated below as the member its method names
     serve = dict(data["serve"])
     if host is not None:
         serve["host"] = host

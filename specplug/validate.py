@@ -172,8 +172,7 @@ def _divisors_note(n: int) -> str:
 
 
 def _parallel_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
-    tp = plan.serve.tensor_parallel_size or plan.parallelism.tensor_parallel_size
-    pp = max(plan.serve.pipeline_parallel_size, plan.parallelism.pipeline_parallel_size)
+    tp, pp = plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size
     if tp == 1 and pp == 1:
         return []
     model = _catalog_model(plan.model.local_path or plan.model.hf_id)

@@ -93,3 +93,36 @@ def test_json_schema_accepts_the_stack_shorthand():
     jsonschema.validate({"model": "x", "stack": "vllm"}, json_schema())
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"model": "x", "stack": "vllmx"}, json_schema())
+
+
+def test_speculation_is_read_as_the_member_its_method_names_with_that_methods_rules():
+    from specplug.config import CopySpeculation, DrafterSpeculation, NoSpeculation
+
+    read = {m: type(parse_config(f"speculation: {{method: {m}}}\n").speculation) for m in ("none", "suffix", "eagle3")}
+    assert read == {"none": NoSpeculation, "suffix": CopySpeculation, "eagle3": DrafterSpeculation}
+    # The lookup window is a copy method's rule; a drafter's method never reads it.
+    with pytest.raises(ConfigError, match=r"specplug.yaml:1: speculation: prompt_lookup_min \(5\)"):
+        parse_config("speculation: {method: lookahead, prompt_lookup_min: 5, prompt_lookup_max: 2}\n")
+    with pytest.raises(ConfigError, match="speculation.method: Field required"):
+        parse_config("speculation: {drafter: x}\n")
+    with pytest.raises(ConfigError, match="speculation.method: Input should be 'none', 'ngram'"):
+        parse_config("speculation: {method: eagle4}\n")
+    # Built in code, it is held to the same rules, and becomes its member inside a Config.
+    assert type(Config(speculation=SpeculationSpec(method="mtp")).speculation) is DrafterSpeculation
+
+
+def test_json_schema_picks_the_speculation_member_by_method():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json_schema()
+    mapping = schema["properties"]["speculation"]["anyOf"][1]["discriminator"]["mapping"]
+    assert mapping["ngram"].endswith("CopySpeculation") and mapping["mtp"].endswith("DrafterSpeculation")
+    jsonschema.validate({"speculation": {"method": "eagle3", "drafter": "x", "num_speculative_tokens": 3}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"speculation": {"method": "eagle4"}}, schema)
+
+
+def test_every_committed_example_still_parses():
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*/specplug.yaml"))
+    assert files and all(parse_config(f.read_text(), str(f)) for f in files)

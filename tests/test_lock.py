@@ -107,3 +107,14 @@ def test_a_lock_with_fields_from_a_newer_specplug_reads_and_unknown_values_still
     data["plan"]["speculation"]["num_speculative_tokens"] = "many"
     with pytest.raises(ConfigError):
         parse_lock(yaml.safe_dump(data))
+
+
+def test_a_lock_that_kept_the_split_in_serve_reads_with_that_split() -> None:
+    # Older locks held tensor/pipeline sizes in plan.serve too, and renders took serve's when it was set.
+    lock = Path(__file__).parent.parent / "examples" / "deepseek-v3-mtp-trtllm" / "specplug.lock.yaml"
+    data = yaml.safe_load(lock.read_text())
+    data["plan"]["serve"].update({"tensor_parallel_size": 4, "pipeline_parallel_size": 2})
+    data["plan"]["parallelism"].update({"tensor_parallel_size": 8, "pipeline_parallel_size": 1})
+    plan = parse_lock(yaml.safe_dump(data)).plan
+    assert (plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size) == (4, 2)
+    assert "tensor_parallel_size" not in plan.serve.model_dump()

@@ -141,7 +141,7 @@ def test_a_draft_model_is_sharded_like_the_target():
 
 def test_pipeline_size_above_the_layer_count_is_refused():
     plan = make_plan("vllm", "0.32.0", model="meta-llama/Llama-3.2-1B-Instruct", method="none",
-                     serve={"pipeline_parallel_size": 17})
+                     pp=17)
     assert "16 layers" in messages(plan)
 
 

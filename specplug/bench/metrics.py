@@ -1,17 +1,15 @@
-"""Reading speculative-decoding acceptance from what each serving stack exposes.
+"""Reading speculative-decoding acceptance from what a serving stack exposes.
 
-Every stack counts differently (shared/reference/stacks.md 1.6, 2.5, 3.4, 4.5, 5), so each has a reader that
-turns a before/after pair of ``/metrics`` scrapes (plus, for gauges, samples taken during the run, and for
-llama.cpp, per-response ``timings``) into one :class:`Acceptance`:
+Every stack counts differently, so each adapter declares where its figures are (``metrics``, a
+:class:`~specplug.adapter.StackMetrics`), and this module has one reader per shape of report. A before/after pair
+of ``/metrics`` scrapes (plus, for gauges, samples taken during the run, and per-response ``timings``) becomes
+one :class:`Acceptance`:
 
-- vLLM V1 and specplug's embedded server: counters ``vllm:spec_decode_num_drafts_total``,
-  ``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total``, ``..._num_accepted_tokens_per_pos_total``;
-- vLLM V0: counters for accepted and draft tokens only (no draft count, so no acceptance length);
-- llama.cpp ``--metrics``: the same counters under ``llamacpp:``; without them, ``timings.draft_n`` and
-  ``timings.draft_n_accepted`` summed over the responses;
-- SGLang: per-batch gauges ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``, averaged over samples;
-- TGI: the ``tgi_request_skipped_tokens`` histogram (tokens gained by speculation) against generated tokens;
-- TensorRT-LLM: JSON iteration statistics with ``specDecodingStats`` (field names unconfirmed upstream).
+- :class:`~specplug.adapter.Counters` that only grow (vLLM V1, llama.cpp, the embedded server), differenced;
+- :class:`~specplug.adapter.Gauges` of the latest batch (SGLang), averaged over samples;
+- :class:`~specplug.adapter.SkippedTokens` against generated tokens (TGI's histograms);
+- :class:`~specplug.adapter.IterationStats`, JSON records of new iterations (TensorRT-LLM);
+- :class:`~specplug.adapter.ResponseTimings`, fields of each response summed (llama.cpp without ``--metrics``).
 """
 
 from __future__ import annotations
@@ -24,6 +22,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
+
+from specplug.adapter import (
+    AcceptanceReader,
+    Counters,
+    Gauges,
+    IterationStats,
+    ResponseTimings,
+    SkippedTokens,
+    StackMetrics,
+)
 
 _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -128,17 +136,16 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
-def _counter_family(prefix: str, before: Snapshot, after: Snapshot) -> Acceptance | None:
-    p = f"{prefix}:spec_decode_"
-    drafts = _delta(before, after, p + "num_drafts_total")
-    tokens = _delta(before, after, p + "num_draft_tokens_total")
-    accepted = _delta(before, after, p + "num_accepted_tokens_total")
+def _counters(c: Counters, before: Snapshot, after: Snapshot) -> Acceptance | None:
+    drafts = _delta(before, after, c.drafts) if c.drafts else None
+    tokens = _delta(before, after, c.draft_tokens)
+    accepted = _delta(before, after, c.accepted)
     if tokens is None or accepted is None:
         return None
     per_pos: list[float] = []
-    if drafts:
-        b = before.by_label(p + "num_accepted_tokens_per_pos_total", "position")
-        a = after.by_label(p + "num_accepted_tokens_per_pos_total", "position")
+    if drafts and c.per_position:
+        b = before.by_label(c.per_position, c.position_label)
+        a = after.by_label(c.per_position, c.position_label)
         for pos in sorted(a, key=lambda s: int(s) if s.isdigit() else 0):
             d = a[pos] - b.get(pos, 0.0)
             per_pos.append(max(d if d >= 0 else a[pos], 0.0) / drafts)
@@ -147,11 +154,8 @@ def _counter_family(prefix: str, before: Snapshot, after: Snapshot) -> Acceptanc
         while len(per_pos) > max(k, 1) and per_pos[-1] == 0.0:
             per_pos.pop()
     length = 1.0 + accepted / drafts if drafts else None
-    source = {"vllm": "vllm counters", "llamacpp": "llama.cpp counters"}.get(prefix, prefix)
-    if drafts is None:
-        source += " (V0: no draft count)"
     return Acceptance(
-        source=source,
+        source=c.source if drafts is not None else f"{c.source} ({c.without_drafts})",
         drafts=drafts,
         draft_tokens=tokens,
         accepted_tokens=accepted,
@@ -161,36 +165,36 @@ def _counter_family(prefix: str, before: Snapshot, after: Snapshot) -> Acceptanc
     )
 
 
-def _sglang(during: Sequence[Snapshot]) -> Acceptance | None:
-    """SGLang's gauges hold the most recent batch's value: average the samples taken while the run went on."""
-    lengths = [v for s in during if (v := s.mean("sglang:spec_accept_length")) is not None and v > 0]
-    rates = [v for s in during if (v := s.mean("sglang:spec_accept_rate")) is not None]
+def _gauges(g: Gauges, during: Sequence[Snapshot]) -> Acceptance | None:
+    """A gauge holds the most recent batch's value: average the samples taken while the run went on."""
+    lengths = [v for s in during if g.length and (v := s.mean(g.length)) is not None and v > 0]
+    rates = [v for s in during if g.rate and (v := s.mean(g.rate)) is not None]
     if not lengths and not rates:
         return None
     return Acceptance(
-        source="sglang gauges (mean of samples)",
+        source=g.source,
         acceptance_rate=sum(rates) / len(rates) if rates else None,
         mean_acceptance_length=sum(lengths) / len(lengths) if lengths else None,
         samples=max(len(lengths), len(rates)),
     )
 
 
-def _tgi(before: Snapshot, after: Snapshot) -> Acceptance | None:
-    """TGI counts tokens skipped (accepted from speculation) per request; each forward yields one more."""
-    skipped = _delta(before, after, "tgi_request_skipped_tokens_sum")
+def _skipped(t: SkippedTokens, before: Snapshot, after: Snapshot) -> Acceptance | None:
+    """Tokens skipped (accepted from speculation) per request; each forward yields one more."""
+    skipped = _delta(before, after, t.skipped)
     if skipped is None:
         return None
-    generated = _delta(before, after, "tgi_request_generated_tokens_sum")
+    generated = _delta(before, after, t.generated)
     forwards = generated - skipped if generated is not None else None
     return Acceptance(
-        source="tgi skipped-tokens histogram",
+        source=t.source,
         accepted_tokens=skipped,
         mean_acceptance_length=(generated / forwards) if generated and forwards and forwards > 0 else None,
     )
 
 
-def _trtllm(after: Snapshot, before: Snapshot) -> Acceptance | None:
-    """TensorRT-LLM returns a list of iteration stats; new iterations are the ones not seen before."""
+def _iterations(st: IterationStats, after: Snapshot, before: Snapshot) -> Acceptance | None:
+    """A list of iteration stats; new iterations are the ones not seen before."""
 
     def iters(s: Snapshot) -> list[dict]:
         data = s.json_stats
@@ -204,18 +208,18 @@ def _trtllm(after: Snapshot, before: Snapshot) -> Acceptance | None:
     for it in iters(after):
         if json.dumps(it, sort_keys=True) in seen:
             continue
-        sd = it.get("specDecodingStats") or it.get("spec_decoding_stats")
+        sd = next((it[b] for b in st.blocks if it.get(b)), None)
         if not isinstance(sd, dict):
             continue
-        tokens += float(sd.get("numDraftTokens", 0) or 0)
-        accepted += float(sd.get("numAcceptedTokens", 0) or 0)
-        reqs += float(sd.get("numRequestsWithDraftTokens", 0) or 0)
-        if sd.get("acceptanceLength"):
-            lengths.append(float(sd["acceptanceLength"]))
+        tokens += float(sd.get(st.draft_tokens, 0) or 0)
+        accepted += float(sd.get(st.accepted, 0) or 0)
+        reqs += float(sd.get(st.requests, 0) or 0)
+        if sd.get(st.length):
+            lengths.append(float(sd[st.length]))
     if not tokens and not lengths:
         return None
     return Acceptance(
-        source="trtllm iteration stats (unconfirmed field names)",
+        source=st.source,
         drafts=reqs or None,
         draft_tokens=tokens or None,
         accepted_tokens=accepted,
@@ -225,19 +229,56 @@ def _trtllm(after: Snapshot, before: Snapshot) -> Acceptance | None:
     )
 
 
-def from_timings(timings: Iterable[dict]) -> Acceptance | None:
-    """llama.cpp: each response's ``timings.draft_n`` / ``draft_n_accepted`` summed over the run."""
+def _timings(rt: ResponseTimings, timings: Iterable[dict]) -> Acceptance | None:
     n = acc = 0.0
     seen = False
     for t in timings:
-        if not isinstance(t, dict) or "draft_n" not in t:
+        if not isinstance(t, dict) or rt.drafted not in t:
             continue
         seen = True
-        n += float(t.get("draft_n") or 0)
-        acc += float(t.get("draft_n_accepted") or 0)
+        n += float(t.get(rt.drafted) or 0)
+        acc += float(t.get(rt.accepted) or 0)
     if not seen:
         return None
-    return Acceptance(source="llama.cpp response timings", draft_tokens=n, accepted_tokens=acc, acceptance_rate=_ratio(acc, n))
+    return Acceptance(source=rt.source, draft_tokens=n, accepted_tokens=acc, acceptance_rate=_ratio(acc, n))
+
+
+def declared() -> dict[str, StackMetrics]:
+    """Each registered stack's metric declaration, in registry order (stacks that fail to load are left out)."""
+    from specplug.adapter import get_adapter, stack_names
+    from specplug.errors import StackError
+
+    out: dict[str, StackMetrics] = {}
+    for name in stack_names():
+        try:
+            out[name] = get_adapter(name).metrics
+        except StackError:
+            continue
+    return out
+
+
+def _read(a: AcceptanceReader | None, before: Snapshot, after: Snapshot, during: Sequence[Snapshot]) -> Acceptance | None:
+    if isinstance(a, Counters):
+        return _counters(a, before, after)
+    if isinstance(a, Gauges):
+        return _gauges(a, [*during, after])
+    if isinstance(a, SkippedTokens):
+        return _skipped(a, before, after)
+    if isinstance(a, IterationStats):
+        return _iterations(a, after, before) if after.json_stats is not None else None
+    return None
+
+
+def from_timings(timings: Iterable[dict], stack: str | None = None) -> Acceptance | None:
+    """Per-response timings summed over the run, read as ``stack`` (default: any stack that declares them)."""
+    timings = list(timings)
+    decls = declared()
+    for name, m in decls.items():
+        if m.timings is not None and (stack is None or name == stack):
+            got = _timings(m.timings, timings)
+            if got is not None:
+                return got
+    return None
 
 
 def read_acceptance(
@@ -245,42 +286,51 @@ def read_acceptance(
     after: Snapshot | None,
     during: Sequence[Snapshot] = (),
     timings: Iterable[dict] = (),
+    stack: str | None = None,
 ) -> Acceptance | None:
-    """The acceptance of one run from whatever the server exposed; None when it exposed nothing usable."""
+    """The acceptance of one run from whatever the server exposed; None when it exposed nothing usable.
+
+    The stack's own declaration is read first (``stack``, else the one the scrape looks like), then every
+    other registered stack's, so a server speaking another stack's names is still read."""
     if after is not None:
         b = before or Snapshot()
-        if after.json_stats is not None:
-            got = _trtllm(after, b)
-            if got:
-                return got
-        for prefix in ("vllm", "llamacpp"):
-            got = _counter_family(prefix, b, after)
+        decls = declared()
+        first = stack if stack in decls else detect_stack(after)
+        readers = [decls[first].acceptance] if first in decls else []
+        for m in decls.values():  # a reader several stacks share (vLLM's counters) is read once
+            if m.acceptance is not None and m.acceptance not in readers:
+                readers.append(m.acceptance)
+        for reader in readers:
+            got = _read(reader, b, after, during)
             if got is not None:
                 return got
-        got = _sglang([*during, after])
-        if got is not None:
-            return got
-        got = _tgi(b, after)
-        if got is not None:
-            return got
-    return from_timings(timings)
+    return from_timings(timings, stack)
 
 
 def detect_stack(snapshot: Snapshot | None) -> str | None:
-    """Which stack's metrics these look like (for the report), from metric name prefixes."""
+    """Which registered stack's metrics these look like: the one whose markers all appear, the most specific
+    (most markers) first; a JSON body is the stack that declares iteration stats."""
     if snapshot is None:
         return None
-    if snapshot.json_stats is not None:
-        return "trtllm"
     names = snapshot.names()
-    if any(n.startswith("specplug:") for n in names):
-        return "embedded"  # speaks vLLM's metric names, plus its own specplug: ones
-    for prefix, stack in (("vllm:", "vllm"), ("sglang:", "sglang"), ("llamacpp:", "llamacpp"), ("tgi_", "tgi")):
-        if any(n.startswith(prefix) for n in names):
-            return stack
-    return None
+    best: tuple[int, str] | None = None
+    for stack, m in declared().items():
+        if snapshot.json_stats is not None:
+            score = 1 if isinstance(m.acceptance, IterationStats) else 0
+        elif m.markers and all(any(n.startswith(p) for n in names) for p in m.markers):
+            score = len(m.markers)
+        else:
+            score = 0
+        if score and (best is None or score > best[0]):
+            best = (score, stack)
+    return best[1] if best else None
 
 
 def needs_sampling(snapshot: Snapshot | None) -> bool:
-    """Gauges (SGLang) only show the latest batch, so they must be sampled during the run."""
-    return snapshot is not None and any(n.startswith("sglang:spec_accept") for n in snapshot.names())
+    """Gauges only show the latest batch, so they must be sampled during the run."""
+    if snapshot is None:
+        return False
+    names = snapshot.names()
+    return any(
+        isinstance(g := m.acceptance, Gauges) and ({g.length, g.rate} & names) for m in declared().values()
+    )

@@ -32,6 +32,8 @@ def stacks(output: str) -> None:
                 "supported": [m for m, why in methods.items() if why is None],
                 "unsupported": {m: why for m, why in methods.items() if why is not None},
                 "install_hint": a.install_hint,
+                # where bench reads acceptance (None: it reports speed alone)
+                "acceptance_metrics": a.metrics.acceptance.source if a.metrics.acceptance else None,
                 "error": err,
             }
         )

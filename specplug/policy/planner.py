@@ -4,6 +4,7 @@ decision, its per-batch schedule, memory, and the Plan."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -233,80 +234,131 @@ def _budget(mem: E.Memory, hint: str | None) -> MemoryBudget:
     )
 
 
-def plan(
-    cfg: Config,
-    caps: StackCapabilities,
-    *,
-    probed: Any = None,
-    policy: str | Path | dict[str, Any] | Policy | None = None,
-    calibration: str | None = None,
-    _fixing: bool = False,
-) -> Plan:
-    """Resolve every ``auto`` in ``cfg`` (hardware, speculation) for the stack ``caps`` describes and fill the
-    whole Plan (specplug.planning.plan_from_config resolves the stack and calls this).
+@dataclass
+class Planning:
+    """What the planning stages share: the inputs, what each stage resolved, and the sentences the Plan carries.
 
-    An explicit ``speculation:`` is kept as given (its k chosen when missing) and still predicted; a warning
-    says when the policy would choose differently. A deployment that cannot fit in memory is an error that
-    lists the fixes with what each would give. Same inputs give an identical Plan.
-    """
+    Each stage reads what earlier stages set and sets its own part; :data:`STAGES` lists them in order."""
+
+    cfg: Config
+    caps: StackCapabilities
+    probed: Any
+    plan_kw: dict[str, Any]
+    fixing: bool
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    # inputs: the stack's cost row, model, policy, calibration
+    model: Any = None
+    pol: Any = None
+    calib: Any = None
+    costed_as: str = ""
+    # workload and precision
+    wl: Any = None
+    prof: Any = None
+    seqs: int = 1
+    tokens: int = 0
+    fmt: Any = None
+    kvb: float = 2.0
+    target: Any = None
+    # hardware and its split
+    hw: Any = None
+    gpu: Any = None
+    n: int = 1
+    par: Any = None
+    # the cost model's context
+    device: Any = None
+    factors: Any = None
+    c: Any = None
+    # candidates, the decision and its schedule
+    explicit: SpeculationSpec | None = None
+    cands: list[Any] = field(default_factory=list)
+    scored: list[tuple[Any, float, Outcome]] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+    best: tuple[Any, float, Outcome] | None = None
+    chosen: tuple[Any, float, Outcome] | None = None
+    spec: Speculation = field(default_factory=Speculation)
+    pred: Prediction = field(default_factory=Prediction)
+    budget: MemoryBudget | None = None
+
+    @property
+    def stack(self) -> str:
+        return self.caps.name
+
+
+def _inputs(s: Planning) -> None:
+    """The model, the policy (and which of its stack rows costs this stack), the calibration."""
+    s.model = E.check_model(s.cfg.model)
+    s.pol = load_policy(s.plan_kw["policy"], s.cfg.policy or None)
+    s.calib = E.load_calibration_opt(s.plan_kw["calibration"] or s.cfg.calibration)
+    s.costed_as = s.caps.costed_as(s.pol.stacks)
+    if s.costed_as not in s.pol.stacks:
+        s.warnings.append(f"The policy has no cost factors for {s.stack}: predictions use its default CUDA-graph engine's.")
+    elif s.costed_as != s.stack:
+        s.warnings.append(
+            f"The policy has no cost factors for {s.stack}: predictions use {s.costed_as}'s, as its adapter declares."
+        )
+
+
+def _workload_and_precision(s: Planning) -> None:
+    """The traffic (measured lengths stand in for defaults), the served weight format and the KV-cache bytes."""
     from specplug.catalog.precision import kv_cache_bytes
-    from specplug.probe import resolve_hardware
 
-    model = E.check_model(cfg.model)
-    pol = load_policy(policy, cfg.policy or None)
-    calib = E.load_calibration_opt(calibration or cfg.calibration)
-    reasons: list[str] = []
-    warnings: list[str] = []
-    stack, version, vsource, supported = caps.name, caps.version, caps.version_source, caps.methods
-    if stack not in pol.stacks:
-        warnings.append(f"The policy has no cost factors for {stack}: predictions use its default CUDA-graph engine's.")
-
-    # ---- workload, precision and hardware
+    cfg, model = s.cfg, s.model
     wl = cfg.workload
-    prof = E.load_traffic_opt(wl.traffic, model) if wl.traffic else None
+    s.prof = prof = E.load_traffic_opt(wl.traffic, model) if wl.traffic else None
     if prof is not None:
         # Lengths measured on the user's requests stand in for the defaults (never for lengths they set).
-        measured = {k: max(1, round(v)) for k, v in (("input_len", prof.input_len), ("output_len", prof.output_len))
+        measured = {k: v for k, v in (("input_len", round(prof.input_len)), ("output_len", round(prof.output_len)))
                     if k not in wl.model_fields_set and v}
         wl = wl.model_copy(update=measured)
-    seqs = wl.concurrency
-    tokens = wl.input_len + wl.output_len
+    s.wl = wl
+    s.seqs = wl.concurrency
+    s.tokens = wl.input_len + wl.output_len
     if cfg.serve.max_model_len:
-        tokens = min(tokens, cfg.serve.max_model_len)
-    fmt_ = E.serve_format(model, cfg.serve.quantization, cfg.serve.dtype)
-    kvb = kv_cache_bytes(cfg.serve.kv_cache_dtype)
-    target = E.arch_of(model, fmt_, kvb)
-    if fmt_.name != (model.weight_format or "bf16"):
-        reasons.append(f"Weights served as {fmt_.name} ({fmt_.bits_per_weight:g} bits) instead of the checkpoint's {model.weight_format}.")
+        s.tokens = min(s.tokens, cfg.serve.max_model_len)
+    s.fmt = E.serve_format(model, cfg.serve.quantization, cfg.serve.dtype)
+    s.kvb = kv_cache_bytes(cfg.serve.kv_cache_dtype)
+    s.target = E.arch_of(model, s.fmt, s.kvb)
+    if s.fmt.name != (model.weight_format or "bf16"):
+        s.reasons.append(
+            f"Weights served as {s.fmt.name} ({s.fmt.bits_per_weight:g} bits) instead of the checkpoint's {model.weight_format}."
+        )
+
+
+def _hardware(s: Planning) -> None:
+    """The GPUs (the smallest count that holds the model when none is named) and their tensor x pipeline split."""
+    from specplug.probe import resolve_hardware
+
+    cfg, pol, model = s.cfg, s.pol, s.model
     hs = cfg.hardware_spec()
-    hw = resolve_hardware(hs.gpu, hs.num_gpus, probed)
-    gpu = get_gpu(hw.gpu)
+    hw = resolve_hardware(hs.gpu, hs.num_gpus, s.probed)
+    s.gpu = gpu = get_gpu(hw.gpu)
     if hs.num_gpus is None and hw.source != "probed" and cfg.serve.tensor_parallel_size is None:
-        n = _choose_gpus(pol, model, target, hw.memory_gb, seqs, tokens, hs.gpus_per_node)
-        if n is None and cfg.serve.quantization is None and fmt_.bits_per_weight > 8.1:
+        n = _choose_gpus(pol, model, s.target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node)
+        if n is None and cfg.serve.quantization is None and s.fmt.bits_per_weight > 8.1:
             # Nothing holds the checkpoint as it is: FP8 weights (quantized at load by the CUDA stacks) may.
             from specplug.catalog.precision import get_weight_format
 
             fp8 = get_weight_format("fp8")
-            t8 = E.arch_of(model, fp8, kvb)
-            n = _choose_gpus(pol, model, t8, hw.memory_gb, seqs, tokens, hs.gpus_per_node)
+            t8 = E.arch_of(model, fp8, s.kvb)
+            n = _choose_gpus(pol, model, t8, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node)
             if n is not None:
-                fmt_, target = fp8, t8
-                cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"quantization": "fp8"})})
-                reasons.append(
+                s.fmt, s.target = fp8, t8
+                s.cfg = cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"quantization": "fp8"})})
+                s.reasons.append(
                     f"{model.name}'s {model.weight_format} checkpoint does not fit on any count of {gpu.name}: "
                     "planned with FP8 weights (serve.quantization: fp8)."
                 )
         if n is None:
             top = pol.rules.gpu_counts[-1]
             raise SpecplugError(
-                f"{model.name} in {fmt_.name} with {seqs} x {tokens} tokens of KV cache does not fit even on {top} x {gpu.name}.",
+                f"{model.name} in {s.fmt.name} with {s.seqs} x {s.tokens} tokens of KV cache does not fit even on {top} x {gpu.name}.",
                 "Serve lighter weights (--quantization fp8 or int4-awq), an FP8 KV cache (--kv-cache-dtype fp8), "
                 "fewer concurrent requests or a shorter context.",
             )
         msg = (
             f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} "
-            f"({fmt_.name} weights) and its KV cache"
+            f"({s.fmt.name} weights) and its KV cache"
         )
         if hw.source == "default":
             note = hw.note.split(" Planning for the default")[0]
@@ -317,67 +369,91 @@ def plan(
         else:
             msg += "; set --num-gpus to plan for another count."
         hw = hw.model_copy(update={"num_gpus": n, "note": msg})
-        reasons.append(msg)
+        s.reasons.append(msg)
     elif hw.note:
-        reasons.append(hw.note)
-    n = hw.num_gpus
+        s.reasons.append(hw.note)
+    s.hw = hw
+    s.n = n = hw.num_gpus
     if cfg.serve.tensor_parallel_size:
         tp = cfg.serve.tensor_parallel_size
         pp = max(cfg.serve.pipeline_parallel_size, n // tp) if n >= tp else cfg.serve.pipeline_parallel_size
     else:
         tp, pp = E.split_gpus(n, pol, hs.gpus_per_node, model)
-    par = Parallelism(
+    s.par = Parallelism(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         num_nodes=max(1, math.ceil(tp * pp / hs.gpus_per_node)),
         gpus_per_node=hs.gpus_per_node,
     )
-    device = E.device_of(gpu, pol)
-    device = E.Device(device.bw_gbs, device.tflops, hw.memory_gb or device.memory_gb, device.link_gbs)
-    factors = pol.stack(stack)
-    c = E.Context(
+
+
+def cost_context(
+    pol: Policy, caps: StackCapabilities, model: Model, target: Arch, gpu: Any, device: E.Device, tp: int, pp: int,
+    batch: int, input_len: int, output_len: int, workload: str, temperature: float, calibration: Any, traffic: Any,
+) -> E.Context:
+    """The cost model's view of one deployment, as recommend and estimate both score it: the stack's cost
+    factors (its own policy row, else the one its adapter declares), device, split, batch and workload."""
+    return E.Context(
         policy=pol,
         model=model,
         target=target,
         gpu=gpu,
         device=device,
-        stack=stack,
-        factors=factors,
+        stack=caps.name,
+        factors=pol.stack(caps.costed_as(pol.stacks)),
         tp=tp,
         pp=pp,
-        batch=seqs,
-        ctx=wl.input_len + wl.output_len / 2,
-        workload=wl.type,
-        temperature=wl.temperature,
-        calibration=calib,
-        traffic=prof,
+        batch=batch,
+        ctx=input_len + output_len / 2,
+        workload=workload,
+        temperature=temperature,
+        calibration=calibration,
+        traffic=traffic,
         trees=caps.trees,
     )
-    plan_kw = {"probed": probed, "policy": policy, "calibration": calibration}
 
-    # ---- feasibility: the target must fit before any drafter is considered
-    base_mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, None)
+
+def _cost_context(s: Planning) -> None:
+    """The cost model's view of this deployment (:func:`cost_context`), on the GPUs' usable memory."""
+    device = E.device_of(s.gpu, s.pol)
+    s.device = E.Device(device.bw_gbs, device.tflops, s.hw.memory_gb or device.memory_gb, device.link_gbs)
+    wl = s.wl
+    s.c = cost_context(s.pol, s.caps, s.model, s.target, s.gpu, s.device, s.par.tensor_parallel_size,
+                       s.par.pipeline_parallel_size, s.seqs, wl.input_len, wl.output_len, wl.type, wl.temperature,
+                       s.calib, s.prof)
+    s.factors = s.c.factors
+
+
+def _feasibility(s: Planning) -> None:
+    """The target must fit before any drafter is considered."""
+    base_mem = _memory_with(s, None)
     if not base_mem.fits:
-        fixes = [] if _fixing else _fixes(cfg, caps, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, False)
+        fixes = [] if s.fixing else _fixes(s.cfg, s.caps, s.plan_kw, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens, False)
         raise _does_not_fit(
-            f"{model.name} does not fit on {n} x {gpu.name}: {base_mem.used_gb:.1f} GB needed per GPU "
-            f"({base_mem.target_gb:.1f} GB of {fmt_.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {seqs} x {tokens} tokens), "
+            f"{s.model.name} does not fit on {s.n} x {s.gpu.name}: {base_mem.used_gb:.1f} GB needed per GPU "
+            f"({base_mem.target_gb:.1f} GB of {s.fmt.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {s.seqs} x {s.tokens} tokens), "
             f"{base_mem.usable_gb:.1f} GB usable.",
             fixes, "Use more GPUs, lighter weights or a shorter context.",
         )
 
-    # ---- candidates
-    explicit = cfg.speculation if isinstance(cfg.speculation, SpeculationSpec) else None
-    cands = _candidates(c, model, stack, supported, kvb, version)
-    scored: list[tuple[E.DraftChoice, float, Outcome]] = []
-    candidates: list[Candidate] = []
-    for d in cands:
+
+def _memory_with(s: Planning, drafter: Any) -> E.Memory:
+    return E.memory(s.pol, s.model, s.target, s.device.memory_gb, s.par.tensor_parallel_size,
+                    s.par.pipeline_parallel_size, s.seqs, s.tokens, drafter)
+
+
+def _score_candidates(s: Planning) -> None:
+    """Every method the policy knows, each ruled out with its reason or scored at the plan's batch size."""
+    pol, c, seqs = s.pol, s.c, s.seqs
+    s.explicit = s.cfg.speculation if isinstance(s.cfg.speculation, SpeculationSpec) else None
+    s.cands = _candidates(c, s.model, s.stack, s.caps.methods, s.kvb, s.caps.version)
+    for d in s.cands:
         cand = Candidate(method=d.method, drafter=d.drafter_id)  # type: ignore[arg-type]
         if d.ruled_out:
             cand.ruled_out = d.ruled_out
-            candidates.append(cand)
+            s.candidates.append(cand)
             continue
-        mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, d)
+        mem = _memory_with(s, d)
         alpha, _ = E.alpha_for(c, d)
         o = E.score(c, d, alpha, seqs, E.shapes(c, d.method))
         cand.speedup = round(o.speedup, 3)
@@ -391,65 +467,71 @@ def plan(
         elif o.speedup < pol.rules.min_speedup:
             cand.ruled_out = f"loses at batch size {seqs} (predicted {fmt(o.speedup)})"
         else:
-            scored.append((d, alpha, o))
-        candidates.append(cand)
+            s.scored.append((d, alpha, o))
+        s.candidates.append(cand)
 
-    best = max(scored, key=lambda t: t[2].speedup, default=None)
+    best = max(s.scored, key=lambda t: t[2].speedup, default=None)
     if best is not None:
         # A tie within 2% goes to the simpler (earlier) method: the model cannot tell them apart.
         top = best[2].speedup
-        for t in scored:
+        for t in s.scored:
             if t[2].speedup >= top * 0.98:
                 best = t
                 break
+    s.best = best
 
-    # ---- the decision
-    spec = Speculation()
-    pred = Prediction()
-    chosen: tuple[E.DraftChoice, float, Outcome] | None = None
+
+def _decide(s: Planning) -> None:
+    """The configured speculation (scored, with a warning when the policy would choose otherwise), else the best."""
+    pol, c, seqs, stack, explicit, best = s.pol, s.c, s.seqs, s.stack, s.explicit, s.best
+    supported = s.caps.methods
     if explicit is not None and explicit.method != "none":
         d = (
-            E.resolve_drafter(explicit.method, explicit.drafter, model, target, pol, stack, kvb)
+            E.resolve_drafter(explicit.method, explicit.drafter, s.model, s.target, pol, stack, s.kvb)
             if explicit.drafter
-            else next((x for x in cands if x.method == explicit.method and x.drafter_id), E.DraftChoice(explicit.method))
+            else next((x for x in s.cands if x.method == explicit.method and x.drafter_id), E.DraftChoice(explicit.method))
         )
         if explicit.method in E.HEAD_METHODS and not d.drafter_id:
             raise SpecplugError(
-                f"speculation.method is {explicit.method} but no drafter is given and none is known for {model.name}.",
+                f"speculation.method is {explicit.method} but no drafter is given and none is known for {s.model.name}.",
                 "Set speculation.drafter (or --drafter) to the head's Hugging Face id.",
             )
         if d.ruled_out and not d.ruled_out.startswith("tokenizer mismatch"):
-            warnings.append(f"The configured drafter may not work: {d.ruled_out}.")
-        issue = pol.rules.known_issue(d.drafter_id, stack, version)
+            s.warnings.append(f"The configured drafter may not work: {d.ruled_out}.")
+        issue = pol.rules.known_issue(d.drafter_id, stack, s.caps.version)
         if issue:
-            warnings.append(f"The configured drafter has a known problem in {stack}: {issue.reason}.")
+            s.warnings.append(f"The configured drafter has a known problem in {stack}: {issue.reason}.")
         if supported.get(explicit.method):
-            warnings.append(f"The configured method may not work: {supported[explicit.method]}.")
+            s.warnings.append(f"The configured method may not work: {supported[explicit.method]}.")
         alpha, _ = E.alpha_for(c, d)
         shapes = E.shapes(c, d.method, explicit.num_speculative_tokens or None, explicit.tree)
         o = E.score(c, d, alpha, seqs, shapes)
-        chosen = (d, alpha, o)
-        reasons.append(f"Speculation is set in the configuration: {explicit.method} kept as given.")
+        s.chosen = (d, alpha, o)
+        s.reasons.append(f"Speculation is set in the configuration: {explicit.method} kept as given.")
         if best is not None and (best[0].method, best[0].drafter_id) != (d.method, d.drafter_id) and best[2].speedup > o.speedup * 1.05:
-            warnings.append(
+            s.warnings.append(
                 f"The policy would choose {best[0].method}"
                 + (f" ({best[0].drafter_id})" if best[0].drafter_id else "")
                 + f" here: predicted {fmt(best[2].speedup)} vs {fmt(o.speedup)} for the configured {d.method}."
             )
         elif best is None and o.speedup < pol.rules.min_speedup:
-            warnings.append(f"The policy would not speculate here: predicted {fmt(o.speedup)} at batch size {seqs}.")
+            s.warnings.append(f"The policy would not speculate here: predicted {fmt(o.speedup)} at batch size {seqs}.")
     elif explicit is not None:
-        reasons.append("Speculation is turned off in the configuration (method: none).")
+        s.reasons.append("Speculation is turned off in the configuration (method: none).")
     elif best is not None:
-        chosen = best
+        s.chosen = best
     else:
-        reasons.append(
-            f"No technique pays at batch size {seqs} on {n} x {gpu.name} with {stack}: speculation stays off."
+        s.reasons.append(
+            f"No technique pays at batch size {seqs} on {s.n} x {s.gpu.name} with {stack}: speculation stays off."
             + (" At this batch the target is compute-bound, so verifying draft tokens costs real time." if seqs >= 32 else "")
         )
 
-    if chosen is not None:
-        d, alpha, o = chosen
+
+def _schedule_and_speculation(s: Planning) -> None:
+    """k per batch size for the chosen technique, its prediction, and the Plan's speculation section."""
+    if s.chosen is not None:
+        c, explicit, seqs = s.c, s.explicit, s.seqs
+        d, alpha, o = s.chosen
         cand_shapes = E.shapes(
             c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
         )
@@ -457,16 +539,16 @@ def plan(
         at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
         if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
             # The plan's own batch follows the schedule (k never grows with batch).
-            o = E.score(c, d, alpha, seqs, [s for s in cand_shapes if s.depth <= at.num_speculative_tokens])
-            chosen = (d, alpha, o)
+            o = E.score(c, d, alpha, seqs, [x for x in cand_shapes if x.depth <= at.num_speculative_tokens])
+            s.chosen = (d, alpha, o)
         if explicit is not None and not any(e.num_speculative_tokens for e in sched):
             # The user chose this technique: honour it rather than render a schedule that never drafts.
-            warnings.append(
+            s.warnings.append(
                 f"{d.method} is predicted not to pay at any batch size here (best {o.speedup:.2f}x); "
                 "kept as configured, without a per-batch-size schedule."
             )
             sched = []
-        pred = Prediction(
+        s.pred = pred = Prediction(
             speedup=round(o.speedup, 3),
             acceptance_length=round(o.acceptance_length, 3),
             acceptance_rate=round(alpha, 3),
@@ -477,7 +559,7 @@ def plan(
         if explicit is None and sched:
             # Stacks size their buffers for the configured k: it is the schedule's largest (smallest batch).
             k = max(k, max(e.num_speculative_tokens for e in sched))
-        spec = Speculation(
+        s.spec = spec = Speculation(
             method=d.method,  # type: ignore[arg-type]
             drafter=d.drafter_id if d.method not in E.COPY_METHODS else None,
             num_speculative_tokens=k,
@@ -488,79 +570,127 @@ def plan(
             lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
             spec.prompt_lookup_min, spec.prompt_lookup_max = lo or NGRAM_LOOKUP[0], hi or NGRAM_LOOKUP[1]
         if d.method == "draft_model":
-            spec.draft_tensor_parallel_size = (explicit.draft_tensor_parallel_size if explicit else None) or E.draft_tp(d, tp)
+            spec.draft_tensor_parallel_size = (
+                (explicit.draft_tensor_parallel_size if explicit else None) or E.draft_tp(d, s.par.tensor_parallel_size)
+            )
         if d.note:
-            warnings.append(d.note)
-        for cand in candidates:
+            s.warnings.append(d.note)
+        for cand in s.candidates:
             cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
         if explicit is None:
-            reasons.append(_why(c, d, alpha, o, scored, n))
+            s.reasons.append(_why(c, d, alpha, o, s.scored, s.n))
         if pred.breakeven_batch_size is not None and spec.schedule:
-            reasons.append(
+            s.reasons.append(
                 f"Speculation stops paying above batch size {pred.breakeven_batch_size}; the schedule turns it off (k=0) there."
             )
         source = E.alpha_for(c, d)[1]
         if source == "calibrated":
-            reasons.append("Acceptance comes from the calibration file, not the prior.")
-        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not caps.schedules:
-            warnings.append(f"{stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
-    if prof is not None:
-        reasons.append(_traffic_reason(c, prof, wl.traffic))
+            s.reasons.append("Acceptance comes from the calibration file, not the prior.")
+        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules:
+            s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
+    if s.prof is not None:
+        s.reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))
 
-    # ---- memory
-    mem = E.memory(pol, model, target, device.memory_gb, tp, pp, seqs, tokens, chosen[0] if chosen else None)
+
+def _memory(s: Planning) -> None:
+    """The memory budget with the chosen drafter; a configured drafter that does not fit is an error with fixes."""
+    chosen = s.chosen
+    mem = _memory_with(s, chosen[0] if chosen else None)
     if not mem.fits:
         # Only a configured drafter gets here (chosen ones were checked): the drafter is what does not fit.
-        fixes = [] if _fixing else _fixes(cfg, caps, plan_kw, n, fmt_.name, cfg.serve.kv_cache_dtype, tokens, True)
+        fixes = [] if s.fixing else _fixes(s.cfg, s.caps, s.plan_kw, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens, True)
         raise _does_not_fit(
-            f"{model.name} with the {chosen[0].method if chosen else ''} drafter does not fit on {n} x {gpu.name}: "
+            f"{s.model.name} with the {chosen[0].method if chosen else ''} drafter does not fit on {s.n} x {s.gpu.name}: "
             f"{mem.used_gb:.1f} GB needed per GPU ({mem.drafter_gb + mem.drafter_kv_gb:.1f} GB for the drafter), "
             f"{mem.usable_gb:.1f} GB usable.",
             fixes, "Use a smaller drafter or more GPUs.",
         )
-    budget = _budget(mem, None)
+    s.budget = _budget(mem, None)
 
-    # ---- warnings
-    if wl.temperature >= pol.rules.high_temperature and chosen is not None:
-        a0 = E.alpha_for(E.Context(**{**c.__dict__, "temperature": 0.0}), chosen[0])[0]
-        warnings.append(
+
+def _stack_warnings(s: Planning) -> None:
+    """Sampling temperature, the stack's request caps and batching, an unknown stack version."""
+    wl, chosen, seqs, stack = s.wl, s.chosen, s.seqs, s.stack
+    if wl.temperature >= s.pol.rules.high_temperature and chosen is not None:
+        a0 = E.alpha_for(E.Context(**{**s.c.__dict__, "temperature": 0.0}), chosen[0])[0]
+        s.warnings.append(
             f"Sampling at temperature {wl.temperature:g} lowers acceptance (predicted alpha {chosen[1]:.2f} vs {a0:.2f} greedy)."
         )
-    cap = caps.running_cap
+    cap = s.caps.running_cap
     if cap and chosen is not None:
-        warnings.append(
+        s.warnings.append(
             f"{stack} caps running requests at {cap} when speculation is on"
             + (f", below the expected concurrency {seqs}" if seqs > cap else "")
             + "; set max_running_requests explicitly."
         )
-    batch_cap = cfg.serve.max_num_seqs or caps.max_batch
+    batch_cap = s.cfg.serve.max_num_seqs or s.caps.max_batch
     if batch_cap and seqs > batch_cap:
-        warnings.append(f"{factors.label or stack} decodes {batch_cap} requests together; the rest will queue.")
-    if vsource == "unknown":
-        warnings.append(f"{stack} is not installed here and no version is pinned: method support assumes a recent release.")
+        s.warnings.append(f"{s.factors.label or stack} decodes {batch_cap} requests together; the rest will queue.")
+    if s.caps.version_source == "unknown":
+        s.warnings.append(f"{stack} is not installed here and no version is pinned: method support assumes a recent release.")
 
-    serve = cfg.serve
+
+# The planning stages, in order (the stack and its version were resolved before: specplug.capabilities).
+STAGES = (
+    _inputs,
+    _workload_and_precision,
+    _hardware,
+    _cost_context,
+    _feasibility,
+    _score_candidates,
+    _decide,
+    _schedule_and_speculation,
+    _memory,
+    _stack_warnings,
+)
+
+
+def plan(
+    cfg: Config,
+    caps: StackCapabilities,
+    *,
+    probed: Any = None,
+    policy: str | Path | dict[str, Any] | Policy | None = None,
+    calibration: str | None = None,
+    _fixing: bool = False,
+) -> Plan:
+    """Resolve every ``auto`` in ``cfg`` (hardware, speculation) for the stack ``caps`` describes and fill the
+    whole Plan (specplug.planning.plan_from_config resolves the stack and calls this), stage by stage.
+
+    An explicit ``speculation:`` is kept as given (its k chosen when missing) and still predicted; a warning
+    says when the policy would choose differently. A deployment that cannot fit in memory is an error that
+    lists the fixes with what each would give. Same inputs give an identical Plan.
+    """
+    s = Planning(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration}, _fixing)
+    for stage in STAGES:
+        stage(s)
+    return _build(s)
+
+
+def _build(s: Planning) -> Plan:
+    """The Plan from what the stages resolved, checked as every command checks it."""
+    model = s.model
     out = Plan(
         model=ModelRef(
-            name=cfg.model or model.hf_id,
+            name=s.cfg.model or model.hf_id,
             hf_id=model.local_path or model.hf_id,
             local_path=model.local_path,
             weight_format=model.weight_format or "bf16",
         ),
-        hardware=hw,
-        stack=StackRef(name=stack, version=version, version_source=vsource),  # type: ignore[arg-type]
-        workload=wl,
-        parallelism=par,
-        speculation=spec,
-        serve=serve,
-        memory=budget,
-        prediction=pred,
-        candidates=candidates,
-        reasons=reasons,
-        warnings=warnings,
+        hardware=s.hw,
+        stack=StackRef(name=s.stack, version=s.caps.version, version_source=s.caps.version_source),  # type: ignore[arg-type]
+        workload=s.wl,
+        parallelism=s.par,
+        speculation=s.spec,
+        serve=s.cfg.serve.options(),  # the split is parallelism, resolved by _hardware
+        memory=s.budget,
+        prediction=s.pred,
+        candidates=s.candidates,
+        reasons=s.reasons,
+        warnings=s.warnings,
     )
-    if prof is not None and "traffic" in Plan.model_fields:
-        out.traffic = prof.summary()
+    if s.prof is not None and "traffic" in Plan.model_fields:
+        out.traffic = s.prof.summary()
     _validate(out)
     return out
 

@@ -19,26 +19,30 @@ def make_plan(
     drafter: str | None = None,
     k: int = 4,
     tp: int = 1,
+    pp: int = 1,
     gpu: str = "H100-SXM",
     num_gpus: int = 1,
     weight_format: str = "bf16",
     **speculation,
 ):
     """A Plan as the policy engine would hand it over, with every choice explicit."""
-    from specplug.config import ServeSpec, WorkloadSpec
+    from specplug.config import ServeOptions, WorkloadSpec
     from specplug.plan import ModelRef, Parallelism, Plan, Speculation, StackRef
     from specplug.probe import Hardware
 
-    serve = speculation.pop("serve", {})
+    serve = dict(speculation.pop("serve", {}))
+    # serve: in specplug.yaml asks for a split; the Plan keeps it in parallelism.
+    tp = serve.pop("tensor_parallel_size", None) or tp
+    pp = serve.pop("pipeline_parallel_size", None) or pp
     return Plan(
         model=ModelRef(name=model, hf_id=model, weight_format=weight_format),
         hardware=Hardware(gpu=gpu, num_gpus=num_gpus, memory_gb=80.0, source="named"),
         stack=StackRef(name=stack, version=version, version_source="flag" if version else "unknown"),
         workload=WorkloadSpec(),
-        parallelism=Parallelism(tensor_parallel_size=tp),
+        parallelism=Parallelism(tensor_parallel_size=tp, pipeline_parallel_size=pp),
         speculation=Speculation(method=method, drafter=drafter, num_speculative_tokens=k if method != "none" else 0,
                                 **speculation),
-        serve=ServeSpec(**serve),
+        serve=ServeOptions(**serve),
     )
 
 

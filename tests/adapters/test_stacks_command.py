@@ -34,6 +34,7 @@ def test_stacks_json_lists_adapters_and_techniques(run_cli):
     assert {"vllm", "sglang", "trtllm", "llamacpp", "tgi"} <= set(rows)
     assert "eagle3" in rows["vllm"]["supported"] and "lookahead" in rows["vllm"]["unsupported"]
     assert rows["tgi"]["supported"] == ["ngram", "medusa", "mlp_speculator"]
+    assert rows["sglang"]["acceptance_metrics"].startswith("sglang gauges")
 
 
 def test_broken_plugin_is_reported_not_fatal(run_cli, broken_plugin):

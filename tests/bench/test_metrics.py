@@ -204,3 +204,23 @@ def test_parser_handles_escapes_timestamps_and_junk():
     s = snap.samples[0]
     assert s.labels == {"path": "/v1/x", "msg": 'say "hi"\n'} and s.value == 3
     assert snap.total("c") == float("inf")
+
+
+def test_a_plugin_stack_is_read_and_recognised_from_what_its_adapter_declares(monkeypatch):
+    from specplug import adapter as registry
+    from specplug.adapter import BaseAdapter, Counters, StackMetrics
+
+    class Toy(BaseAdapter):
+        name = "toyserve"
+        metrics = StackMetrics(markers=("toy:",), acceptance=Counters(
+            "toy counters", drafts="toy:drafts", draft_tokens="toy:drafted", accepted="toy:accepted"))
+
+    real_get = registry.get_adapter
+    monkeypatch.setattr(registry, "stack_names", lambda: (*registry.STACK_PREFERENCE, "toyserve"))
+    monkeypatch.setattr(registry, "get_adapter", lambda n: Toy() if n == "toyserve" else real_get(n))
+    snap = parse_exposition("toy:drafts 4\ntoy:drafted 12\ntoy:accepted 6\n")
+    acc = read_acceptance(None, snap)
+    assert acc.source == "toy counters" and acc.mean_acceptance_length == pytest.approx(2.5)
+    assert detect_stack(snap) == "toyserve"
+    monkeypatch.setattr(registry, "stack_names", lambda: registry.STACK_PREFERENCE)  # uninstalled: unread
+    assert read_acceptance(None, snap) is None and detect_stack(snap) is None

@@ -1,0 +1,45 @@
+"""What a stack can do reaches the policy as data: here, the cost profile an adapter declares."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specplug import adapter as registry
+from specplug import capabilities, validate
+from specplug.config import Config
+from specplug.policy.planner import plan
+
+
+@pytest.fixture
+def fork_registered(monkeypatch):
+    # A plugin that renders as vLLM does, registered under its own name.
+    is_stack, get_adapter = registry.is_stack, registry.get_adapter
+    monkeypatch.setattr(registry, "is_stack", lambda n: n == "vllmfork" or is_stack(n))
+    fork = lambda n: get_adapter("vllm" if n == "vllmfork" else n)  # noqa: E731
+    monkeypatch.setattr(registry, "get_adapter", fork)
+    monkeypatch.setattr(validate, "get_adapter", fork)  # imported by name there
+
+
+def _plan(caps):
+    cfg = Config.model_validate({"model": "llama-3.1-8b", "hardware": {"gpu": "h100", "num_gpus": 1},
+                                 "workload": {"concurrency": 4}})
+    return plan(cfg, caps)
+
+
+def test_a_stack_is_costed_with_the_profile_its_adapter_declares(fork_registered):
+    vllm = capabilities.resolve("vllm", "0.32.0")
+    assert vllm.cost_profile == "vllm" and vllm.costed_as({"vllm": None}) == "vllm"
+    fork = dataclasses.replace(vllm, name="vllmfork", cost_profile="vllm")
+    own, forked = _plan(vllm), _plan(fork)
+    assert forked.prediction.speedup == own.prediction.speedup
+    assert any("use vllm's, as its adapter declares" in w for w in forked.warnings)
+    default = _plan(dataclasses.replace(fork, cost_profile=registry.DEFAULT_COST_PROFILE))
+    assert any("default CUDA-graph engine" in w for w in default.warnings)
+
+
+def test_a_policy_row_under_the_stacks_own_name_wins_over_the_declared_profile():
+    caps = dataclasses.replace(capabilities.resolve("vllm"), name="vllmfork", cost_profile="sglang")
+    assert caps.costed_as({"vllmfork": None, "sglang": None}) == "vllmfork"
+    assert caps.costed_as({"sglang": None}) == "sglang"
