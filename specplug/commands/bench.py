@@ -59,7 +59,7 @@ def with_options(options):
     return deco
 
 
-@click.command()
+@click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--endpoint", default=None, help="Base URL of the server with speculation on, e.g. http://127.0.0.1:8000.")
 @click.option("--baseline", default=None, help="Base URL of the same model without speculation.")
 @click.option("--launch-baseline", is_flag=True,
@@ -81,17 +81,50 @@ def with_options(options):
               help="Folder for bench.json, bench.csv and bench.png.")
 @click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True, help="How to print.")
 @click.option("--load", "load_path", type=click.Path(), default=None, help="Re-print a saved bench.json (no requests).")
+@click.option("--from", "from_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="Read a 'vllm bench serve --save-result' JSON or a GuideLLM JSON report (repeatable: one per "
+                   "concurrency). With --endpoint and the client's command after '--', the client is run with the "
+                   "server's counters scraped around it.")
+@click.option("--baseline-from", "baseline_from", multiple=True, type=click.Path(dir_okay=False),
+              help="The same client's report against the baseline (for speedups; repeatable).")
+@click.argument("client", nargs=-1, type=click.UNPROCESSED)
 def bench(endpoint, baseline, launch_baseline, config_path, stack, launch_model, baseline_port, concurrency, model, workload, prompts_file, num_prompts,
           max_tokens, api, api_key_env, timeout_s, temperature, duration_s, min_speedup, out_dir, output,
-          load_path) -> None:
+          load_path, from_paths, baseline_from, client) -> None:
     """Measure ENDPOINT (speculation on) against a baseline at each concurrency.
 
     Reports requests/s, output tokens/s, time to first token and time per output token (p50/p90/p99),
     speedup over the baseline and acceptance from the server's metrics, and the concurrency above which
     speculation stops paying. Ctrl-C stops early and keeps what finished.
+
+    Or read what vLLM's or GuideLLM's benchmark client measured: --from FILE [--baseline-from FILE], optionally
+    running the client itself: --from FILE --endpoint URL -- CLIENT ARGS...
     """
     from specplug.errors import SpecplugError
 
+    if client and not from_paths:
+        raise SpecplugError(f"Unexpected argument '{client[0]}'.",
+                            "A client command after '--' goes with --from FILE (the report it writes).")
+    if from_paths:
+        from specplug.bench.client import api_key_from_env
+        from specplug.bench.foreign import record_from_files
+
+        if load_path or baseline or launch_baseline:
+            raise SpecplugError("--from reads a report: it does not go with --load, --baseline or --launch-baseline.",
+                                "Give the baseline's report with --baseline-from FILE.")
+        record = record_from_files(
+            list(from_paths), list(baseline_from), client=list(client), endpoint=endpoint,
+            api_key=api_key_from_env(api_key_env), stack=stack, min_speedup=min_speedup,
+            temperature=temperature if _given("temperature") else None,
+        )
+        if out_dir:
+            from specplug.bench.report import write_outputs
+
+            write_outputs(record, out_dir)
+        _show(record, output)
+        return
+    if baseline_from:
+        raise SpecplugError("--baseline-from goes with --from FILE.")
     if load_path:
         from specplug.bench.record import load_record
 
@@ -203,6 +236,12 @@ def run_and_report(*, endpoint, baseline, levels, prompts, workload, prompts_fil
     if show:
         _show(record, output)
     return record
+
+
+def _given(param: str) -> bool:
+    """Whether the user set ``param`` on the command line (not its default)."""
+    ctx = click.get_current_context()
+    return ctx.get_parameter_source(param) not in (None, click.core.ParameterSource.DEFAULT)
 
 
 def _show(record, output: str) -> None:

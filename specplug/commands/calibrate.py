@@ -10,9 +10,17 @@ from specplug.commands.bench import load_prompt_set, parse_concurrency
 from specplug.output import FORMATS
 
 
-@click.command()
-@click.option("--from", "from_path", type=click.Path(), default=None, help="A bench.json (or its folder) to read.")
-@click.option("--endpoint", default=None, help="Run a short bench against this URL (speculation on) instead.")
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("--from", "from_paths", type=click.Path(), multiple=True,
+              help="A bench.json (or its folder), or a 'vllm bench serve --save-result' JSON / GuideLLM JSON report "
+                   "(repeatable: one per concurrency).")
+@click.option("--baseline-from", "baseline_from", type=click.Path(dir_okay=False), multiple=True,
+              help="The same client's report against the baseline, for measured speedups (with --from REPORT).")
+@click.option("--temperature", type=click.FloatRange(0, 5), default=None,
+              help="Temperature the client's requests used, where its report does not say (default: the server's).")
+@click.option("--endpoint", default=None,
+              help="Run a short bench against this URL (speculation on) instead; with --from REPORT and the client's "
+                   "command after '--', the server whose counters are scraped around the client's run.")
 @click.option("--baseline", default=None, help="The same model without speculation (for measured speedups).")
 @click.option("--served-model", default=None, help="Model name to request (default: the first the server lists).")
 @click.option("--concurrency", default="1", show_default=True, help="Concurrency levels of the short bench.")
@@ -39,22 +47,32 @@ from specplug.output import FORMATS
               help="Calibration file to write; an existing one is merged (same setup replaced).")
 @click.option("--save-bench", type=click.Path(file_okay=False), default=None, help="Also keep the short bench here.")
 @click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True)
-def calibrate(from_path, endpoint, baseline, served_model, concurrency, prompts_file, num_prompts, max_tokens,
+@click.argument("client", nargs=-1, type=click.UNPROCESSED)
+def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline, served_model, concurrency, prompts_file, num_prompts, max_tokens,
               api_key_env, traffic, traffic_map, model, method, workload, drafter, num_speculative_tokens, gpu, num_gpus,
               stack, out_path, save_bench, output) -> None:
     """Compare measured acceptance and speedup with 'specplug estimate' and write a calibration file.
 
-    Reads a bench record (--from DIR/bench.json) or runs a short bench (--endpoint, --baseline), and/or replays
-    n-gram and suffix decoding over a traffic log (--traffic FILE), then shows predicted (before), measured,
-    and predicted with the new calibration (after), side by side. Every source merges into the one file.
+    Reads a bench record (--from DIR/bench.json), what vLLM's or GuideLLM's benchmark client wrote (--from
+    FILE, with --endpoint URL -- CLIENT ARGS... to run the client with the server's counters scraped around it),
+    or runs a short bench (--endpoint, --baseline), and/or replays n-gram and suffix decoding over a traffic log
+    (--traffic FILE), then shows predicted (before), measured, and predicted with the new calibration (after),
+    side by side. Every source merges into the one file.
     """
     from specplug.bench.calibrate import calibrate as run_calibrate
     from specplug.bench.calibrate import render
     from specplug.errors import SpecplugError
     from specplug.output import emit
 
-    if from_path and endpoint:
-        raise SpecplugError("Give either --from DIR/bench.json or --endpoint URL (to run a short bench), not both.")
+    if client and not from_paths:
+        raise SpecplugError(f"Unexpected argument '{client[0]}'.",
+                            "A client command after '--' goes with --from FILE (the report it writes).")
+    if from_paths and endpoint and not client:
+        raise SpecplugError("Give either --from FILE or --endpoint URL (to run a short bench), not both.",
+                            "To scrape the server around a client's run, put the client's command after '--'.")
+    if baseline_from and not from_paths:
+        raise SpecplugError("--baseline-from goes with --from FILE.")
+    from_path = bool(from_paths)
     if not (from_path or endpoint or traffic):
         raise SpecplugError("Nothing to calibrate from.",
                             "Give --from DIR/bench.json, --endpoint URL (to run a short bench) or --traffic FILE.jsonl.")
@@ -73,9 +91,24 @@ def calibrate(from_path, endpoint, baseline, served_model, concurrency, prompts_
     if not method:
         raise SpecplugError("Which speculative method did the endpoint run? Pass --method (ngram, eagle3, ...).")
     if from_path:
-        from specplug.bench.record import load_record
+        from specplug.bench.client import api_key_from_env
+        from specplug.bench.foreign import record_from_files
 
-        record = load_record(from_path)
+        record = record_from_files(
+            list(from_paths), list(baseline_from), client=list(client), endpoint=endpoint if client else None,
+            api_key=api_key_from_env(api_key_env), stack=stack, temperature=temperature,
+        )
+        from specplug.bench.calibrate import pooled_acceptance
+        from specplug.bench.foreign import detect, load_json
+
+        foreign = any(detect(load_json(p)) != "specplug" for p in from_paths)
+        if foreign and not client and pooled_acceptance(record) is None:
+            raise SpecplugError(
+                "The report has no speculative-decoding figures (GuideLLM never records them; vLLM's client only "
+                "when draft tokens moved).",
+                "Let specplug run the client and read the server's counters around it: "
+                "--from FILE --endpoint URL -- CLIENT ARGS...",
+            )
     else:
         from specplug.bench.prompts import builtin_workloads
         from specplug.commands.bench import run_and_report

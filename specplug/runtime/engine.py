@@ -29,8 +29,10 @@ device=None, eos_token_ids=None, lean=True, paced=False)``
     A ``DecodeBatch`` is not thread-safe: drive it from one thread (e.g. a server's decode worker) and pass
     adds/cancels to that thread.
 
-Each request has its own sampling parameters (temperature, top-k, top-p), stop strings, EOS handling and
-max_new_tokens. A stop string ends the text before it and the tokens with the one that completed it
+Each request has its own sampling parameters (temperature, top-k, top-p), stop strings, EOS handling,
+max_new_tokens, and vLLM's min_tokens and stop_token_ids. min_tokens masks the stop tokens' logits at the
+positions before it, in the one target pass that verifies drafts as in plain decoding, so speculation stays
+lossless. A stop string ends the text before it and the tokens with the one that completed it
 (:mod:`specplug.runtime.textstream`, which the server shares). Seeds: a batch draws from one generator seeded
 by its first request that has a seed, so a seeded request reproduces exactly when decoded alone (pacing then
 drafts a fixed k: see ``step``).
@@ -54,7 +56,7 @@ from specplug.runtime.cache import KVState
 from specplug.runtime.decoder import lean as lean_decoder
 from specplug.runtime.pacing import DraftPacer, record
 from specplug.runtime.proposers import Draft, Proposer, _prefill
-from specplug.runtime.sampling import RowWarper, SamplingParams
+from specplug.runtime.sampling import RowWarper, SamplingParams, hold_stop_tokens
 from specplug.runtime.textstream import TextStream
 from specplug.runtime.verify import verify
 
@@ -67,6 +69,12 @@ class GenerationParams:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    # vLLM's meaning: no end-of-sequence or stop token before this many output tokens (their logits are masked,
+    # in plain decoding and in verification alike), and no stop string ending before then either.
+    min_tokens: int = 0
+    # Tokens that end the output when produced (also with ignore_eos); unlike EOS they count as output tokens,
+    # and their text is not part of the output.
+    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -132,6 +140,7 @@ class StepOutput:
     text_delta: str
     finished: bool
     finish_reason: str | None
+    stop_token_id: int | None = None  # the stop_token_ids member that ended the request (the last new token)
 
 
 @dataclass
@@ -276,12 +285,14 @@ class DecodeBatch:
             raise ValueError("a prompt needs at least one token")
         if params.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        if not 0 <= params.min_tokens <= params.max_new_tokens:
+            raise ValueError(f"min_tokens must be between 0 and max_new_tokens ({params.max_new_tokens}), got {params.min_tokens}")
         with self._lock:
             rid = self._next_id
             self._next_id += 1
             stats = RequestStats(prompt_tokens=len(prompt))
             tok = self.engine.tokenizer
-            stream = TextStream(tok, params.stop) if tok is not None else None
+            stream = _text_stream(tok, params) if tok is not None else None
             row = _Row(rid, params, list(prompt), len(prompt), self.engine.k, time.perf_counter(), stats, stream)
             self._queue.append(row)
         return rid
@@ -372,7 +383,7 @@ class DecodeBatch:
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
         t1 = time.perf_counter()
-        logits = self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1))
+        logits = self._hold_stops(rows, self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1)))
         n_acc, nxt = verify(logits, dtokens, dn, draft.probs, warper, self.generator)
         self.kv.rollback(n_acc + 1)
         self.proposer.commit(n_acc, nxt)
@@ -409,6 +420,16 @@ class DecodeBatch:
             self._drop(finished)
         return outs
 
+    def _hold_stops(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` with stop tokens masked where a row is short of its min_tokens (see ``hold_stop_tokens``)."""
+        if not any(r.params.min_tokens > r.stats.new_tokens for r in rows):
+            return logits
+        eos = frozenset(self.engine.eos_token_ids)  # masked with ignore_eos too, as vLLM does
+        return hold_stop_tokens(
+            logits, [r.stats.new_tokens for r in rows], [r.params.min_tokens for r in rows],
+            [eos | frozenset(r.params.stop_token_ids) for r in rows],
+        )
+
     def _score_found(self, row: _Row, drafted: _Found | None, emitted: list[int]) -> None:
         """Match this step's emitted tokens against the row's open drafts (this step's one included); a settled
         draft counts, at every position it found, as accepted up to its first mismatch."""
@@ -426,29 +447,37 @@ class DecodeBatch:
 
     def _emit(self, row: _Row, emitted: list[int], now: float) -> StepOutput:
         params, st = row.params, row.stats
-        reason, eos_at = None, -1
-        if not params.ignore_eos and self.engine.eos_token_ids:
-            for j, t in enumerate(emitted):
-                if t in self.engine.eos_token_ids:
+        reason, eos_at, stop_id = None, -1, None
+        eos = self.engine.eos_token_ids if not params.ignore_eos else ()
+        if eos or params.stop_token_ids:
+            # Stop tokens count from the min_tokens-th output on (before it their logits were masked anyway).
+            for j in range(max(0, params.min_tokens - st.new_tokens), len(emitted)):
+                t = emitted[j]
+                if t in eos:
                     emitted, reason, eos_at = emitted[:j], "stop", j
+                    break
+                if t in params.stop_token_ids:
+                    emitted, reason, stop_id = emitted[: j + 1], "stop", t
                     break
         room = params.max_new_tokens - st.new_tokens
         if len(emitted) >= room:
             if len(emitted) > room or reason is None:
-                reason = "length"
+                reason, stop_id = "length", None
             emitted = emitted[:room]
         delta = ""
         if row.stream is not None:
-            pushed = row.stream.push(emitted, final=reason is not None)
+            # A stop token's text is not output (vLLM's default); a stop string before it ends the output first.
+            texted = emitted[:-1] if stop_id is not None else emitted
+            pushed = row.stream.push(texted, final=reason is not None)
             if pushed.stopped:
-                emitted, reason = emitted[: pushed.kept], "stop"
+                emitted, reason, stop_id = emitted[: pushed.kept], "stop", None
             delta = pushed.text
         row.history.extend(emitted)
         st.new_tokens += len(emitted)
         st.eos_tokens = int(reason == "stop" and len(emitted) == eos_at)  # not when cut before the EOS
         st.elapsed_s = now - row.started
         row.finish_reason = reason
-        return StepOutput(row.rid, emitted, delta, reason is not None, reason)
+        return StepOutput(row.rid, emitted, delta, reason is not None, reason, stop_id)
 
     def _drop(self, idx: list[int]) -> None:
         gone = set(idx)
@@ -495,7 +524,7 @@ class DecodeBatch:
             new = KVState(self.engine.target, len(queue), self.device)
             # The whole prompt goes in and its last position gives the first token, exactly as a plain
             # ``generate`` computes it (same shapes, so the same rounding and the same greedy ties).
-            logits = _prefill(new, [r.history for r in queue], self.device)
+            logits = self._hold_stops(queue, _prefill(new, [r.history for r in queue], self.device))
             warper = RowWarper([r.params.sampling for r in queue], self.device)
             no_draft = torch.zeros(len(queue), 0, dtype=torch.long, device=self.device)
             _, first = verify(logits, no_draft, no_draft.new_zeros(len(queue)), None, warper, self.generator)
@@ -513,6 +542,15 @@ class DecodeBatch:
             if finished:
                 self._drop(finished)
         return outs
+
+
+def _text_stream(tokenizer: Any, params: GenerationParams) -> TextStream:
+    if params.min_tokens and params.stop:
+        # Stop strings count only once min_tokens are out, as in vLLM's detokenizer.
+        from specplug.runtime.serving.dialect import DialectTextStream
+
+        return DialectTextStream(tokenizer, params.stop, min_tokens=params.min_tokens)
+    return TextStream(tokenizer, params.stop)
 
 
 def _widen(draft: Draft, width: int) -> Draft:

@@ -101,3 +101,21 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     flat = probs.reshape(-1, probs.shape[-1])
     out = torch.multinomial(flat, 1, generator=generator)
     return out.reshape(probs.shape[:-1])
+
+
+def hold_stop_tokens(logits: torch.Tensor, produced: list[int], min_tokens: list[int], stop_ids: list[frozenset[int]]) -> torch.Tensor:
+    """vLLM's ``min_tokens``: each row's stop tokens get -inf logits at the positions before its min_tokens-th output.
+
+    ``logits`` ``(B, W, V)``: column ``j`` of row ``i`` scores output token ``produced[i] + j`` (0-based), so a
+    draft-and-verify pass and plain decoding mask the same positions, and verification compares drafts against
+    the distribution plain decoding samples from. Applied to raw logits, before temperature, top-k and top-p,
+    as vLLM's logits processors are. Modifies ``logits`` in place and returns it.
+    """
+    width, vocab = logits.shape[1], logits.shape[-1]
+    for i, (done, least, ids) in enumerate(zip(produced, min_tokens, stop_ids, strict=True)):
+        cols = min(least - done, width)
+        if cols <= 0 or not ids:
+            continue
+        idx = torch.tensor(sorted(t for t in ids if 0 <= t < vocab), dtype=torch.long, device=logits.device)
+        logits[i, :cols, idx] = float("-inf")
+    return logits

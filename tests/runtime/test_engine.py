@@ -378,3 +378,109 @@ def test_rejects_bad_parameters(target):
         SpeculativeEngine(target, k=0)
     with pytest.raises(ValueError):
         SpeculativeEngine(target).start().add([], GenerationParams())
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft-self", "draft-unrelated"])
+def test_min_tokens_holds_back_eos_and_stop_tokens_and_speculation_decodes_as_plain_does(target, reference, name):
+    # EOS is the 8th greedy token: with min_tokens 12 the target must choose something else there (its logits are
+    # masked), in plain decoding and in verification alike, so every proposer gives plain decoding's tokens.
+    eos = reference[0][7]
+    first = reference[0].index(eos)
+    stop_tok = next(t for t in reference[0][first + 1 :] if t != eos)
+    params = GenerationParams(max_new_tokens=N_NEW, min_tokens=12, stop_token_ids=(stop_tok,))
+    plain = SpeculativeEngine(target, eos_token_ids=[eos]).generate([PROMPTS[0]], params)[0]
+    assert plain.tokens[:first] == reference[0][:first]
+    assert plain.tokens[first] != eos
+    held = plain.tokens[:12]
+    assert eos not in held and stop_tok not in held
+    if plain.finish_reason == "stop" and plain.tokens and plain.tokens[-1] == stop_tok:
+        assert len(plain.tokens) > 12  # the stop token ended it only once min_tokens were out
+    else:
+        assert len(plain.tokens) >= 12
+    eng = SpeculativeEngine(target, proposer_factory=_proposers(target)[name], k=4, eos_token_ids=[eos])
+    alone = eng.generate([PROMPTS[0]], params)[0]
+    together = eng.generate(PROMPTS, [params] + [GenerationParams(max_new_tokens=N_NEW)] * 3)[0]
+    assert alone.tokens == together.tokens == plain.tokens
+    assert alone.finish_reason == together.finish_reason == plain.finish_reason
+    if name == "draft-self":
+        assert alone.stats.accepted > 0
+
+
+def test_a_stop_token_ends_the_output_counted_but_not_in_the_text(target, reference):
+    # The 6th greedy token is a stop token: the output ends with it (vLLM counts it), the text does not show it,
+    # and EOS handling (ignore_eos) does not turn it off.
+    tok = reference[0][5]
+    end = reference[0].index(tok) + 1
+    eng = SpeculativeEngine(target, _Letters(), lambda: DraftModelProposer(target, target.device), k=4, eos_token_ids=[])
+    for ignore_eos in (False, True):
+        batch = eng.start()
+        rid = batch.add(PROMPTS[0], GenerationParams(max_new_tokens=N_NEW, stop_token_ids=(tok,), ignore_eos=ignore_eos))
+        streamed, sent, last = [], "", None
+        for outs in batch:
+            for o in outs:
+                streamed += o.new_tokens
+                sent += o.text_delta
+                last = o
+        res = batch.result(rid)
+        assert (res.finish_reason, last.stop_token_id) == ("stop", tok)
+        assert streamed == res.tokens == reference[0][:end]
+        assert res.stats.new_tokens == end and res.stats.eos_tokens == 0
+        assert sent == res.text == _Letters().decode(reference[0][: end - 1])
+    # A stop token past max_new_tokens: "length", no stop token reported.
+    res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=end - 1, stop_token_ids=(tok,)))[0]
+    assert (res.finish_reason, res.tokens) == ("length", reference[0][: end - 1])
+
+
+def test_stop_strings_count_only_past_min_tokens(target, reference):
+    text = _Letters().decode(reference[0])
+    stop = text[2:4]
+    assert text.find(stop) == 2
+    later = text.find(stop, 8)  # the next occurrence ending past the 8th token's text, or none
+    eng = SpeculativeEngine(target, _Letters(), lambda: NgramProposer(1, 3), k=4, eos_token_ids=[])
+    res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=N_NEW, stop=(stop,), min_tokens=8))[0]
+    if later < 0:
+        assert (res.finish_reason, res.tokens) == ("length", reference[0])
+    else:
+        assert res.finish_reason == "stop" and res.text == text[:later]
+    # Without min_tokens the first occurrence ends it.
+    res = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=N_NEW, stop=(stop,)))[0]
+    assert res.text == text[:2]
+
+
+def test_min_tokens_sampling_matches_exact_masked_probabilities(device):
+    """As the end-to-end sampling check above, with min_tokens 2 and stop token 1: the first two tokens are
+    drawn from the distribution with token 1's logit at -inf (then warped), the third from the plain one, and
+    drafts that propose token 1 early (the n-gram, whose prompt makes it draft 1 next) are rejected exactly."""
+    vocab = 5
+    model = tiny_llama(vocab_size=vocab, hidden_size=32, layers=2, seed=1, init_std=0.5).to(device)
+    draft = tiny_llama(vocab_size=vocab, hidden_size=32, layers=1, seed=2, init_std=0.5).to(device)
+    prompt = [2, 1, 2, 1, 2]
+    sp = SamplingParams(temperature=0.9, top_k=4, seed=12)
+
+    def masked(logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.clone()
+        logits[..., 1] = float("-inf")
+        return logits
+
+    with torch.inference_mode():
+        p1 = warp_probs(masked(model(torch.tensor([prompt], device=device)).logits[0, -1]), sp)
+        p2 = warp_probs(masked(model(torch.tensor([prompt + [a] for a in range(vocab)], device=device)).logits[:, -1]), sp)
+        pairs = [(a, b) for a in range(vocab) for b in range(vocab)]
+        p3 = warp_probs(model(torch.tensor([prompt + [a, b] for a, b in pairs], device=device)).logits[:, -1], sp)
+    exact = (p1.view(-1, 1, 1) * p2.view(vocab, vocab, 1) * p3.view(vocab, vocab, vocab)).flatten().double().cpu()
+    assert exact.view(vocab, vocab, vocab)[1].sum() == 0 and exact.view(vocab, vocab, vocab)[:, 1].sum() == 0
+    n = 6000
+    params = GenerationParams(max_new_tokens=3, sampling=sp, min_tokens=2, stop_token_ids=(1,))
+    for factory in (lambda: DraftModelProposer(draft, device), lambda: NgramProposer(1, 2)):
+        eng = SpeculativeEngine(model, proposer_factory=factory, k=2, eos_token_ids=[])
+        res = eng.generate([prompt] * n, params)
+        assert all(len(r.tokens) == 3 for r in res)  # token 1 is allowed third, and then ends it as the third
+        cells = torch.tensor([(r.tokens[0] * vocab + r.tokens[1]) * vocab + r.tokens[2] for r in res])
+        counts = torch.bincount(cells, minlength=vocab**3).double()
+        assert counts[exact == 0].sum() == 0
+        keep = exact * n >= 5
+        obs = torch.cat([counts[keep], counts[~keep].sum().view(1)])
+        exp = torch.cat([exact[keep], exact[~keep].sum().view(1)]) * n
+        exp = exp / exp.sum() * obs.sum()
+        assert stats.chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-3
+        assert sum(r.stats.drafted for r in res) > sum(r.stats.accepted for r in res) > 0

@@ -455,3 +455,91 @@ def test_per_request_spec_decode_metrics_summary():
     # The scripted backend drafts 2 and accepts 1 every step.
     assert sd["acceptance_histogram"] == [0, 3, 0] and sd["num_draft_tokens"] == 6
     assert sd["mean_acceptance_length"] == 2.0 and sd["draft_acceptance_rate"] == 0.5
+
+
+class AsciiTokenizer:
+    """For the tiny random models: token i is the character chr(32 + i); EOS is id 1 ('!')."""
+
+    eos_token_id = 1
+
+    def __len__(self) -> int:
+        return 96
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": [ord(c) - 32 for c in text]}
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(32 + i) for i in ids)
+
+
+@pytest.fixture(scope="module")
+def engine_client():
+    pytest.importorskip("torch")
+    from specplug.runtime.engine import SpeculativeEngine
+    from specplug.runtime.proposers import NgramProposer
+    from specplug.runtime.serving.backend import EngineBackend
+    from specplug.runtime.tiny import tiny_llama
+
+    engine = SpeculativeEngine(tiny_llama(layers=2, seed=3), proposer_factory=lambda: NgramProposer(1, 3), k=3)
+    tok = AsciiTokenizer()
+    metrics = ServerMetrics("tiny")
+    settings = ServerSettings(model_name="tiny", max_model_len=512, max_tokens_limit=256)
+    app = build_app(Scheduler(EngineBackend(engine, 4), tok, metrics), tok, settings, metrics)
+    with TestClient(app) as c:
+        yield c
+
+
+def _complete(c, **kw) -> dict:
+    body = {"model": "tiny", "prompt": "abcabcabcab", "max_tokens": 24, "temperature": 0, "ignore_eos": True, **kw}
+    r = c.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_stop_token_ids_end_the_output_counted_and_not_in_the_text(engine_client):
+    text = _complete(engine_client)["choices"][0]["text"]
+    i = 5
+    tok = ord(text[i]) - 32
+    i = text.index(text[i])  # its first occurrence ends the output
+    out = _complete(engine_client, stop_token_ids=[tok])
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert out["choices"][0]["text"] == text[:i]
+    assert out["usage"]["completion_tokens"] == i + 1  # vLLM counts the stop token
+    kept = _complete(engine_client, stop_token_ids=[tok], include_stop_str_in_output=True)
+    assert kept["choices"][0]["text"] == text[: i + 1]
+    # Streamed: the same text and count.
+    body = {"model": "tiny", "prompt": "abcabcabcab", "max_tokens": 24, "temperature": 0, "stop_token_ids": [tok],
+            "stream": True, "stream_options": {"include_usage": True}}
+    with engine_client.stream("POST", "/v1/completions", json=body) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == text[:i]
+    assert chunks[-1]["usage"]["completion_tokens"] == i + 1
+
+
+def test_min_tokens_holds_stop_tokens_and_stop_strings_back(engine_client):
+    text = _complete(engine_client)["choices"][0]["text"]
+    tok = ord(text[2]) - 32
+    first = text.index(text[2])
+    assert first < 10
+    out = _complete(engine_client, stop_token_ids=[tok], min_tokens=10)
+    got = out["choices"][0]["text"]
+    assert chr(32 + tok) not in got[:10]
+    assert out["usage"]["completion_tokens"] > 10 or out["choices"][0]["finish_reason"] == "length"
+    # A stop string inside the first min_tokens tokens' text does not count.
+    held = _complete(engine_client, stop=[text[first]], min_tokens=10)["choices"][0]["text"]
+    assert len(held) >= 10 and text[first] not in held[10:]
+
+
+@pytest.mark.parametrize(
+    "extra,param",
+    [
+        ({"min_tokens": 30}, "min_tokens"),  # more than max_tokens (24)
+        ({"stop_token_ids": [-1]}, "stop_token_ids.0"),
+        ({"stop_token_ids": [96]}, "stop_token_ids"),  # outside the vocabulary
+        ({"stop_token_ids": "3"}, "stop_token_ids"),
+        ({"stop_token_ids": list(range(300))}, "stop_token_ids"),
+    ],
+)
+def test_bad_min_tokens_and_stop_token_ids_are_400s(engine_client, extra, param):
+    r = engine_client.post("/v1/completions", json={"model": "tiny", "prompt": "abc", "max_tokens": 24, **extra})
+    assert_openai_error(r, 400, param)

@@ -1,7 +1,7 @@
 """The real-stack tier: pinned venvs built by scripts/stack_envs.sh, cached under $SPECPLUG_STACKENVS.
 
 Tests here skip with the reason when a venv is absent, unless SPECPLUG_REQUIRE_STACKS=1 (CI), where a
-missing vLLM/SGLang venv is a failure; the optional llama.cpp tier is required only with
+missing vLLM/SGLang/GuideLLM venv is a failure; the optional llama.cpp tier is required only with
 SPECPLUG_REQUIRE_LLAMACPP=1.
 """
 
@@ -40,6 +40,11 @@ def tiny_model(vllm_env) -> Path:
 @pytest.fixture(scope="session")
 def sglang_env() -> Path:
     return need(ROOT / "sglang" / ".specplug-pin", "the pinned SGLang venv", "sglang").parent
+
+
+@pytest.fixture(scope="session")
+def guidellm_env() -> Path:
+    return need(ROOT / "guidellm" / ".specplug-pin", "the pinned GuideLLM venv", "guidellm").parent
 
 
 @pytest.fixture(scope="session")

@@ -261,7 +261,18 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             include_stop_str_in_output=bool(req.include_stop_str_in_output),
             skip_special_tokens=req.skip_special_tokens is not False,
             spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
+            min_tokens=int(req.min_tokens or 0),
+            stop_token_ids=tuple(dict.fromkeys(req.stop_token_ids or ())),
         )
+
+    def check_stop_tokens(req: CompletionRequest | ChatCompletionRequest, max_tokens: int) -> None:
+        bad = next((t for t in req.stop_token_ids or () if vocab_size and t >= vocab_size), None)
+        if bad is not None:
+            raise ApiError(400, f"Stop token id {bad} is outside the vocabulary (0..{vocab_size - 1}).",
+                           param="stop_token_ids", code="invalid_value")
+        if (req.min_tokens or 0) > max_tokens:
+            raise ApiError(400, f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {req.min_tokens}.",
+                           param="min_tokens", code="invalid_value")
 
     def ignored(req: CompletionRequest | ChatCompletionRequest) -> dict[str, str]:
         # vLLM accepts fields it does not know and ignores them; say which, in the log and to the client.
@@ -372,6 +383,7 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             max_tokens = budget(len(ids), body.max_tokens)
         else:  # OpenAI's default for completions, within the room the context leaves (not a 400 for asking 16)
             max_tokens = min(16, budget(len(ids), None))
+        check_stop_tokens(body, max_tokens)
         echo = (prompt if isinstance(prompt, str) else tokenizer.decode(ids)) if body.echo else ""
         handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
         rid = "cmpl-" + uuid.uuid4().hex
@@ -407,6 +419,7 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             raise ApiError(400, f"The chat template refused these messages: {exc}", param="messages", code="invalid_value") from None
         ids = await encode(text) if len(text) else []
         max_tokens = budget(len(ids), body.requested_max_tokens())
+        check_stop_tokens(body, max_tokens)
         handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
         rid = "chatcmpl-" + uuid.uuid4().hex
         include_usage, continuous = _stream_usage(body)

@@ -46,6 +46,8 @@ class EngineBackend:
             max_new_tokens=max_tokens,
             sampling=RtSampling(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed),
             ignore_eos=sampling.ignore_eos,
+            min_tokens=sampling.min_tokens,
+            stop_token_ids=tuple(sampling.stop_token_ids),
         )
         erid = self.batch.add(list(prompt_ids), params)
         self._ids[rid] = _Seen(erid)
@@ -64,7 +66,7 @@ class EngineBackend:
             if drafted > 0:
                 drafts.append((drafted, accepted))
             seen.drafted, seen.accepted = stats.drafted, stats.accepted
-            outs.append(StepOutput(rid, list(o.new_tokens), o.finished, o.finish_reason, drafts))
+            outs.append(StepOutput(rid, list(o.new_tokens), o.finished, o.finish_reason, drafts, o.stop_token_id))
             if o.finished:
                 self._forget(rid)
         return outs

@@ -40,6 +40,9 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
+    # vLLM's min_tokens and stop_token_ids (the engine masks and stops; see specplug.runtime.engine).
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -49,9 +52,11 @@ class StepOutput:
     rid: str
     new_token_ids: list[int]
     finished: bool = False
-    finish_reason: str | None = None  # "stop" (EOS) or "length"
+    finish_reason: str | None = None  # "stop" (EOS or a stop token) or "length"
     # One (drafted, accepted) pair per draft verified this step, for the spec-decode counters.
     drafts: list[tuple[int, int]] = field(default_factory=list)
+    # Set when a member of the request's stop_token_ids ended it: the last new token, counted but not text.
+    stop_token_id: int | None = None
 
 
 class Backend(Protocol):
@@ -148,9 +153,10 @@ class _Live:
 def _text_stream(tokenizer: Any, stop: Sequence[str], sampling: SamplingParams) -> TextStream:
     from specplug.runtime.serving.dialect import DialectTextStream
 
-    if sampling.include_stop_str_in_output or not sampling.skip_special_tokens or not sampling.spaces_between_special_tokens:
+    if (sampling.include_stop_str_in_output or not sampling.skip_special_tokens or not sampling.spaces_between_special_tokens
+            or (sampling.min_tokens and stop)):
         return DialectTextStream(tokenizer, stop, sampling.include_stop_str_in_output, sampling.skip_special_tokens,
-                                 sampling.spaces_between_special_tokens)
+                                 sampling.spaces_between_special_tokens, sampling.min_tokens)
     return TextStream(tokenizer, stop)
 
 
@@ -288,16 +294,19 @@ class Scheduler:
             h.spec_steps.append((accepted, drafted))
         new_ids = out.new_token_ids
         finished, reason = out.finished, out.finish_reason
+        stop_token = out.stop_token_id is not None and out.finished
         room = live.max_tokens - live.generated
         if len(new_ids) >= room:  # a speculative step can overshoot max_tokens; cut it here
             if len(new_ids) > room or not finished:
-                reason = "length"
+                reason, stop_token = "length", False
             new_ids, finished = new_ids[:room], True
         now = time.monotonic()
         if new_ids and live.first_token_at is None:
             live.first_token_at = now
             self.metrics.ttft.observe(now - live.arrived)
-        delta, kept, stopped = live.text.push(new_ids, final=finished)
+        # A stop token counts as output but its text is not sent, unless the client asked to keep stops (vLLM).
+        texted = new_ids[:-1] if stop_token and not live.sampling.include_stop_str_in_output else new_ids
+        delta, kept, stopped = live.text.push(texted, final=finished)
         if stopped:
             finished, reason = True, "stop"
             new_ids = new_ids[:kept]

@@ -21,6 +21,7 @@ Float = Annotated[float, Strict()]
 MAX_TOKENS_CEILING = 1 << 20
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 256
+MAX_STOP_TOKEN_IDS = 256
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
@@ -47,8 +48,8 @@ VLLM_EXTRAS: dict[str, object] = {
     "include_stop_str_in_output": None,
     "skip_special_tokens": None,
     "spaces_between_special_tokens": None,
-    "min_tokens": 0,
-    "stop_token_ids": (),
+    "min_tokens": None,
+    "stop_token_ids": None,
     "repetition_penalty": 1.0,
     "min_p": 0.0,
     "length_penalty": 1.0,
@@ -83,7 +84,9 @@ class _Sampling(BaseModel):
     skip_special_tokens: StrictBool | None = True
     spaces_between_special_tokens: StrictBool | None = True
     min_tokens: Int | None = Field(0, ge=0, le=MAX_TOKENS_CEILING)
-    stop_token_ids: list[Int] | None = None
+    stop_token_ids: list[Annotated[int, Strict(), Field(ge=0)]] | None = Field(
+        None, max_length=MAX_STOP_TOKEN_IDS, description="Token ids that end the output (counted, not in the text)."
+    )
     repetition_penalty: Float | Int | None = Field(None, gt=0.0, le=100.0)
     min_p: Float | Int | None = Field(None, ge=0.0, le=1.0)
     length_penalty: Float | Int | None = None
