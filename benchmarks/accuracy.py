@@ -120,8 +120,9 @@ def _loso_one(args: tuple[str, list[F.Row]]) -> tuple[str, list[F.Row], list[flo
     if not test:
         return src, [], [], []
     x = F.fit([rows[i] for i in train], features=_FEATURES.subset(train))
+    moe = F.moe_fit([r for r in rows if r.src != src], x)  # the MoE grid sees the other sources' MoE rows only
     guess = constant_ranking([rows[i] for i in train])
-    return src, test, predict(test, F.make_policy(x)), [guess.get(r.method, -9.0) for r in test]
+    return src, test, predict(test, F.make_policy(x, moe=moe)), [guess.get(r.method, -9.0) for r in test]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from specplug.adapter import get_adapter, is_stack
 from specplug.bench.metrics import Acceptance
 from specplug.bench.record import BenchRecord
 from specplug.errors import SpecplugError
@@ -182,9 +183,9 @@ def calibrate(
     notes = []
     if hw.source == "default":
         notes.append(f"No GPU named or found: speedups are predicted for {hw.gpu}; acceptance does not depend on it.")
-    if stack == "embedded":
-        notes.append("The embedded server's speed on a CPU is outside the GPU cost model: compare acceptance, "
-                     "and read predicted speedups as what the same setup would give on the named GPU.")
+    if hw.source == "default" and stack and is_stack(stack) and get_adapter(stack).runs_without_gpu(None):
+        notes.append(f"{get_adapter(stack).display_name}'s speed on a CPU is outside the GPU cost model: compare "
+                     "acceptance, and read predicted speedups as what the same setup would give on the named GPU.")
     return CalibrateReport(
         model=hf_id, method=method, workload=workload, stack=stack, gpu=hw.gpu, gpu_note=hw.note,
         temperature=record.temperature, num_speculative_tokens=k, calibration_file=str(path),

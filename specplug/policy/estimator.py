@@ -197,7 +197,7 @@ def estimate(
 def _validate(m: Any, gpu: str, gpu_gb: float, n: int, stack: str, tp: int, pp: int, method: str, drafter: str | None,
               k: int | None, quantization: str | None, kv_cache_dtype: str) -> None:
     """The checks every command runs (specplug.validate), on the Plan this estimate stands for."""
-    from specplug.config import ServeSpec
+    from specplug.config import ServeOptions
     from specplug.plan import ModelRef, Parallelism, Plan, Speculation, StackRef
     from specplug.probe import Hardware
     from specplug.validate import validate_plan
@@ -209,6 +209,6 @@ def _validate(m: Any, gpu: str, gpu_gb: float, n: int, stack: str, tp: int, pp: 
         workload=WorkloadSpec(),
         parallelism=Parallelism(tensor_parallel_size=tp, pipeline_parallel_size=pp),
         speculation=Speculation(method=method, drafter=drafter, num_speculative_tokens=k or 1),  # type: ignore[arg-type]
-        serve=ServeSpec(quantization=quantization, kv_cache_dtype=kv_cache_dtype),  # type: ignore[arg-type]
+        serve=ServeOptions(quantization=quantization, kv_cache_dtype=kv_cache_dtype),  # type: ignore[arg-type]
     )
     validate_plan(plan)

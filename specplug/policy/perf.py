@@ -171,6 +171,8 @@ def forward_ms(
     # Kernel latencies a CUDA graph still pays, per layer and whatever the token count: what makes verifying
     # k+1 tokens nearly free at small batch; MoE layers add routing, permutation and expert dispatch.
     gpu_s += layers * (sf.layer_latency_us + (sf.moe_layer_latency_us if arch.experts else 0.0)) * 1e-6
+    if arch.experts:
+        gpu_s += layers * n_tokens * sf.moe_token_latency_us * 1e-6
     host_s = (sf.forward_overhead_ms + sf.layer_overhead_ms * layers) * 1e-3
     return max(gpu_s, host_s) * 1e3
 

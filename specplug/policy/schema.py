@@ -116,6 +116,12 @@ class StackFactors(_Strict):
     moe_layer_latency_us: float = Field(
         0.0, ge=0.0, description="Extra fixed time per MoE layer (routing, token permutation, expert dispatch)."
     )
+    moe_token_latency_us: float = Field(
+        0.0,
+        ge=0.0,
+        description="Extra time per token per MoE layer (dispatch, permutation, combine and their communication): "
+        "what makes verifying draft tokens cost more as the batch grows.",
+    )
 
 
 class MemoryRules(_Strict):

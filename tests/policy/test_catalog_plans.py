@@ -79,8 +79,9 @@ def test_gpt_oss_120b_fits_one_h100_in_mxfp4() -> None:
     p = specplug.recommend("gpt-oss-120b", gpu="h100", num_gpus=1, batch_size=1)
     assert p.model.weight_format == "mxfp4" and p.memory is not None and p.memory.fits
     assert p.memory.target_weights_gb < 70  # about 65 GB of weights, not 234 GB of bf16
-    # Published for gpt-oss-120b with EAGLE-3 at batch 1: 1.34x on one H100 (5090), 1.97x on 8 x H200 (TRTSA).
-    assert p.speculation.method != "none" and 1.2 <= p.prediction.speedup <= 2.0
+    # Published for gpt-oss-120b with EAGLE-3 on one GPU: 1.34x on an H100 in SGLang (5090), about 1.21x on an H200
+    # in vLLM (RHGPTOSS); the plan speculates and lands within the model's 25% of that range.
+    assert p.speculation.method != "none" and 1.21 / 1.25 <= p.prediction.speedup <= 1.34 * 1.25
 
 
 def test_kimi_k2_fits_16_h200_in_fp8() -> None:

@@ -67,10 +67,13 @@ def test_ngram_plan_sets_lookup_window() -> None:
     assert p.prediction.speedup > 1.0
 
 
-def test_batch_256_turns_speculation_off() -> None:
+def test_batch_256_drafts_little_or_nothing() -> None:
+    # Near the compute roofline each rejected draft token costs real time: published EAGLE runs on vLLM keep
+    # 1.2-1.3x at batch 128 on one H100 (SDB) and fade beyond, so at 256 the plan drafts at most two tokens.
     p = specplug.recommend("llama-3.1-70b", batch_size=256, workload="chat", **H100x4)
-    off_at_256 = [e for e in p.speculation.schedule if e.min_batch <= 256 and (e.max_batch is None or e.max_batch >= 256)]
-    assert p.speculation.method == "none" or (off_at_256 and off_at_256[0].num_speculative_tokens == 0)
+    at_256 = [e for e in p.speculation.schedule if e.min_batch <= 256 and (e.max_batch is None or e.max_batch >= 256)]
+    k = at_256[0].num_speculative_tokens if at_256 else p.speculation.num_speculative_tokens
+    assert p.speculation.method == "none" or (k <= 2 and p.prediction.speedup < 1.25)
 
 
 def test_speedup_falls_with_batch_size() -> None:
