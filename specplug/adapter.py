@@ -176,6 +176,9 @@ class Adapter(Protocol):
     def supports_schedule(self, version: str | None) -> bool:
         """Whether the stack switches the draft length per running batch size."""
 
+    def schedule_cutoff(self, version: str | None) -> bool:
+        """Whether, lacking a schedule, it can stop speculating above a running-batch threshold (a schedule's k=0 top)."""
+
     def runs_without_gpu(self, version: str | None) -> bool:
         """Whether this build serves on a CPU."""
 
@@ -313,9 +316,17 @@ def default_stack() -> str:
 
 
 def version_key(version: str) -> tuple[int, ...]:
-    """Comparable key for release strings: '0.10.1.post1' -> (0, 10, 1), 'b4600' -> (4600,)."""
-    nums = re.findall(r"\d+", version.split("+")[0].split(".dev")[0].split("rc")[0])
-    return tuple(int(n) for n in nums[:4]) or (0,)
+    """Comparable key for release strings: '0.10.1' -> (0, 10, 1, 0, 0, 0), 'b4600' -> (4600, 0, 0, 0, 0, 0).
+
+    A release candidate sorts before its release and by its number ('1.3.0rc8' -> (1, 3, 0, 0, -1, 8)), since
+    TensorRT-LLM changes fields between release candidates of one version."""
+    main, rc, tail = version.split("+")[0].split(".dev")[0].partition("rc")
+    nums = [int(n) for n in re.findall(r"\d+", main)[:4]] or [0]
+    nums += [0] * (4 - len(nums))
+    if not rc:
+        return (*nums, 0, 0)
+    rc_num = re.match(r"\d+", tail)
+    return (*nums, -1, int(rc_num.group()) if rc_num else 0)
 
 
 def version_at_least(version: str | None, floor: str) -> bool:
@@ -395,6 +406,9 @@ class BaseAdapter:
     distributions: ClassVar[tuple[str, ...]] = ()  # pip distributions whose version is the stack's version
     executables: ClassVar[tuple[str, ...]] = ()  # programs that start the server, looked up on PATH
     method_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
+    # Stack-specific controls specplug renders (name -> the stack's spelling per version range), listed by
+    # 'specplug stacks' beside the schedule/cutoff/tree capabilities every adapter declares.
+    control_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
     unsupported: ClassVar[dict[str, str]] = {}  # method -> why this stack can never do it
     oldest: ClassVar[str]  # oldest version this adapter renders for
     template_ext: ClassVar[str] = "sh"
@@ -436,6 +450,11 @@ class BaseAdapter:
         """Whether the stack can switch draft length per running batch size (vLLM's per-batch schedule)."""
         return False
 
+    def schedule_cutoff(self, version: str | None) -> bool:
+        """Whether the stack, without a schedule, renders a schedule's k=0 top as an on/off threshold (TensorRT-LLM's
+        max_concurrency): k stays fixed below it."""
+        return False
+
     # -- methods ---------------------------------------------------------------------------------------
     def methods(self, version: str | None) -> dict[str, str | None]:
         from specplug.config import METHODS
@@ -459,6 +478,26 @@ class BaseAdapter:
         if spelling(self.method_table, method, version) is None:
             return f"'{method}' needs {self.display_name} {describe_windows(windows)} (rendering for {version})."
         return None
+
+    def controls(self, version: str | None) -> dict[str, str | None]:
+        """Controls specplug renders for this stack -> None when available at ``version``, else why not."""
+        out: dict[str, str | None] = {
+            "schedule": None if self.supports_schedule(version) else "no per-batch-size draft length",
+            "cutoff": None if self.schedule_cutoff(version) or self.supports_schedule(version)
+            else "no batch-size threshold that stops speculation",
+            "trees": None if self.trees else "drafts chains only",
+        }
+        for name, windows in self.control_table.items():
+            out[name] = None if spelling(self.control_table, name, version) else f"needs {describe_windows(windows)}"
+        return out
+
+    def versions(self) -> list[str]:
+        """The releases where what this adapter renders changes (window boundaries), oldest first."""
+        found = {self.oldest}
+        for table in (self.method_table, self.control_table):
+            for windows in table.values():
+                found.update(v for w in windows for v in (w.since, w.until) if v)
+        return sorted((v for v in found if version_key(v) >= version_key(self.oldest)), key=version_key)
 
     def supported_methods(self, version: str | None) -> list[str]:
         return [m for m, why in self.methods(version).items() if why is None]

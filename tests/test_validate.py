@@ -161,7 +161,7 @@ def test_models_outside_the_catalog_are_not_guessed_at():
         ("sglang", "0.5.23", dict(method="ngram", k=4, serve={"api_key_env": "KEY"}), "API key"),
         ("trtllm", "1.2.0", dict(method="eagle3", drafter="x/e", k=4, schedule=[
             {"min_batch": 1, "max_batch": 8, "num_speculative_tokens": 0}, {"min_batch": 9, "num_speculative_tokens": 2}]),
-         "cannot turn speculation back on"),
+         "to equal max_draft_len"),
         ("embedded", "0.1.0", dict(method="ngram", k=4, tp=2), "one device"),
     ],
 )

@@ -240,12 +240,7 @@ def test_problems_and_render_agree(stack):
     assert not failures, "\n".join(failures[:10])
 
 
-SCHEDULE_XFAIL = {"trtllm": "issue 26: renders draft_len_schedule but does not declare supports_schedule"}
-
-
-def test_a_schedule_is_rendered_exactly_where_it_is_declared(stack, request):
-    if stack in SCHEDULE_XFAIL:
-        request.applymarker(pytest.mark.xfail(reason=SCHEDULE_XFAIL[stack], strict=True))
+def test_a_schedule_is_rendered_exactly_where_it_is_declared(stack):
     a = get_adapter(stack)
     failures = []
     for v in edge_versions(a):
@@ -256,10 +251,23 @@ def test_a_schedule_is_rendered_exactly_where_it_is_declared(stack, request):
         if with_schedule is None:
             continue  # refused: the problems say why (test_problems_and_render_agree)
         changed = with_schedule != rendered(a, plan_for(stack, v, method, k=4))
-        if changed != a.supports_schedule(v):
-            failures.append(f"{method}@{v}: supports_schedule={a.supports_schedule(v)} but the schedule "
-                            f"{'changed' if changed else 'did not change'} the render")
+        # A stack with only an on/off threshold renders the schedule's k=0 top as that threshold.
+        declared = a.supports_schedule(v) or a.schedule_cutoff(v)
+        if changed != declared:
+            failures.append(f"{method}@{v}: supports_schedule={a.supports_schedule(v)}, schedule_cutoff="
+                            f"{a.schedule_cutoff(v)} but the schedule {'changed' if changed else 'did not change'} the render")
     assert not failures, "\n".join(failures)
+
+
+def test_listed_controls_agree_with_the_declared_capabilities(stack):
+    """What 'specplug stacks' lists per version is what the adapter declares to the planner."""
+    a = get_adapter(stack)
+    if not hasattr(a, "controls"):
+        pytest.skip("lists no controls")
+    for v in [*a.versions(), *edge_versions(a)]:
+        listed = a.controls(v)
+        assert (listed["schedule"] is None) == a.supports_schedule(v), v
+        assert (listed["trees"] is None) == a.trees, v
 
 
 def test_a_tree_changes_the_render_only_where_trees_are_declared(stack):

@@ -31,16 +31,35 @@ CASES = {
     "vllm-0.32.0-eagle3-draft-tp1-schedule": ("vllm", "0.32.0", dict(model=L8, method="eagle3", drafter=E3, k=4, tp=2,
                                                                        draft_tensor_parallel_size=1, schedule=SCHEDULE)),
     "vllm-0.20.0-schedule-unsupported": ("vllm", "0.20.0", dict(model=L8, method="eagle3", drafter=E3, k=4, schedule=SCHEDULE)),
+    # vLLM late-2026: suffix, PARD with parallel drafting (and before the field: autoregressive), a speculators head
+    # served as the model (and before overrides merge: the bare form)
+    "vllm-0.32.0-suffix": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="suffix", k=8)),
+    "vllm-0.32.0-pard-parallel": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-1.7B", method="draft_model", drafter="amd/PARD-Qwen3-0.6B", k=8)),
+    "vllm-0.20.0-pard-autoregressive": ("vllm", "0.20.0", dict(model="Qwen/Qwen3-1.7B", method="draft_model", drafter="amd/PARD-Qwen3-0.6B", k=8)),
+    "vllm-0.32.0-speculator": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="eagle3", drafter="RedHatAI/Qwen3-8B-speculator.eagle3", k=4, schedule=SCHEDULE)),
+    "vllm-0.20.0-speculator-bare": ("vllm", "0.20.0", dict(model="Qwen/Qwen3-8B", method="eagle3", drafter="RedHatAI/Qwen3-8B-speculator.eagle3", k=3)),
     # SGLang: algorithm names by version, all three knobs, steps+1 with topk 1, trees get an attention backend
     "sglang-0.5.2-ngram-lookahead": ("sglang", "0.5.2", dict(method="ngram", k=8)),
     "sglang-0.5.23-ngram": ("sglang", "0.5.23", dict(method="ngram", k=8)),
     "sglang-0.5.23-eagle3-chain": ("sglang", "0.5.23", dict(model=L8, method="eagle3", drafter=E3, k=3)),
     "sglang-0.5.23-eagle-tree": ("sglang", "0.5.23", dict(model=L8, method="eagle", drafter="lmsys/sglang-EAGLE-LLaMA3-Instruct-8B", k=3, tree=TREE, serve={"max_num_seqs": 64})),
+    # SGLang: the schedule as adaptive-steps slots; the n-gram match window where the version has one
+    "sglang-0.5.23-eagle3-adaptive": ("sglang", "0.5.23", dict(model=L8, method="eagle3", drafter=E3, k=4, schedule=SCHEDULE)),
+    "sglang-0.5.3-ngram-window": ("sglang", "0.5.3", dict(method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=6,
+                                                         tree={"steps": 8, "topk": 4, "num_draft_tokens": 8})),
     "sglang-0.5.23-mtp": ("sglang", "0.5.23", dict(model=DS, method="mtp", k=1, tp=8)),
     # TensorRT-LLM: decoding_type and model-path key per version, backend per type
     "trtllm-0.17.0-ngram": ("trtllm", "0.17.0", dict(method="ngram", k=3, prompt_lookup_max=4)),
     "trtllm-1.0.0-eagle3": ("trtllm", "1.0.0", dict(model=L8, method="eagle3", drafter=E3, k=4)),
     "trtllm-1.2.0-eagle3-schedule": ("trtllm", "1.2.0", dict(model=L8, method="eagle3", drafter=E3, k=4, schedule=SCHEDULE)),
+    # draft_len_schedule's keys change meaning at 1.3.0rc8 (PR #10860): batch >= key before, batch <= key after;
+    # 1.0.0 has only max_concurrency, the schedule's k=0 top as an on/off threshold
+    "trtllm-1.3.0rc7-eagle3-schedule": ("trtllm", "1.3.0rc7", dict(model=L8, method="eagle3", drafter=E3, k=4, schedule=SCHEDULE)),
+    "trtllm-1.3.0rc8-eagle3-schedule": ("trtllm", "1.3.0rc8", dict(model=L8, method="eagle3", drafter=E3, k=4, schedule=SCHEDULE)),
+    "trtllm-1.0.0-eagle3-max-concurrency": ("trtllm", "1.0.0", dict(model=L8, method="eagle3", drafter=E3, k=4, schedule=SCHEDULE)),
+    "trtllm-1.3.0rc8-mtp": ("trtllm", "1.3.0rc8", dict(model=DS, method="mtp", k=3, tp=8)),
+    "trtllm-1.2.0-pard-as-draft": ("trtllm", "1.2.0", dict(model="Qwen/Qwen3-1.7B", method="draft_model", drafter="amd/PARD-Qwen3-0.6B", k=8)),
+    "trtllm-1.3.0rc8-pard": ("trtllm", "1.3.0rc8", dict(model="Qwen/Qwen3-1.7B", method="draft_model", drafter="amd/PARD-Qwen3-0.6B", k=8)),
     "trtllm-1.2.0-draft": ("trtllm", "1.2.0", dict(model=L8, method="draft_model", drafter="meta-llama/Llama-3.2-1B-Instruct", k=3, tp=2)),
     "trtllm-1.2.0-mtp": ("trtllm", "1.2.0", dict(model=DS, method="mtp", k=3, tp=8)),
     "trtllm-1.2.0-medusa-engine": ("trtllm", "1.2.0", dict(model="/engines/vicuna-7b-medusa", method="medusa", drafter="FasterDecoding/medusa-vicuna-7b-v1.3", k=4)),

@@ -45,3 +45,22 @@ def test_broken_plugin_is_reported_not_fatal(run_cli, broken_plugin):
     assert "vllm" in {r["name"] for r in res.json()["stacks"]}
     table = run_cli("stacks")
     assert "Broken plugins" in table.stdout and "mystack" in table.stdout
+
+
+def test_stacks_for_one_stack_lists_what_each_release_renders(run_cli):
+    res = run_cli("stacks", "trtllm", "--output", "json")
+    assert res.exit_code == 0, res.stderr
+    (row,) = res.json()["stacks"]
+    by_version = {v["version"]: v for v in row["versions"]}
+    assert "schedule" not in by_version["1.0.0"]["controls"] and "cutoff" in by_version["1.0.0"]["controls"]
+    assert "schedule" in by_version["1.2.0"]["controls"] and "1.3.0rc8" in by_version
+    assert "pard" in by_version["1.3.0rc7"]["controls"] and "pard" not in by_version["1.2.0"]["controls"]
+    assert "medusa" in by_version["1.3.0rc8"]["methods"] and "medusa" not in by_version["1.3.0rc21"]["methods"]
+    table = run_cli("stacks", "vllm")
+    assert table.exit_code == 0 and "0.27.1" in table.stdout and "parallel_drafting" in table.stdout
+
+
+def test_stacks_for_an_unknown_stack_names_the_known_ones(run_cli):
+    res = run_cli("stacks", "nosuch")
+    assert res.exit_code != 0
+    assert "Unknown stack 'nosuch'" in res.stderr and "vllm" in res.stderr and "Traceback" not in res.stderr

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
 import pytest
 
-from specplug.rendering import render
+from specplug.rendering import render, write_rendered
 
 from .conftest import run_helper
 
@@ -15,9 +17,28 @@ pytestmark = pytest.mark.sglang
 VERSION = "0.5.23"
 
 
+def _written(r, folder: Path) -> list[str]:
+    """The rendered argv with its files written to ``folder`` and named by absolute path (as the script's $HERE)."""
+    write_rendered(r, str(folder))
+    return [str(folder / a) if a in r.files else a for a in r.spec.argv]
+
+
+def _config(folder: Path, model: Path, speculation: str) -> str:
+    folder.mkdir()
+    p = folder / "specplug.yaml"
+    p.write_text(f"model: {model}\nstack: {{name: sglang, version: '{VERSION}'}}\nhardware: {{gpu: h100, num_gpus: 1}}\n"
+                 f"serve: {{port: 30001}}\nspeculation:\n{speculation}", encoding="utf-8")
+    return str(p)
+
+
+SCHEDULE = ("  schedule:\n    - {min_batch: 1, max_batch: 8, num_speculative_tokens: 4}\n"
+            "    - {min_batch: 9, max_batch: 32, num_speculative_tokens: 2}\n    - {min_batch: 33, num_speculative_tokens: 0}\n")
+
+
 @pytest.fixture(scope="module")
-def checked(sglang_env, tiny_model, run_cli_module):
+def checked(sglang_env, tiny_model, run_cli_module, tmp_path_factory):
     m = str(tiny_model)
+    tmp = tmp_path_factory.mktemp("sglang")
     common = dict(model=m, gpu="h100", num_gpus=1, stack_version=VERSION, port=30001)
     cases = {
         "ngram": (render("sglang", method="ngram", num_speculative_tokens=4, **common).spec.argv, True),
@@ -25,6 +46,23 @@ def checked(sglang_env, tiny_model, run_cli_module):
         "standalone": (render("sglang", method="draft_model", drafter=m, num_speculative_tokens=2, **common).spec.argv,
                        True),
     }
+    # NGRAM with its trie breadth; EAGLE-3 with the plan's per-batch schedule as adaptive steps.
+    ngram = _config(tmp / "ngram", tiny_model, "  method: ngram\n  num_speculative_tokens: 6\n"
+                    "  tree: {steps: 6, topk: 4, num_draft_tokens: 12}\n")
+    cases["ngram_tree"] = (render("sglang", config_path=ngram).spec.argv, True)
+    adaptive = render("sglang", config_path=_config(tmp / "adaptive", tiny_model,
+                                                    f"  method: eagle3\n  drafter: {m}\n  num_speculative_tokens: 4\n{SCHEDULE}"))
+    assert adaptive.files, "the schedule should render an adaptive config"
+    cases["eagle3_adaptive"] = (_written(adaptive, tmp / "adaptive-out"), True)
+    cases["eagle"] = (render("sglang", method="eagle", drafter=m, num_speculative_tokens=3, **common).spec.argv, True)
+    # specplug refuses NGRAM and STANDALONE with DP attention; the same argv with it added shows SGLang does too.
+    dp = ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2"]
+    cases["ngram_dp_attention"] = (cases["ngram"][0] + dp, True)
+    cases["standalone_dp_attention"] = (cases["standalone"][0] + dp, True)
+    cases["eagle3_dp_attention"] = (cases["eagle3"][0] + dp, True)
+    mtp = render("sglang", model="deepseek-v3", gpu="h200", num_gpus=8, method="mtp", num_speculative_tokens=1,
+                 stack_version=VERSION)
+    cases["mtp"] = (mtp.spec.argv, False)
     res = run_cli_module("launch", "sglang", "--model", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "4",
                          "--stack-version", VERSION, "--dry-run")
     assert res.exit_code == 0, res.stderr
@@ -64,3 +102,47 @@ def test_done_means_launch_dry_run_for_70b_on_4_h100_parses(checked):
     assert r["ok"], r.get("error")
     assert r["parsed"]["model_path"] == "meta-llama/Llama-3.1-70B-Instruct"
     assert r["parsed"]["tp_size"] == 4
+
+
+def test_ngram_renders_its_trie_breadth(checked):
+    r = checked["ngram_tree"]
+    assert r["ok"], r.get("error")
+    got = r["resolved"]
+    assert got["speculative_algorithm"] == "NGRAM"
+    assert got["speculative_ngram_max_bfs_breadth"] == 4
+    assert got["speculative_num_draft_tokens"] == 12
+
+
+def test_schedule_becomes_adaptive_steps_that_sglang_accepts(checked, tmp_path_factory):
+    r = checked["eagle3_adaptive"]
+    assert r["ok"], r.get("error")
+    parsed = r["parsed"]
+    assert parsed["speculative_adaptive"] is True
+    cfg = json.loads(Path(parsed["speculative_adaptive_config"]).read_text(encoding="utf-8"))
+    assert cfg == {"1": {"candidate_steps": [0, 2, 4]}, "9": {"candidate_steps": [0, 2]}, "33": {"candidate_steps": [0]}}
+    got = r["resolved"]
+    # resolve_once read the file: steps is one of its candidates, draft tokens steps + 1, topk 1.
+    assert (got["speculative_num_steps"], got["speculative_eagle_topk"], got["speculative_num_draft_tokens"]) == (4, 1, 5)
+
+
+def test_mtp_parses_as_eagle(checked):
+    r = checked["mtp"]
+    assert r["ok"], r.get("error")
+    assert r["parsed"]["speculative_algorithm"] == "EAGLE"
+    assert (r["parsed"]["speculative_num_steps"], r["parsed"]["speculative_eagle_topk"]) == (1, 1)
+    assert r["parsed"]["tp_size"] == 8
+
+
+def test_eagle_resolves(checked):
+    r = checked["eagle"]
+    assert r["ok"], r.get("error")
+    assert r["resolved"]["speculative_algorithm"] == "EAGLE"
+
+
+@pytest.mark.parametrize("case,needle", [("ngram_dp_attention", "ngram speculative decoding does not support dp attention"),
+                                         ("standalone_dp_attention", "standalone speculative decoding does not support dp attention")])
+def test_sglang_itself_refuses_what_specplug_refuses_with_dp_attention(checked, case, needle):
+    r = checked[case]
+    assert not r["ok"] and needle in r["error"], r
+    # EAGLE-3 is not refused for DP attention: whatever stops it here is not that rule.
+    assert "does not support dp attention" not in (checked["eagle3_dp_attention"].get("error") or "")

