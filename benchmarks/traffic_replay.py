@@ -1,15 +1,13 @@
 """How fast a traffic file replays: builds a JSONL log of N requests (default 100,000: code-edit answers
 that copy their prompt's code with small edits, and free-text chat answers, alternating), then times
-``specplug.traffic.load_traffic`` on it (reading, tokenizing, n-gram and suffix replay at k = 1..8).
+``specplug.traffic.load_traffic`` on it: reading, tokenizing and replaying every request (n-gram and suffix at
+k = 1..8, overlap, repetition and BLEU-4).
 
-    python benchmarks/traffic_replay.py [--requests N] [--tokenizer PATH/tokenizer.json | --proxy] [--keep FILE]
+    python benchmarks/traffic_replay.py [--requests N] [--compare M] [--tokenizer FOLDER | --proxy] [--keep FILE]
 
-Prints the file's size, the tokenizer used, wall and CPU seconds, and the measured figures. Files above
-MAX_REPLAY requests (specplug/traffic/profile.py) are parsed whole and replayed in evenly spaced blocks.
-
-Measured on the project's 2-core machine (2026-12-01, other jobs running): 100,000 requests (180 MB, 208
-tokens in / 319 out on average, 10,144 replayed) in 44.9 s wall / 36.5 s CPU with SmolLM2's tokenizer, and
-25.5 s wall / 24.1 s CPU with the proxy. Tokenizing is about a third of it with the real tokenizer.
+Prints the file's size, the tokenizer used, wall and CPU seconds, and the measured figures. In the same run it
+times the first M requests (default 2,000) stage by stage: tokenizing, the vectorised replay and the plain
+Python replay (the one used without numpy), and checks the two replays give the same tallies.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ def build_file(path: Path, n: int, seed: int = 0) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--compare", type=int, default=2_000, help="requests timed stage by stage (0: skip)")
     ap.add_argument("--tokenizer", default=None, help="a model folder with tokenizer.json (default: SmolLM2's, if cached)")
     ap.add_argument("--proxy", action="store_true", help="use the regex proxy tokenizer")
     ap.add_argument("--keep", default=None, help="write the built file here and keep it")
@@ -81,14 +80,46 @@ def main() -> None:
     print(f"tokenizer: {prof.tokenizer}")
     print(f"replay: {t:.1f} s wall, {cpu:.1f} s CPU (all threads; the wall time counts whatever else runs here); "
           f"{prof.requests} requests ({prof.replayed} replayed), {prof.malformed} malformed")
-    print(f"mean tokens: {prof.input_len:.0f} in / {prof.output_len:.0f} out; "
-          f"overlap {prof.overlap:.3f}, repetition {prof.repetition:.3f}, workload shift {prof.workload_shift():+.2f}")
+    print(f"mean tokens: {prof.input_len:.0f} in / {prof.output_len:.0f} out; overlap {prof.overlap:.3f}, "
+          f"BLEU-4 {prof.bleu4:.3f}, repetition {prof.repetition:.3f}, workload shift {prof.workload_shift():+.2f}")
     for m in ("ngram", "suffix"):
         rates = ", ".join(f"{r:.2f}" for r in prof.position_rates(m) or [])
         taus = ", ".join(f"{prof.acceptance_length(m, k):.2f}" for k in (1, 2, 4, 8))
         print(f"{m}: position rates [{rates}]; acceptance length at k=1,2,4,8: {taus}")
+    if args.compare:
+        compare(path, model, min(args.compare, args.requests), prof.requests)
     if tmp:
         tmp.cleanup()
+
+
+def compare(path: Path, model, n: int, total: int) -> None:
+    """Stage by stage on the first n requests: tokenizing, the vectorised replay, the plain one."""
+    from specplug.traffic.fastreplay import FastReplay
+    from specplug.traffic.records import ReadStats, read_records
+    from specplug.traffic.replay import PyReplay
+    from specplug.traffic.tokens import choose
+
+    with path.open("rb") as fh:
+        recs = [r for _, r in zip(range(n), read_records(fh, ReadStats()), strict=False)]
+    tok = choose(model)
+
+    def timed(f):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = f()
+        return out, time.perf_counter() - t0, time.process_time() - c0
+
+    enc, tw, tc = timed(lambda: tok.encode_batch([r.prompt for r in recs] + [r.completion for r in recs]))
+    prompts, outs = enc[:n], enc[n:]
+    fast, plain = FastReplay(8), PyReplay(8)
+    _, fw, fc = timed(lambda: fast.add(prompts, outs))
+    _, pw, pc = timed(lambda: plain.add(prompts, outs))
+    same = all(vars(getattr(fast, m)) == vars(getattr(plain, m)) for m in ("ngram", "suffix"))
+    per = 1e3 / n
+    print(f"first {n} requests, ms per request (wall / CPU): tokenize {tw * per:.2f} / {tc * per:.2f}, "
+          f"vectorised replay {fw * per:.2f} / {fc * per:.2f}, plain replay {pw * per:.2f} / {pc * per:.2f} "
+          f"(x{pc / max(fc, 1e-9):.1f} CPU); tallies equal: {same}")
+    print(f"at these rates all {total} requests: tokenize {tw * total / n:.0f} s, vectorised replay "
+          f"{fw * total / n:.0f} s, plain replay {pw * total / n:.0f} s (wall)")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ class Drafter:
     stacks: dict[str, str | None] = field(default_factory=dict)  # stack -> first version known to load it
     acceptance_length: float | None = None  # published mean tokens per target pass (bonus token included)
     acceptance_basis: str = ""  # dataset, k / tree, temperature and source of acceptance_length
+    # The checkpoint whose hidden states the head was trained on, when a source pairs it with another target
+    # (same architecture and tokenizer): its acceptance on this target is unmeasured and below its own.
+    trained_for: str = ""
 
     # A catalog row is identified by what it drafts for and with; the stacks dict alone would make it unhashable.
     def __hash__(self) -> int:
@@ -71,6 +74,11 @@ class Drafter:
         if first is None:
             return None
         return _version_key(version) >= _version_key(first)
+
+    @property
+    def cross_target(self) -> bool:
+        """Trained on another checkpoint than the one it is listed for (see ``trained_for``)."""
+        return bool(self.trained_for) and self.trained_for.lower() != self.target_hf_id.lower()
 
 
 def parse_stacks(text: str) -> dict[str, str | None]:
@@ -120,6 +128,7 @@ def _row_to_drafter(r: dict[str, str]) -> Drafter:
         stacks=parse_stacks(r.get("stacks") or ""),
         acceptance_length=num(r.get("acceptance_length")),
         acceptance_basis=(r.get("acceptance_basis") or "").strip(),
+        trained_for=(r.get("trained_for") or "").strip(),
     )
 
 

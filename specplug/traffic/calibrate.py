@@ -56,8 +56,9 @@ def calibrate_traffic(
     entries = entries_from_traffic(prof, m.hf_id, workload, k, methods)
     merge_into(target, entries)
     notes = [
-        f"Replayed {prof.replayed} of {prof.requests} requests in {prof.path} ({prof.tokenizer}); "
-        f"{prof.malformed} malformed lines skipped" + (f" (lines {', '.join(map(str, prof.malformed_lines[:5]))})" if prof.malformed else "") + ".",
+        f"Replayed {prof.replayed} of {prof.requests} requests in {prof.path} ({prof.tokenizer})"
+        + (f"; {prof.malformed_text()}" if prof.malformed else "") + ".",
+        prof.shape_text()[0].upper() + prof.shape_text()[1:] + ".",
         "Replay measures greedy acceptance (a draft token counts when it equals the logged one), so the entries "
         "apply at temperature 0 and to any stack.",
     ]

@@ -17,15 +17,14 @@ from specplug.traffic.records import (
     parse_field_map,
     read_records,
 )
-from specplug.traffic.replay import NgramReplay, SuffixReplay, Tally
+from specplug.traffic.replay import PyReplay, Tally
 
 REPLAYED = ("ngram", "suffix")
-BATCH = 256  # records tokenized per call: big enough for the Rust tokenizer's parallelism, small for memory
-# Requests replayed in full. A larger file replays evenly spaced blocks of BATCH consecutive requests (each
-# block keeps its own recent history for the suffix index), so a 100k-request log takes well under a minute;
-# 10,000 requests (a few million output positions) pin per-position acceptance to about +-0.005.
-MAX_REPLAY = 10_000
-GRAM = 4
+# Records tokenized per call and replayed together: the next batch is tokenized (in Rust, without the GIL)
+# while this one replays.
+BATCH = 1024
+# SpecDecode-Bench's indicator: past about this prompt-output BLEU-4, n-gram drafting beats EAGLE.
+BLEU_NGRAM_BEATS_EAGLE = 0.6
 
 # workload_shift's reference shape: chat traffic (little copied from the prompt, little repeated).
 _CHAT_OVERLAP, _CHAT_REPETITION = 0.15, 0.05
@@ -47,7 +46,8 @@ class TrafficProfile:
     k_max: int
     prompt_lookup_min: int
     prompt_lookup_max: int
-    replayed: int = 0  # requests tokenized and replayed (all of them up to MAX_REPLAY; see load_traffic)
+    replayed: int = 0  # requests tokenized and replayed (every usable one)
+    bleu4: float = 0.0  # mean over requests of the output's BLEU-4 against its prompt, over tokens
     tallies: dict[str, Tally] = field(default_factory=dict, repr=False)
 
     def position_rates(self, method: str) -> list[float] | None:
@@ -80,6 +80,21 @@ class TrafficProfile:
         x = 1.2 * (self.repetition - _CHAT_REPETITION) + 0.35 * (self.overlap - _CHAT_OVERLAP)
         return max(-_SHIFT_BOUND, min(_SHIFT_BOUND, x))
 
+    def shape_text(self) -> str:
+        """The measured shape in words: copying from the prompt (4-gram overlap and BLEU-4) and repetition."""
+        hint = "above" if self.bleu4 >= BLEU_NGRAM_BEATS_EAGLE else "below"
+        return (f"output copies its prompt: {self.overlap:.0%} of 4-grams, prompt-output BLEU-4 {self.bleu4:.2f} "
+                f"({hint} the ~{BLEU_NGRAM_BEATS_EAGLE} where n-gram drafting overtakes EAGLE); "
+                f"repeats itself: {self.repetition:.0%}")
+
+    def malformed_text(self) -> str:
+        """'' when every line was usable; else how many were skipped and which (the first ones)."""
+        if not self.malformed:
+            return ""
+        shown = ", ".join(map(str, self.malformed_lines))
+        more = ", ..." if self.malformed > len(self.malformed_lines) else ""
+        return f"{self.malformed} malformed line{'s' if self.malformed != 1 else ''} skipped (line{'s' if self.malformed != 1 else ''} {shown}{more})"
+
     def summary(self) -> dict[str, Any]:
         """Plain figures for display and the plan."""
         out: dict[str, Any] = {
@@ -92,6 +107,7 @@ class TrafficProfile:
             "input_len": round(self.input_len, 1),
             "output_len": round(self.output_len, 1),
             "overlap": round(self.overlap, 4),
+            "bleu4": round(self.bleu4, 4),
             "repetition": round(self.repetition, 4),
             "workload_shift": round(self.workload_shift(), 4),
         }
@@ -108,27 +124,22 @@ class TrafficProfile:
         return out
 
 
-def _shape(prompt: str, out: str) -> tuple[int, int, int]:
-    """(output 4-grams, of them found in the prompt, of them repeating an earlier output 4-gram)."""
-    n = len(out) - GRAM + 1
-    if n <= 0:
-        return 0, 0, 0
-    grams = [out[i:i + GRAM] for i in range(n)]
-    repeated = n - len(set(grams))
-    if len(prompt) < GRAM:
-        return n, 0, repeated
-    pset = {prompt[i:i + GRAM] for i in range(len(prompt) - GRAM + 1)}
-    return n, sum(map(pset.__contains__, grams)), repeated
-
-
-def _progress():
+def _progress(console: Any = None):
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     return Progress(
         TextColumn("replaying traffic"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=True,
+        console=console or Console(stderr=True), transient=True,
     )
+
+
+def _replayer(k_max: int, nmin: int, nmax: int):
+    try:
+        from specplug.traffic.fastreplay import FastReplay
+    except ImportError:  # numpy is an optional dependency: the plain replay gives the same figures, slower
+        return PyReplay(k_max, nmin, nmax)
+    return FastReplay(k_max, nmin, nmax)
 
 
 def load_traffic(
@@ -140,14 +151,14 @@ def load_traffic(
     prompt_lookup_max: int = 4,
     progress: bool = False,
     field_map: str | dict[str, str] | None = None,
-    max_replay: int | None = MAX_REPLAY,
 ) -> TrafficProfile:
-    """Read a JSONL traffic log (streamed), tokenize it for ``model`` and replay n-gram and suffix decoding.
+    """Read a JSONL traffic log (streamed), tokenize it for ``model`` and replay n-gram and suffix decoding
+    over every usable request.
 
-    Malformed lines are counted and listed (the first 20); only a file with no usable line is an error. Every
-    line is parsed and counted; at most ``max_replay`` requests (None: all) are tokenized and replayed, in
-    evenly spaced blocks, and the lengths, overlap and acceptance are theirs.
+    Malformed lines are counted and listed (the first 20); only a file with no usable line is an error.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from specplug.traffic.tokens import choose
 
     p = Path(path).expanduser()
@@ -161,33 +172,31 @@ def load_traffic(
     fmap = parse_field_map(field_map) if field_map is not None else DEFAULT_FIELD_MAP.get()
     progress = progress or DEFAULT_PROGRESS.get()
     tok = choose(model)
-    ngram = NgramReplay(k_max, prompt_lookup_min, prompt_lookup_max)
-    suffix = SuffixReplay(k_max)
+    replay = _replayer(k_max, prompt_lookup_min, prompt_lookup_max)
     stats = ReadStats()
     sha = hashlib.sha256()
-    in_tokens = out_tokens = grams = overlap = repeated = replayed = 0
-    stride = 1
+    in_tokens = out_tokens = replayed = 0
     try:
-        if max_replay:
-            with p.open("rb") as fh:  # a newline count is cheap next to parsing: it fixes the sampling stride
-                lines_total = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 22), b""))
-            stride = max(1, -(-lines_total // max_replay))
         fh = p.open("rb")
     except OSError as exc:
         raise SpecplugError(f"Cannot read traffic file {p}: {exc.strerror}.") from None
 
-    def run(batch: list) -> None:
-        nonlocal in_tokens, out_tokens, grams, overlap, repeated, replayed
-        replayed += len(batch)
-        enc = tok.encode_batch([r.prompt for r in batch] + [r.completion for r in batch])
-        n = len(batch)
-        for prompt, out in zip(enc[:n], enc[n:], strict=True):
-            in_tokens += len(prompt)
-            out_tokens += len(out)
-            g, o, r = _shape(prompt, out)
-            grams, overlap, repeated = grams + g, overlap + o, repeated + r
-            ngram.add(prompt, out)
-            suffix.add(prompt, out)
+    def encode(batch: list) -> list[str]:
+        # A text repeated within the batch (a shared prompt, a retried request) is tokenized once.
+        texts = [r.prompt for r in batch] + [r.completion for r in batch]
+        distinct = list(dict.fromkeys(texts))
+        if len(distinct) == len(texts):
+            return tok.encode_batch(texts)
+        done = dict(zip(distinct, tok.encode_batch(distinct), strict=True))
+        return [done[t] for t in texts]
+
+    def run(n: int, enc: list[str]) -> None:
+        nonlocal in_tokens, out_tokens, replayed
+        prompts, outs = enc[:n], enc[n:]
+        replayed += n
+        in_tokens += sum(map(len, prompts))
+        out_tokens += sum(map(len, outs))
+        replay.add(prompts, outs)
 
     def hashed(fh, bar):
         # Feeds the digest (and the progress bar) from the same single pass that parses the lines.
@@ -200,25 +209,26 @@ def load_traffic(
                 bar.advance(task, done)
                 done = 0
             yield raw
+        if bar is not None:
+            bar.advance(task, done)
 
-    with fh:
+    with fh, ThreadPoolExecutor(1) as worker:
         bar = _progress() if progress else None
         if bar is not None:
             bar.start()
         try:
-            lines = hashed(fh, bar)
+            pending = None  # (records in the batch, its tokenization under way)
             batch: list = []
-            block = 0
-            for rec in read_records(lines, stats, fmap):
-                if block % stride == 0:
-                    batch.append(rec)
-                    if len(batch) >= BATCH:
-                        run(batch)
-                        batch = []
-                if stats.records % BATCH == 0:
-                    block += 1
+            for rec in read_records(hashed(fh, bar), stats, fmap):
+                batch.append(rec)
+                if len(batch) >= BATCH:
+                    if pending is not None:
+                        run(pending[0], pending[1].result())
+                    pending, batch = (len(batch), worker.submit(encode, batch)), []
+            if pending is not None:
+                run(pending[0], pending[1].result())
             if batch:
-                run(batch)
+                run(len(batch), encode(batch))
         finally:
             if bar is not None:
                 bar.stop()
@@ -231,6 +241,7 @@ def load_traffic(
             f"Traffic files are {FORMATS_HELP}.",
         )
     n = replayed
+    sh = replay.shape
     return TrafficProfile(
         path=str(path),
         digest="sha256:" + sha.hexdigest(),
@@ -241,12 +252,13 @@ def load_traffic(
         malformed_lines=list(stats.malformed_lines),
         input_len=in_tokens / n,
         output_len=out_tokens / n,
-        overlap=overlap / grams if grams else 0.0,
-        repetition=repeated / grams if grams else 0.0,
+        overlap=sh.overlap / sh.grams if sh.grams else 0.0,
+        repetition=sh.repeated / sh.grams if sh.grams else 0.0,
+        bleu4=sh.bleu_sum / sh.bleu_requests if sh.bleu_requests else 0.0,
         k_max=k_max,
         prompt_lookup_min=prompt_lookup_min,
         prompt_lookup_max=prompt_lookup_max,
-        tallies={"ngram": ngram.tally, "suffix": suffix.tally},
+        tallies={"ngram": replay.ngram, "suffix": replay.suffix},
     )
 
 

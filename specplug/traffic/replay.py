@@ -14,16 +14,19 @@ Token sequences are strings (one character per token id, see tokens.py) so every
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
+from collections import Counter
 from itertools import repeat
 
 SUFFIX_MAX_DEPTH = 24  # vLLM's suffix_decoding_max_tree_depth default
 SUFFIX_SPEC_FACTOR = 1.0  # suffix_decoding_max_spec_factor default: draft at most factor * match length tokens
 GLOBAL_GRAM = 4  # previous outputs are indexed by their 4-grams (shorter cross-request matches are ignored)
-# 4-grams per generation of the global index; two generations are kept (the last ~250-500k output tokens,
-# about 1,000-2,000 answers), about 45 MB each. Arctic keeps 10,000 answers by default; past a thousand or so
-# the gain of an older answer is small, and memory stays bounded on any file.
-GLOBAL_KEYS = 250_000
+# Earlier outputs are kept in generations: one closes after GEN_REQUESTS requests or GEN_TOKENS output tokens,
+# and a request sees its own generation and the one before (the last 1,000-2,000 answers; Arctic keeps 10,000
+# by default, but past a thousand or so an older answer adds little), so memory stays bounded on any file.
+GEN_REQUESTS = 1000
+GEN_TOKENS = 250_000
 
 
 class Tally:
@@ -202,7 +205,7 @@ class SuffixReplay:
     most frequent child of the tree node, there is no min_token_prob cut-off (a draft it would prune counts
     as a rejection here, as a missing draft does there), cross-request matches need 4 tokens and are looked up
     only when this request's own match is shorter than k_max. The global index holds two generations of
-    GLOBAL_KEYS 4-grams: memory stays bounded on any file size.
+    earlier outputs (GEN_REQUESTS, GEN_TOKENS): memory stays bounded on any file size.
     """
 
     def __init__(self, k_max: int = 8, depth: int = SUFFIX_MAX_DEPTH, factor: float = SUFFIX_SPEC_FACTOR) -> None:
@@ -210,6 +213,7 @@ class SuffixReplay:
         self.tally = Tally(k_max)
         self._new: dict[str, tuple[str, int]] = {}
         self._old: dict[str, tuple[str, int]] = {}
+        self._gen_requests = self._gen_tokens = 0
 
     def _global(self, key: str) -> tuple[str, int] | None:
         hit = self._new.get(key)
@@ -288,15 +292,84 @@ class SuffixReplay:
     def remember(self, out: str) -> None:
         """Put a finished request's output into the global index."""
         g = GLOBAL_GRAM
-        if len(out) < g:
-            return
-        new = self._new
-        # Later occurrences overwrite earlier ones: the index keeps each 4-gram's most recent place.
-        new.update(zip([out[i - g:i] for i in range(g, len(out) + 1)], zip(repeat(out), range(g, len(out) + 1)), strict=True))
-        if len(new) > GLOBAL_KEYS:
-            self._old, self._new = new, {}
+        if len(out) >= g:
+            # Later occurrences overwrite earlier ones: the index keeps each 4-gram's most recent place.
+            self._new.update(zip([out[i - g:i] for i in range(g, len(out) + 1)], zip(repeat(out), range(g, len(out) + 1)), strict=True))
+        self._gen_requests += 1
+        self._gen_tokens += len(out)
+        if self._gen_requests >= GEN_REQUESTS or self._gen_tokens >= GEN_TOKENS:
+            self._old, self._new = self._new, {}
+            self._gen_requests = self._gen_tokens = 0
 
     def add(self, prompt: str, out: str) -> None:
         m = self.confirmed(prompt, out)
         self.tally.walk(m, [p for p, a in enumerate(m) if a], len(out))
         self.remember(out)
+
+
+BLEU_N = 4  # BLEU-4
+SHAPE_GRAM = 4  # overlap and repetition count output 4-grams
+
+
+def bleu4(prompt: str, out: str) -> float:
+    """Sentence BLEU-4 of the output against its prompt as the one reference, over tokens: clipped n-gram
+    precisions for n = 1..4 with uniform weights, times the brevity penalty (output shorter than the prompt);
+    no smoothing, so an output sharing no 4-gram with its prompt scores 0."""
+    if not out:
+        return 0.0
+    logs = 0.0
+    for n in range(1, BLEU_N + 1):
+        total = len(out) - n + 1
+        if total <= 0:
+            return 0.0
+        mine = Counter(out[i:i + n] for i in range(total))
+        ref = Counter(prompt[i:i + n] for i in range(len(prompt) - n + 1))
+        hits = sum(min(c, ref[g]) for g, c in mine.items())
+        if not hits:
+            return 0.0
+        logs += math.log(hits / total) / BLEU_N
+    penalty = 0.0 if len(out) >= len(prompt) else 1.0 - len(prompt) / len(out)
+    return math.exp(logs + penalty)
+
+
+def shape_counts(prompt: str, out: str) -> tuple[int, int, int]:
+    """(output 4-grams, of them found in the prompt, of them repeating an earlier output 4-gram)."""
+    g = SHAPE_GRAM
+    n = len(out) - g + 1
+    if n <= 0:
+        return 0, 0, 0
+    grams = [out[i:i + g] for i in range(n)]
+    repeated = n - len(set(grams))
+    if len(prompt) < g:
+        return n, 0, repeated
+    pset = {prompt[i:i + g] for i in range(len(prompt) - g + 1)}
+    return n, sum(map(pset.__contains__, grams)), repeated
+
+
+class Shape:
+    """Sums over requests: output 4-grams, of them found in the prompt, of them repeating an earlier output
+    4-gram; and BLEU-4 of each output against its prompt."""
+
+    def __init__(self) -> None:
+        self.grams = self.overlap = self.repeated = 0
+        self.bleu_sum = 0.0
+        self.bleu_requests = 0
+
+
+class PyReplay:
+    """Both proposers and the shape counts, request by request in plain Python (when numpy is missing)."""
+
+    def __init__(self, k_max: int = 8, nmin: int = 2, nmax: int = 4) -> None:
+        self._ngram, self._suffix = NgramReplay(k_max, nmin, nmax), SuffixReplay(k_max)
+        self.ngram, self.suffix = self._ngram.tally, self._suffix.tally
+        self.shape = Shape()
+
+    def add(self, prompts: list[str], outs: list[str]) -> None:
+        sh = self.shape
+        for prompt, out in zip(prompts, outs, strict=True):
+            g, o, r = shape_counts(prompt, out)
+            sh.grams, sh.overlap, sh.repeated = sh.grams + g, sh.overlap + o, sh.repeated + r
+            sh.bleu_sum += bleu4(prompt, out)
+            sh.bleu_requests += 1
+            self._ngram.add(prompt, out)
+            self._suffix.add(prompt, out)

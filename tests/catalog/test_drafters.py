@@ -165,14 +165,34 @@ def test_loads_in_reads_first_versions() -> None:
     assert unversioned.loads_in("sglang") is True and unversioned.loads_in("sglang", "0.5.0") is None
 
 
-def test_llama_3_1_70b_has_an_eagle_head_recorded() -> None:
+def test_llama_3_1_70b_has_a_usable_eagle_head_and_says_what_it_was_trained_on() -> None:
     target = get_model("llama-3.1-70b").hf_id
-    eagle = drafters_for(target, "eagle", include_unconfirmed=True) + drafters_for(target, "eagle3", include_unconfirmed=True)
-    ids = {d.drafter_hf_id for d in eagle}
-    assert {"lmzheng/sglang-EAGLE-LLaMA3.1-Instruct-70B", "yuhuili/EAGLE-LLaMA3.1-Instruct-70B"} <= ids
-    # Neither repository is confirmed by an official source, so planners (drafters_for's default) never pick them.
-    usable = {d.drafter_hf_id for d in drafters_for(target, "eagle")}
-    assert all(d.confirmed != "no" or d.drafter_hf_id not in usable for d in eagle)
+    usable = drafters_for(target, "eagle")
+    assert [d.drafter_hf_id for d in usable] == ["yuhuili/EAGLE-LLaMA3-Instruct-70B"]
+    head = usable[0]
+    # The pairing comes from a stack's docs (AWS NxD Inference, vLLM's Neuron example); the head was trained on
+    # Llama-3-70B-Instruct, and the row says so instead of borrowing that target's published acceptance.
+    assert head.cross_target and head.trained_for == "meta-llama/Meta-Llama-3-70B-Instruct"
+    assert "aws-neuron-sdk" in head.source and "neuron_eagle.py" in head.source
+    assert head.acceptance_length is None and "none published for this pairing" in head.acceptance_basis
+    assert head.loads_in("vllm") is True
+    # The ids third-party guides name stay placeholders: planners never pick them.
+    named = {d.drafter_hf_id for d in drafters_for(target, "eagle", include_unconfirmed=True) if d.confirmed == "no"}
+    assert named == {"lmzheng/sglang-EAGLE-LLaMA3.1-Instruct-70B", "yuhuili/EAGLE-LLaMA3.1-Instruct-70B"}
+
+
+def test_cross_target_heads_name_a_catalog_model_with_the_same_shape() -> None:
+    crossed = [d for d in drafters() if d.trained_for]
+    assert crossed
+    for d in crossed:
+        assert d.cross_target, f"{d.drafter_hf_id}: trained_for repeats its own target"
+        trained, target = get_model(d.trained_for), get_model(d.target_hf_id)
+        # A head reads the target's hidden states and writes its vocabulary: both must be those it was trained on.
+        assert (trained.hidden_size, trained.vocab_size, trained.tokenizer_family) == (
+            target.hidden_size, target.vocab_size, target.tokenizer_family), d.drafter_hf_id
+        assert d.acceptance_length is None, f"{d.drafter_hf_id}: a published figure belongs to the head's own target"
+        own = [x for x in drafters_for(d.trained_for, d.method) if x.drafter_hf_id == d.drafter_hf_id]
+        assert own, f"{d.drafter_hf_id} is not listed for {d.trained_for}, the target it was trained on"
 
 
 def test_placeholders_stay_out_of_drafters_for() -> None:

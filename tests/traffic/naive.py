@@ -109,3 +109,24 @@ def suffix_confirmed(prompt: list[int], out: list[int], earlier: list[list[int]]
             a += 1
         res[p] = a
     return res
+
+
+def bleu4(prompt: list[int], out: list[int]) -> float:
+    """BLEU-4 as Papineni et al. define it, with the prompt as the one reference: clipped counts by
+    counting each distinct n-gram in both lists, geometric mean of the four precisions, brevity penalty."""
+    import math
+
+    if not out:
+        return 0.0
+    log_sum = 0.0
+    for n in range(1, 5):
+        cand = [tuple(out[i:i + n]) for i in range(len(out) - n + 1)]
+        ref = [tuple(prompt[i:i + n]) for i in range(len(prompt) - n + 1)]
+        if not cand:
+            return 0.0
+        clipped = sum(min(cand.count(g), ref.count(g)) for g in set(cand))
+        if clipped == 0:
+            return 0.0
+        log_sum += math.log(clipped / len(cand)) / 4
+    brevity = 1.0 if len(out) > len(prompt) else math.exp(1 - len(prompt) / len(out))
+    return brevity * math.exp(log_sum)

@@ -124,10 +124,23 @@ def test_calibrate_from_traffic_merges_with_bench_entries(run_cli, tmp_path, cod
     assert ng["source"].startswith("traffic ") and "stack" not in ng
     # Predicted after = measured: the entry is what estimate now uses.
     assert reports[0]["rows"][0]["after"]["acceptance_length"] == reports[0]["rows"][0]["measured"]["acceptance_length"]
+    # The report says how much the outputs copy their prompts: 4-gram overlap and BLEU-4.
+    notes = " ".join(reports[-1]["notes"])
+    assert "prompt-output BLEU-4" in notes and "of 4-grams" in notes
     # Re-running replaces the replayed entries, not adds to them.
     assert run_cli("calibrate", "--traffic", str(code_edit_log), "--model", "qwen3-8b", "--gpu", "h100",
                    "--workload", "code-edit", "-k", "4", "-o", str(cal)).exit_code == 0
     assert len(yaml.safe_load(cal.read_text(encoding="utf-8"))["entries"]) == 3
+
+
+def test_calibrate_reports_malformed_lines_by_number(run_cli, tmp_path, code_edit_log) -> None:
+    noisy = tmp_path / "noisy.jsonl"
+    lines = code_edit_log.read_text(encoding="utf-8").splitlines()
+    noisy.write_text("\n".join([lines[0], "{broken", lines[1], "[]", *lines[2:]]) + "\n", encoding="utf-8")
+    r = run_cli("calibrate", "--traffic", str(noisy), "--model", "qwen3-8b", "--gpu", "h100", "--workload", "code-edit",
+                "-k", "4", "-o", str(tmp_path / "cal.yaml"), "--output", "json")
+    assert r.exit_code == 0, r.stderr
+    assert "2 malformed lines skipped (lines 2, 4)" in " ".join(json.loads(r.stdout)[-1]["notes"])
 
 
 def test_calibrate_needs_a_source_and_a_copy_method(run_cli, tmp_path, code_edit_log) -> None:

@@ -84,19 +84,70 @@ def test_acceptance_grows_with_k_on_copied_text(code_edit_log) -> None:
     assert taus == sorted(taus) and taus[0] <= 2.0
 
 
-def test_large_files_replay_evenly_spaced_blocks(tmp_path) -> None:
+def test_every_request_is_replayed_and_the_plain_replay_agrees(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("numpy")
     from specplug.traffic import profile
+    from specplug.traffic.replay import PyReplay
 
     rng = random.Random(5)
     words = [f"w{i}" for i in range(40)]
-    recs = [{"prompt": " ".join(rng.choices(words, k=12)), "completion": " ".join(rng.choices(words, k=20))} for _ in range(1200)]
+    recs = [{"prompt": " ".join(rng.choices(words, k=12)), "completion": " ".join(rng.choices(words, k=20))} for _ in range(2500)]
     path = logs.write(tmp_path / "big.jsonl", recs)
-    full = load_traffic(path, NO_TOKENIZER, max_replay=None)
-    part = load_traffic(path, NO_TOKENIZER, max_replay=600)
-    assert full.replayed == full.requests == part.requests == 1200
-    assert profile.BATCH == 256  # stride 2 over blocks of 256: blocks 0, 2 and 4 (records 1024-1199)
-    assert part.replayed == 256 + 256 + 176
-    assert part.acceptance_length("ngram", 4) == pytest.approx(full.acceptance_length("ngram", 4), abs=0.05)
+    fast = load_traffic(path, NO_TOKENIZER)  # three tokenizer batches, the last one partial
+    assert fast.replayed == fast.requests == 2500 > 2 * profile.BATCH
+    monkeypatch.setattr(profile, "_replayer", lambda k, lo, hi: PyReplay(k, lo, hi))  # as without numpy
+    plain = load_traffic(path, NO_TOKENIZER)
+    assert plain.summary() == fast.summary()
+    for m in ("ngram", "suffix"):
+        assert vars(plain.tallies[m]) == vars(fast.tallies[m])
+
+
+def test_bleu4_is_measured_beside_the_overlap(smollm2_tokenizer_folder, tmp_path) -> None:
+    from tokenizers import Tokenizer
+
+    recs = logs.build("code-edit", 6, seed=2) + logs.build("chat", 6, seed=2, words=60)
+    path = logs.write(tmp_path / "mixed.jsonl", recs)
+    prof = load_traffic(path, get_model(str(smollm2_tokenizer_folder)))
+    tok = Tokenizer.from_file(str(smollm2_tokenizer_folder / "tokenizer.json"))
+    ids = [(tok.encode(r["prompt"], add_special_tokens=False).ids, tok.encode(r["completion"], add_special_tokens=False).ids)
+           for r in recs]
+    assert prof.bleu4 == pytest.approx(sum(naive.bleu4(p, o) for p, o in ids) / len(ids))
+    edit = [naive.bleu4(p, o) for p, o in ids[:6]]
+    chat = [naive.bleu4(p, o) for p, o in ids[6:]]
+    assert min(edit) > 0.6 > 0.05 > max(chat)  # code edits copy their prompt; free chat does not
+    text = prof.shape_text()
+    assert f"BLEU-4 {prof.bleu4:.2f}" in text and f"{prof.overlap:.0%} of 4-grams" in text
+    assert prof.summary()["bleu4"] == round(prof.bleu4, 4)
+
+
+def test_a_progress_bar_follows_the_file(tmp_path, monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from specplug.traffic import profile
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    real = profile._progress
+    monkeypatch.setattr(profile, "_progress", lambda: real(console))
+    recs = [{"prompt": f"p{i} " * 50, "completion": f"c{i} " * 50} for i in range(3000)]
+    path = logs.write(tmp_path / "big.jsonl", recs)
+    assert path.stat().st_size > 1 << 20
+    load_traffic(path, NO_TOKENIZER, progress=True)
+    drawn = out.getvalue()
+    assert "replaying traffic" in drawn and "MB" in drawn
+
+
+def test_malformed_lines_are_reported_with_their_numbers(tmp_path) -> None:
+    good = json.dumps({"prompt": "a b c", "completion": "d e f"})
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join([good, "{oops", good, "[]", good]) + "\n", encoding="utf-8")
+    prof = load_traffic(path, NO_TOKENIZER)
+    assert prof.malformed_text() == "2 malformed lines skipped (lines 2, 4)"
+    path.write_text("\n".join(["x"] * 25 + [good]) + "\n", encoding="utf-8")
+    assert load_traffic(path, NO_TOKENIZER).malformed_text().startswith("25 malformed lines skipped (lines 1, 2, 3,")
+    assert load_traffic(path, NO_TOKENIZER).malformed_text().endswith("19, 20, ...)")
 
 
 def test_recommend_picks_copying_on_code_edit_and_not_on_chat(code_edit_log, chat_log) -> None:

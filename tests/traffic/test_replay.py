@@ -98,12 +98,26 @@ def test_suffix_learns_from_earlier_outputs_in_the_file() -> None:
 def test_global_index_memory_is_bounded(monkeypatch) -> None:
     from specplug.traffic import replay
 
-    monkeypatch.setattr(replay, "GLOBAL_KEYS", 100)
+    monkeypatch.setattr(replay, "GEN_REQUESTS", 3)
     r = SuffixReplay(4)
     rng = random.Random(2)
     for _ in range(50):
         r.remember(_s([rng.randrange(50_000) for _ in range(60)]))
-        assert len(r._new) <= 160 and len(r._old) <= 160
+        assert len(r._new) <= 3 * 57 and len(r._old) <= 3 * 57  # at most two generations of 3 answers
+
+
+def test_an_answer_two_generations_back_is_forgotten(monkeypatch) -> None:
+    from specplug.traffic import replay
+
+    monkeypatch.setattr(replay, "GEN_REQUESTS", 2)
+    answer = _s(list(range(5000, 5100)))
+    r = SuffixReplay(8)
+    r.remember(answer)  # generation 0
+    r.remember(_s([1, 2, 3, 4, 5]))  # generation 0 closes
+    assert r.confirmed("", answer)[50] == 8  # generation 1 still sees generation 0
+    r.remember(_s([6, 7, 8, 9, 10]))
+    r.remember(_s([11, 12, 13, 14, 15]))  # generation 1 closes
+    assert r.confirmed("", answer)[50] == 0  # generation 2 does not
 
 
 def test_suffix_with_earlier_outputs_matches_a_plain_search() -> None:
@@ -120,3 +134,87 @@ def test_suffix_with_earlier_outputs_matches_a_plain_search() -> None:
             assert r.confirmed(_s(prompt), _s(out)) == naive.suffix_confirmed(prompt, out, earlier), (prompt, out, earlier)
             r.remember(_s(out))
             earlier.append(out)
+
+
+def _requests(seed: int, n: int) -> list[tuple[list[int], list[int]]]:
+    rng = random.Random(seed)
+    out: list[tuple[list[int], list[int]]] = []
+    for _ in range(n):
+        vocab = rng.choice([2, 3, 5, 12, 60, 5000])
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(0, 45))]
+        answer = [rng.randrange(vocab) for _ in range(rng.randrange(1, 45))]
+        r = rng.random()
+        if prompt and r < 0.4:  # copy a stretch of the prompt
+            answer = prompt[rng.randrange(len(prompt)):] + answer[: rng.randrange(8)]
+        elif out and r < 0.7:  # repeat part of an earlier answer
+            o = rng.choice(out)[1]
+            answer = o[rng.randrange(len(o)):] + answer[: rng.randrange(8)]
+        out.append((prompt, answer))
+    return out
+
+
+@pytest.mark.parametrize(("nmin", "nmax", "depth"), [(2, 4, 24), (1, 1, 3), (3, 5, 24), (5, 5, 6), (2, 4, 2)])
+def test_vectorised_replay_equals_the_plain_one(monkeypatch, nmin, nmax, depth) -> None:
+    pytest.importorskip("numpy")
+    from specplug.traffic import fastreplay, replay
+
+    # Small generations and batches so that rotations and batch edges fall inside the file.
+    for mod in (replay, fastreplay):
+        monkeypatch.setattr(mod, "GEN_REQUESTS", 7)
+    monkeypatch.setattr(fastreplay, "MAX_BATCH_TOKENS", 300)
+    reqs = _requests(nmin * 100 + nmax * 10 + depth, 120)
+    ng, sf = NgramReplay(8, nmin, nmax), SuffixReplay(8, depth=depth)
+    fast = fastreplay.FastReplay(8, nmin, nmax, depth=depth)
+    for prompt, out in reqs:
+        ng.add(_s(prompt), _s(out))
+        sf.add(_s(prompt), _s(out))
+    for i in range(0, len(reqs), 25):  # several add calls, as load_traffic makes
+        fast.add([_s(p) for p, _ in reqs[i:i + 25]], [_s(o) for _, o in reqs[i:i + 25]])
+    for plain, vec in ((ng.tally, fast.ngram), (sf.tally, fast.suffix)):
+        assert (vec.steps, vec.tokens, vec.trials, vec.accepts) == (plain.steps, plain.tokens, plain.trials, plain.accepts)
+
+
+def test_vectorised_suffix_matches_a_plain_search_with_earlier_outputs() -> None:
+    pytest.importorskip("numpy")
+    from specplug.traffic.fastreplay import FastReplay
+
+    reqs = _requests(11, 60)
+    fast = FastReplay(8)
+    fast.add([_s(p) for p, _ in reqs], [_s(o) for _, o in reqs])
+    steps = tokens = 0
+    earlier: list[list[int]] = []
+    for prompt, out in reqs:
+        m = naive.suffix_confirmed(prompt, out, earlier)
+        p = 1
+        while p < len(out):  # the k = 8 walk over the plain search's confirmed counts
+            steps += 1
+            p += min(m[p], 8) + 1
+        tokens += p - 1 if len(out) > 1 else 0
+        earlier.append(out)
+    assert (fast.suffix.steps[8], fast.suffix.tokens[8]) == (steps, tokens)
+
+
+def test_bleu4_against_the_direct_formula() -> None:
+    from specplug.traffic.replay import bleu4
+
+    # Hand-computed: precisions 4/6, 3/5, 2/4, 1/3, equal lengths (no brevity penalty).
+    assert bleu4(_s([1, 2, 3, 4, 5, 6]), _s([1, 2, 3, 4, 9, 9])) == pytest.approx((4 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25)
+    assert bleu4(_s([1, 2, 3, 4, 5]), _s([1, 2, 3, 4, 5])) == pytest.approx(1.0)
+    assert bleu4(_s([1, 2, 3, 4, 5]), _s([6, 7, 8, 9, 10])) == 0.0
+    for prompt, out in _requests(3, 300):
+        assert bleu4(_s(prompt), _s(out)) == pytest.approx(naive.bleu4(prompt, out), abs=1e-12), (prompt, out)
+
+
+def test_vectorised_shape_and_bleu_equal_the_plain_ones() -> None:
+    pytest.importorskip("numpy")
+    from specplug.traffic.fastreplay import FastReplay
+    from specplug.traffic.replay import PyReplay
+
+    reqs = _requests(21, 150)
+    fast, plain = FastReplay(8), PyReplay(8)
+    for r in (fast, plain):
+        r.add([_s(p) for p, _ in reqs], [_s(o) for _, o in reqs])
+    a, b = fast.shape, plain.shape
+    assert (a.grams, a.overlap, a.repeated, a.bleu_requests) == (b.grams, b.overlap, b.repeated, b.bleu_requests)
+    assert a.bleu_sum == pytest.approx(b.bleu_sum, abs=1e-9)
+    assert b.bleu_sum == pytest.approx(sum(naive.bleu4(p, o) for p, o in reqs), abs=1e-9)
