@@ -158,8 +158,11 @@ def drafters_for(target_hf_id: str, method: str | None = None, *, include_unconf
     ]
 
 
-def find_drafter(drafter_id: str) -> Drafter | None:
-    """A catalog drafter by its own HF id, if published (confirmed rows first)."""
+def find_drafter(drafter_id: str, target: str | None = None) -> Drafter | None:
+    """A catalog drafter by its own HF id, if published: its row for ``target`` where it has one (a head can be
+    listed for a sibling checkpoint too), then confirmed rows first."""
     key = drafter_id.lower()
     hits = [d for d in drafters() if d.drafter_hf_id.lower() == key]
+    if target:
+        hits = sorted(hits, key=lambda d: d.target_hf_id.lower() != target.lower())
     return next((d for d in hits if d.confirmed != "no"), hits[0] if hits else None)

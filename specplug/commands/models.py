@@ -75,6 +75,11 @@ def show(name: str, output: str) -> None:
             ]
             if basis:
                 out.append("published acceptance (tokens per target pass):\n" + "\n".join(basis))
+            trained = [escape(f"  {x['drafter_hf_id']}: trained on {x['trained_for']}") for x in d["known_drafters"]
+                       if x.get("trained_for") and x["trained_for"].lower() != m.hf_id.lower()]
+            if trained:
+                out.append("heads trained on a sibling checkpoint (acceptance here unmeasured, predictions discounted):\n"
+                           + "\n".join(trained))
             if any(x["confirmed"] == "no" for x in d["known_drafters"]):
                 out.append("[dim]confirmed 'no': repository not confirmed to exist; listed for reference, never picked by the planner[/dim]")
         out.append(f"[dim]source: {m.source}[/dim]")

@@ -410,6 +410,7 @@ def cost_context(
         calibration=calibration,
         traffic=traffic,
         trees=caps.trees,
+        parallel_drafting=caps.parallel_drafting,
     )
 
 
@@ -575,6 +576,11 @@ def _schedule_and_speculation(s: Planning) -> None:
             )
         if d.note:
             s.warnings.append(d.note)
+        if d.catalog is not None and d.catalog.cross_target:
+            s.warnings.append(
+                f"{d.catalog.drafter_hf_id} was trained on {d.catalog.trained_for}, not {s.c.model.hf_id}: its acceptance "
+                "here is unmeasured and the prediction discounts it; measure it with `specplug bench` and `calibrate`."
+            )
         for cand in s.candidates:
             cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
         if explicit is None:
@@ -712,9 +718,9 @@ def _validate(plan: Plan) -> None:
 def _traffic_reason(c: E.Context, prof: Any, path: str | None) -> str:
     parts = [
         f"Traffic {path}: {prof.requests} requests"
-        + (f" ({prof.malformed} malformed lines skipped)" if prof.malformed else "")
+        + (f" ({prof.malformed_text()})" if prof.malformed else "")
         + f", {prof.input_len:.0f} tokens in / {prof.output_len:.0f} out on average ({prof.tokenizer})",
-        f"output copies its prompt: {prof.overlap:.0%} of 4-grams; repeats itself: {prof.repetition:.0%}",
+        prof.shape_text(),
     ]
     for m in ("ngram", "suffix"):
         al = prof.acceptance_length(m, 4)

@@ -82,6 +82,12 @@ class AcceptancePriors(_Strict):
     draft_model: DraftModelPrior = Field(default_factory=DraftModelPrior)
     tree: TreePrior = Field(default_factory=TreePrior)
     max_alpha: float = Field(0.97, gt=0.0, lt=1.0)
+    cross_target_logit: float = Field(
+        0.5,
+        ge=0.0,
+        description="Logit taken off a head's acceptance where it was trained on a sibling checkpoint (another "
+        "post-training of the same architecture and tokenizer) rather than the target it is used with.",
+    )
 
 
 class StackFactors(_Strict):

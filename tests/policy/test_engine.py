@@ -215,9 +215,27 @@ def test_does_not_fit_hint_gives_the_smallest_fix_for_the_model_itself() -> None
     assert "--num-gpus 8:" in hint and "--num-gpus 16" not in hint
 
 
-def test_a_guide_named_but_unconfirmed_head_is_shown_with_its_prediction_and_never_chosen() -> None:
+def test_a_guide_named_but_unconfirmed_head_is_shown_with_its_prediction_and_never_chosen(monkeypatch) -> None:
+    from specplug.catalog.models import Model
+
+    # Without a confirmed head for the target, the placeholder the guides name is what the catalog offers.
+    real = Model.known_drafters
+    monkeypatch.setattr(Model, "known_drafters", lambda self, method: [] if method == "eagle" else real(self, method))
     p = specplug.recommend("llama-3.1-70b", batch_size=1, **H100x4)
     eagle = next(c for c in p.candidates if c.method == "eagle")
     assert eagle.drafter and "EAGLE-LLaMA3.1-Instruct-70B" in eagle.drafter
     assert eagle.speedup and eagle.speedup > 1.0 and "not confirmed" in (eagle.ruled_out or "")
     assert not eagle.chosen and p.speculation.drafter != eagle.drafter
+
+
+def test_a_head_trained_on_a_sibling_checkpoint_is_usable_discounted_and_says_so() -> None:
+    p = specplug.recommend("llama-3.1-70b", batch_size=1, **H100x4)
+    eagle = [c for c in p.candidates if c.method == "eagle"]
+    assert [c.drafter for c in eagle] == ["yuhuili/EAGLE-LLaMA3-Instruct-70B"]
+    assert eagle[0].ruled_out is None and (eagle[0].speedup or 0) > 1.0
+    assert not any("LLaMA3.1-Instruct-70B" in (c.drafter or "") for c in p.candidates)
+    own = specplug.recommend("meta-llama/Meta-Llama-3-70B-Instruct", batch_size=1, **H100x4)
+    same = next(c for c in own.candidates if c.drafter == "yuhuili/EAGLE-LLaMA3-Instruct-70B")
+    assert (eagle[0].speedup or 0) < (same.speedup or 0)
+    forced = specplug.recommend("llama-3.1-70b", batch_size=1, drafter="yuhuili/EAGLE-LLaMA3-Instruct-70B", **H100x4)
+    assert any("trained on meta-llama/Meta-Llama-3-70B-Instruct" in w for w in forced.warnings)
