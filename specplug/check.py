@@ -9,7 +9,9 @@ committed lock. Checks, in order:
 3. **compat**: the locked plan on its pinned stack version: technique supported, then every problem
    ``specplug.validate`` finds (drafter vocabulary, k, parallelism, precision, what render refuses), memory fits;
 4. **stale**: each ``--rendered DIR`` holds exactly what the lock renders today (deploy renders via their
-   ``specplug.rendered.yaml`` manifest, launch scripts from ``specplug render``).
+   ``specplug.rendered.yaml`` manifest, launch scripts from ``specplug render``);
+5. **tune**: a lock made by ``specplug tune`` still has its evidence, and that evidence is not older than the
+   inputs (model, serving options, workload, traffic file, the pinned stack version).
 
 Exit codes: 0 all good (warnings may print), 1 problems found, 2 usage error (no config, no such folder).
 """
@@ -36,7 +38,7 @@ class CheckUsageError(SpecplugError):
 
 @dataclass
 class Problem:
-    kind: str  # schema | lock | drift | compat | stale
+    kind: str  # schema | lock | drift | compat | stale | tune
     file: str
     message: str
     key: str | None = None
@@ -311,6 +313,12 @@ def check(config_path: str | Path, rendered: list[str | Path] | tuple[str | Path
     for d in drift(cfg, cfg_path, lock, text):
         report.problems.append(
             Problem("drift", d.file, d.message, key=d.key, line=d.line, fix=f"specplug plan -c {cfg_path}, then commit the lock")
+        )
+    from specplug.tune.lockref import tune_findings
+
+    for f in tune_findings(cfg, cfg_path, lock_path, lock.plan.stack.version):
+        (report.problems if f.severity == "problem" else report.warnings).append(
+            Problem("tune", f.file, f.message, key=f.key, fix=f.fix)
         )
     problems, warnings = compat_problems(lock.plan, lock.spec, str(cfg_path), str(lock_path))
     report.problems += problems

@@ -31,6 +31,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "bench": ("specplug.commands.bench:bench", "Measure an endpoint against a baseline: throughput, latency, acceptance."),
     "verify": ("specplug.commands.verify:verify", "Check a speculative endpoint returns the baseline's greedy outputs."),
     "calibrate": ("specplug.commands.calibrate:calibrate", "Compare measured with predicted acceptance; write a calibration."),
+    "tune": ("specplug.commands.tune:tune", "Measure candidates against a control at your load; pin what wins."),
     "stacks": ("specplug.commands.stacks:stacks", "List stack adapters, installed versions and supported techniques."),
     "policy": ("specplug.commands.policy:policy", "Show the merged policy data: priors, stack factors, rules."),
     "models": ("specplug.commands.models:models", "The model catalog: list, search, show."),

@@ -449,8 +449,9 @@ def _launch_plan(
         server.stop()
         raise
     finally:
+        # wait=False hands supervision to the caller: Ctrl-C must reach its code again, not only the server.
+        _restore_signals(previous)
         if wait:
-            _restore_signals(previous)
             server.stop()
 
 

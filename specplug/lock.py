@@ -73,6 +73,9 @@ class Lock(_LockModel):
     summary: dict[str, Any] = Field(description="The decision and predicted figures, for reviewers.")
     spec: dict[str, Any] = Field(description="specplug.yaml as validated data; drift is reported against it.")
     plan: Plan
+    tune: dict[str, Any] | None = Field(
+        None, description="The 'specplug tune' this lock was made from (specplug.tune.lockref.TuneRef): its evidence."
+    )
 
 
 class Drift(_LockModel):
@@ -236,7 +239,18 @@ def build_lock(cfg: Config, config_path: str | Path, plan: Plan, traffic: str | 
         summary=summarize(plan),
         spec=spec_data(cfg),
         plan=plan,
+        tune=_previous_tune(lock_path_for(config_path)),
     )
+
+
+def _previous_tune(path: Path) -> dict[str, Any] | None:
+    """A re-plan keeps the tune the lock was made from: 'check' then says whether its evidence still stands."""
+    if not path.is_file():
+        return None
+    try:
+        return read_lock(path).tune
+    except ConfigError:
+        return None
 
 
 def dump_lock(lock: Lock) -> str:
@@ -249,8 +263,10 @@ def dump_lock(lock: Lock) -> str:
             data["inputs"].pop(key, None)
     if data["plan"].get("traffic") is None:
         data["plan"].pop("traffic", None)
+    if data.get("tune") is None:  # locks not made from a tune read as they always did
+        data.pop("tune", None)
     # Top-level order is for reading (what and why first); everything below is sorted for stable diffs.
-    ordered = {k: (_sorted(data[k]) if k != "summary" else data[k]) for k in Lock.model_fields}
+    ordered = {k: (_sorted(data[k]) if k != "summary" else data[k]) for k in Lock.model_fields if k in data}
     body = yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=100, default_flow_style=False)
     return _HEADER.format(config=lock.config_file) + body
 

@@ -1,0 +1,129 @@
+"""specplug tune: measure the recommended techniques against a control at your load and commit the result."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from specplug.commands._common import config_option
+from specplug.output import FORMATS
+
+
+@click.command()
+@config_option
+@click.option("--concurrency", default="1,4,16,64", show_default=True, help="Comma-separated concurrent streams.")
+@click.option("--traffic", type=click.Path(dir_okay=False), default=None,
+              help="Replay the prompts of this JSONL log of requests (default: workload.traffic in the config).")
+@click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
+              help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
+@click.option("--workload", default=None, help="Built-in prompt set to replay when there is no traffic file.")
+@click.option("--budget", default=None, metavar="DURATION",
+              help="Trim the trial plan to about this long (30m, 1h, 90s): fewest launches first.")
+@click.option("--candidates", type=click.IntRange(1, 16), default=3, show_default=True,
+              help="The recommended technique and this many minus one runners-up.")
+@click.option("--method", "methods", default=None, metavar="M[,M...]",
+              help="Only these methods (adds ones the recommendation could not score, e.g. draft_model with --drafter).")
+@click.option("--drafter", default=None, help="Draft model for draft-model candidates (HF id or local folder).")
+@click.option("-k", "--k", "ks", default=None, metavar="K[,K...]",
+              help="k values to try, e.g. 1-5 (default: 1 and around the predicted best).")
+@click.option("--repeats", type=click.IntRange(1, 20), default=2, show_default=True,
+              help="Runs of each level per trial, interleaved, for the run-to-run spread.")
+@click.option("--margin", type=click.FloatRange(0, 10), default=0.05, show_default=True,
+              help="Required gain over the control beyond the spread (0.05 = 5%).")
+@click.option("--num-prompts", type=click.IntRange(1, 100000), default=None,
+              help="Requests per level (default: the prompt set, at least 4 per stream).")
+@click.option("--max-tokens", type=click.IntRange(1, 131072), default=128, show_default=True)
+@click.option("--level-seconds", type=click.FloatRange(1), default=None,
+              help="Stop sending new requests after this many seconds per level.")
+@click.option("--check-prompts", type=click.IntRange(0, 64), default=4, show_default=True,
+              help="Greedy outputs compared with the control's per trial.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=900, show_default=True,
+              help="Seconds each launch may take to become healthy.")
+@click.option("-o", "--out-dir", type=click.Path(file_okay=False), default="tune", show_default=True,
+              help="Folder for tune.json, tune.csv, tune.png, the state file and the servers' logs.")
+@click.option("--restart", is_flag=True, help="Discard what -o DIR holds and measure from scratch.")
+@click.option("--plan-only", is_flag=True, help="Print the trial plan and stop; start nothing.")
+@click.option("--no-write", is_flag=True,
+              help="Measure and write the evidence, but leave specplug.yaml, the calibration and the lock alone.")
+@click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True, help="How to print.")
+def tune(config_path, concurrency, traffic, traffic_map, workload, budget, candidates, methods, drafter, ks, repeats,
+         margin, num_prompts, max_tokens, level_seconds, check_prompts, timeout_s, out_dir, restart, plan_only,
+         no_write, output) -> None:
+    """Launch a K=0 control and each candidate technique over its k values, load them at each concurrency,
+    and keep speculation only where it beats the control by the margin beyond the run-to-run spread.
+
+    Writes the pinned speculation (with its per-batch schedule), or 'method: none' and why, to specplug.yaml,
+    merges the measured acceptance into the calibration file, re-plans the lock, and leaves tune.json, tune.csv
+    and tune.png in -o DIR. Ctrl-C stops cleanly; rerunning the same command resumes.
+    """
+    from pathlib import Path
+
+    from specplug.commands.bench import parse_concurrency
+    from specplug.config import METHODS, find_config, load_config
+    from specplug.errors import SpecplugError
+    from specplug.lock import resolve_traffic
+    from specplug.output import console, emit
+    from specplug.traffic import file_digest
+    from specplug.tune import session, show, trials
+    from specplug.tune import state as S
+    from specplug.tune.lockref import measured_inputs, measured_spec
+    from specplug.tune.prompts import for_tune
+    from specplug.tune.settings import TuneSettings, parse_budget, parse_ints
+
+    path = find_config(config_path)
+    if path is None:
+        raise SpecplugError("No specplug.yaml here.", "Pass -c FILE, or write one with 'specplug init --model M'.")
+    cfg = load_config(path)
+    if cfg.model is None:
+        raise SpecplugError(f"{path} names no model.", "Set model: in it (alias, HF id or local folder).")
+    method_list = [m.strip() for m in (methods or "").split(",") if m.strip()]
+    for m in method_list:
+        if m not in METHODS or m == "none":
+            raise SpecplugError(f"--method: unknown method '{m}'.",
+                                f"Choose from: {', '.join(x for x in METHODS if x != 'none')}.")
+    traffic_file = traffic or cfg.workload.traffic
+    tpath = resolve_traffic(traffic_file, path) if traffic_file else None
+    if traffic and workload:
+        raise SpecplugError("Give --traffic or --workload, not both.")
+    settings = TuneSettings(
+        concurrency=sorted(parse_concurrency(concurrency)), repeats=repeats, max_tokens=max_tokens,
+        num_prompts=num_prompts, level_seconds=level_seconds, workload=None if tpath else workload,
+        traffic=str(tpath) if tpath else None, traffic_digest=file_digest(tpath) if tpath else None,
+        temperature=cfg.workload.temperature, margin=margin, candidates=candidates, methods=method_list,
+        drafter=drafter, ks=parse_ints(ks, "-k", 1, 64), check_prompts=check_prompts, budget_s=parse_budget(budget),
+        launch_timeout_s=timeout_s, config_digest=_digest(measured_spec(cfg)),
+    )
+    prompts, label = for_tune(settings.traffic, workload, cfg.workload.type, traffic_map)
+    rec = session.recommendation(cfg, path)
+    cands = trials.candidates_from(rec, settings, session.pinned_candidate(cfg))
+    if not cands:
+        raise SpecplugError(
+            f"The recommendation leaves no technique to try for {rec.model.name} on {rec.stack.name}.",
+            "Name one with --method (and --drafter for a draft model); 'specplug recommend' lists why each was ruled out.",
+        )
+    out = Path(out_dir)
+    st = S.load(out, settings, restart)
+    requests_at = session.requests_per_level(prompts, settings)
+    est = session.estimator(rec.stack.name, settings, requests_at, st)
+    done = {k for k, r in st.results.items() if r.status == "done"}
+    tplan = trials.build(cands, settings, est, settings.budget_s, done)
+    con = console(stderr=output != "table")
+    for r in trials.render(tplan, settings, done):
+        con.print(r)
+    if plan_only:
+        return
+    ok = session.run_trials(cfg, path, tplan, settings, prompts, st, out, requests_at)
+    rep = session.finish(cfg, path, rec, tplan, settings, st, out, label, measured_inputs(cfg, path), ok,
+                         write_config=not no_write)
+    emit(rep, output, show.render)
+    if not ok:
+        sys.stdout.flush()
+        session.exit_interrupted()
+
+
+def _digest(data) -> str:
+    import hashlib
+    import json
+
+    return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

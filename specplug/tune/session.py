@@ -1,0 +1,270 @@
+"""A whole tune: plan the trials, run the ones not finished yet (progress bar, Ctrl-C, resume), decide, and
+write the decision with its evidence (specplug.yaml, the calibration, the lock and its tune reference)."""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specplug.bench.prompts import Prompt
+from specplug.config import Config, SpeculationSpec
+from specplug.errors import SpecplugError
+from specplug.plan import Plan
+from specplug.tune import decide as D
+from specplug.tune import state as S
+from specplug.tune import trials as T
+from specplug.tune.evidence import ChainPoint, TuneReport
+from specplug.tune.settings import TuneSettings, fmt_duration
+
+
+def requests_per_level(prompts: list[Prompt], settings: TuneSettings) -> dict[int, int]:
+    from specplug.bench.client import Endpoint
+    from specplug.bench.loadgen import BenchPlan, requests_for
+
+    bp = BenchPlan(endpoint=Endpoint("http://127.0.0.1"), baseline=None, prompts=prompts, concurrency=settings.concurrency,
+                   max_tokens=settings.max_tokens, temperature=settings.temperature, num_prompts=settings.num_prompts,
+                   duration_s=settings.level_seconds, api="auto")
+    return {c: len(requests_for(bp, c)) for c in settings.concurrency}
+
+
+def recommendation(cfg: Config, config_path: str | Path) -> Plan:
+    """What recommend decides for this deployment (speculation left to the policy), for its candidates."""
+    from specplug.lock import plan_fresh
+
+    return plan_fresh(cfg.model_copy(update={"speculation": "auto"}), config_path)
+
+
+def pinned_candidate(cfg: Config) -> tuple[str, str | None, int] | None:
+    s = cfg.speculation
+    if isinstance(s, SpeculationSpec) and s.method != "none":
+        return s.method, s.drafter, s.num_speculative_tokens or 0
+    return None
+
+
+def estimator(stack: str, settings: TuneSettings, requests_at: dict[int, int], st: S.TuneState) -> T.Estimator:
+    """Measured seconds where trials have run here, the prior elsewhere."""
+    est = T.prior_estimator(stack, settings, requests_at)
+    done = [r for r in st.results.values() if r.status == "done"]
+    if not done:
+        return est
+    est.launch_s = sum(r.launch_s or 0.0 for r in done) / len(done)
+    for c in settings.concurrency:
+        walls = [x.wall_s for r in done for x in r.runs if x.concurrency == c]
+        if walls:
+            est.level_s[c] = sum(walls) / len(walls)
+    rest = [(r.wall_s or 0.0) - (r.launch_s or 0.0) - sum(x.wall_s for x in r.runs) for r in done]
+    est.check_s = max(sum(rest) / len(rest), 0.0)
+    est.basis = "measured"
+    return est
+
+
+class Progress:
+    """The rich progress bar: trial, concurrency, requests, and the time the plan says is left."""
+
+    def __init__(self, plan: T.TrialPlan, settings: TuneSettings, requests_at: dict[int, int], done: set[str]) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        from specplug.output import console
+
+        self.con = console(stderr=True)
+        self.per_trial = sum(requests_at.values()) * settings.repeats
+        todo = [t for t in plan.trials if t.id not in done]
+        self.left = {t.id: t.estimate_s for t in todo}
+        self.bar = RichProgress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("about {task.fields[left]} left"), console=self.con, transient=True,
+            disable=not self.con.is_terminal,
+        )
+        self.task = self.bar.add_task("tune", total=max(self.per_trial * len(todo), 1), left=fmt_duration(sum(self.left.values())))
+        self.trial_started = time.monotonic()
+        self.current: str | None = None
+
+    def start(self, trial: T.Trial, index: int, count: int) -> None:
+        self.current = trial.id
+        self.trial_started = time.monotonic()
+        self.bar.update(self.task, description=f"[{index}/{count}] {trial.id}: starting", left=self._left())
+
+    def tick(self, trial_id: str, conc: int, done: int) -> None:
+        self.bar.update(self.task, advance=1, description=f"{trial_id} c={conc}", left=self._left())
+
+    def finish(self, trial: T.Trial, requests_done: int) -> None:
+        self.left.pop(trial.id, None)
+        self.bar.update(self.task, advance=max(self.per_trial - requests_done, 0), left=self._left())
+
+    def _left(self) -> str:
+        spent = time.monotonic() - self.trial_started if self.current else 0.0
+        cur = self.left.get(self.current or "", 0.0)
+        return fmt_duration(sum(self.left.values()) - min(spent, cur))
+
+
+def run_trials(
+    cfg: Config, config_path: Path, plan: T.TrialPlan, settings: TuneSettings, prompts: list[Prompt],
+    st: S.TuneState, out_dir: Path, requests_at: dict[int, int],
+) -> bool:
+    """Run every planned trial not finished yet, saving the state after each. Returns False on Ctrl-C."""
+    from specplug.tune.runner import free_port, run_trial, trial_plan
+
+    # A trial that failed before is tried again: what stopped it (a path, a port, memory) may be fixed now.
+    finished = {k for k, r in st.results.items() if r.status == "done"}
+    todo = [t for t in plan.trials if t.id not in finished]
+    prog = Progress(plan, settings, requests_at, finished)
+    con = prog.con
+    previous = _term_as_interrupt()
+    try:
+        with prog.bar:
+            for i, trial in enumerate(todo, 1):
+                prog.start(trial, i, len(todo))
+                count = [0]
+
+                def tick(tid: str, conc: int, done: int, _count: list[int] = count) -> None:
+                    _count[0] += 1
+                    prog.tick(tid, conc, done)
+
+                try:
+                    tplan = trial_plan(cfg, config_path, trial, free_port())
+                except SpecplugError as exc:
+                    res = S.TrialResult(id=trial.id, method=trial.method, drafter=trial.drafter, k=trial.k,
+                                        status="failed", error=f"cannot plan it: {exc.message}")
+                else:
+                    res = run_trial(trial, tplan, settings, prompts, out_dir / "runs" / trial.id, tick)
+                st.results[trial.id] = res
+                S.save(out_dir, st)
+                prog.finish(trial, count[0])
+                if res.status == "failed":
+                    con.print(f"[red]{trial.id} failed[/red]: {res.error}")
+                    for line in res.log_tail[-8:]:
+                        con.print(f"  | {line}", markup=False, highlight=False)
+                    if res.log_file:
+                        con.print(f"  full log: {res.log_file}", markup=False)
+                    if trial.control:
+                        raise SpecplugError(
+                            "The control (speculation off) did not start, so nothing can be compared.",
+                            f"Fix what its log says ({res.log_file or 'above'}) and rerun; finished trials are kept.",
+                        )
+                else:
+                    con.print(f"{trial.id} done in {fmt_duration(res.wall_s or 0)}", highlight=False)
+    except KeyboardInterrupt:
+        S.save(out_dir, st)
+        done = sum(1 for t in plan.trials if t.id in st.results and st.results[t.id].status == "done")
+        con.print(f"Stopped: {done} of {len(plan.trials)} trials finished and kept in {S.path_in(out_dir)}; "
+                  "rerun the same command to resume.", highlight=False)
+        return False
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return True
+
+
+def _term_as_interrupt():
+    """SIGTERM (a CI timeout, kill) stops a tune the way Ctrl-C does, so the running server is stopped too."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(_signum, _frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def chain_points(summaries: list[D.TrialSummary]) -> list[ChainPoint]:
+    """Each candidate's acceptance at every k it ran, measured and carried from its deepest trial."""
+    from specplug.tune.feedback import deepest
+
+    out = []
+    for deep in deepest(summaries):
+        a = deep.acceptance
+        same = [s for s in summaries if s.method == deep.method and s.drafter == deep.drafter and s.status == "done"]
+        for s in sorted(same, key=lambda s: s.k):
+            out.append(ChainPoint(
+                candidate=D._label(deep.method, deep.drafter), k=s.k,
+                from_deepest=round(a.length_at(s.k), 4) if a and a.length_at(s.k) else None,
+                measured=round(s.acceptance.acceptance_length, 4) if s.acceptance and s.acceptance.acceptance_length else None,
+            ))
+    return out
+
+
+def speculation_block(decision: D.Decision) -> dict[str, Any]:
+    """The speculation: block to pin (as specplug.yaml would validate it)."""
+    if not decision.speculate:
+        return {"method": "none"}
+    data: dict[str, Any] = {"method": decision.method}
+    if decision.drafter:
+        data["drafter"] = decision.drafter
+    data["num_speculative_tokens"] = decision.num_speculative_tokens
+    data["schedule"] = [e.model_dump(mode="json", exclude_none=True) for e in decision.schedule]
+    return SpeculationSpec.model_validate(data).model_dump(mode="json", exclude_none=True)
+
+
+def finish(
+    cfg: Config, config_path: Path, rec: Plan, plan: T.TrialPlan, settings: TuneSettings, st: S.TuneState,
+    out_dir: Path, prompts_label: str, inputs: dict[str, Any], complete: bool, write_config: bool,
+) -> TuneReport:
+    """Decide, and write the evidence; when complete and asked, the decision too (config, calibration, lock)."""
+    from specplug import __version__
+    from specplug.tune import evidence, feedback, lockref, writeback
+
+    results = [st.results[t.id] for t in [*plan.trials, *plan.dropped] if t.id in st.results]
+    summaries = D.summarize(results, settings.concurrency, settings.margin)
+    decision = D.decide(summaries, settings.concurrency, settings.margin)
+    control = st.results.get("control")
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    versions = {r.stack_version for r in results if r.stack_version}
+    rep = TuneReport(
+        specplug_version=__version__, created=now, config_file=str(config_path), model=rec.model.hf_id,
+        stack=rec.stack.name, stack_version=(control.stack_version if control and control.stack_version else
+                                             (sorted(versions)[0] if versions else rec.stack.version)),
+        hardware=f"{rec.hardware.num_gpus} x {rec.hardware.gpu} (planned; {rec.hardware.source})", prompts=prompts_label,
+        settings=settings, inputs=inputs, plan=plan, trials=summaries, decision=decision, complete=complete,
+    )
+    cal_path, cal_name = feedback.calibration_path(config_path, cfg.calibration)
+    before = str(cal_path) if cfg.calibration and cal_path.is_file() else None
+    rep.acceptance = feedback.checks(rec, summaries, before)
+    rep.chain = chain_points(summaries)
+    if not complete:
+        rep.notes.append("Interrupted: the decision covers the trials that finished; specplug.yaml was not changed.")
+    if complete and write_config:
+        entries = feedback.entries(rec, summaries, out_dir, settings.temperature)
+        if entries:
+            from specplug.policy.calibration import merge_into
+
+            merge_into(cal_path, entries)
+            rep.calibration_file = str(cal_path)
+        block = speculation_block(decision)
+        comment = (f"{writeback.TUNE_COMMENT} {now[:10]} from {Path(out_dir).as_posix()}/tune.json: "
+                   f"{decision.why}")
+        writeback.write_decision(config_path, block, _one_line(comment), cal_name if entries else None)
+    paths = evidence.write(rep, out_dir)
+    if complete and write_config:
+        from specplug.lock import load_config, write_lock
+
+        try:
+            lock, lock_path, _ = write_lock(config_path)
+        except SpecplugError as exc:
+            raise SpecplugError(f"specplug.yaml was updated, but re-planning the lock failed: {exc.message}",
+                                exc.hint) from None
+        ref = lockref.make_ref(out_dir / "tune.json", lock_path, inputs, rec.stack.name, rep.stack_version, now,
+                               speculation_block(decision))
+        new_cfg = load_config(config_path)
+        if isinstance(new_cfg.speculation, SpeculationSpec):  # exactly as specplug.yaml now validates it
+            ref.speculation = new_cfg.speculation.model_dump(mode="json", exclude_none=True)
+        lockref.attach(lock_path, ref)
+        rep.notes.append(f"Wrote {config_path} (speculation:), {lock_path} (re-planned, with its tune reference)"
+                         + (f" and {cal_path} (calibration)." if rep.calibration_file else "."))
+    rep.notes.append("Evidence: " + ", ".join(str(p) for p in paths))
+    return rep
+
+
+def _one_line(text: str, width: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def exit_interrupted() -> None:
+    raise click.exceptions.Exit(130)

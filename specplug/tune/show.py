@@ -1,0 +1,102 @@
+"""Printing a tune report: the measurements per trial and concurrency, the decision and schedule, and the
+predicted against the measured acceptance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specplug.tune.evidence import TuneReport
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _f(v: float | None, fmt: str = ".2f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def render(rep: TuneReport) -> list[Any]:
+    from rich.table import Table
+    from rich.text import Text
+
+    concs = rep.settings.concurrency
+    t = Table(title=f"specplug tune: {rep.model} on {rep.stack} {rep.stack_version or ''}, {rep.prompts}",
+              title_justify="left")
+    t.add_column("trial")
+    t.add_column("k", justify="right")
+    for c in concs:
+        t.add_column(f"c={c} tok/s", justify="right")
+        t.add_column(f"c={c} speedup", justify="right")
+    t.add_column("acc len", justify="right")
+    t.add_column("greedy = control", justify="left")
+    for tr in rep.trials:
+        if tr.status != "done":
+            t.add_row(tr.id, str(tr.k), *(["", ""] * len(concs)), "", f"[red]failed[/red]: {tr.error or ''}"[:120])
+            continue
+        cells = []
+        for c in concs:
+            lv = next((x for x in tr.levels if x.concurrency == c), None)
+            sp = next((x for x in tr.speedups if x.concurrency == c), None)
+            tok = _f(lv.mean_tokens_per_s, ".1f") if lv else "-"
+            if lv and lv.spread is not None:
+                tok += f" ±{lv.spread / 2:.0%}"
+            if tr.k == 0:
+                cells += [tok, "1.00x"]
+            elif sp is None:
+                cells += [tok, "-"]
+            else:
+                style = "green" if sp.passes else ("red" if sp.speedup < 1 else "yellow")
+                cells += [tok, f"[{style}]{sp.speedup:.2f}x[/{style}] ({sp.low:.2f}-{sp.high:.2f})"]
+        acc = tr.acceptance.acceptance_length if tr.acceptance else None
+        if tr.k == 0:
+            ll = "(the control)"
+        elif tr.lossless is None:
+            ll = "-"
+        elif tr.lossless.ok:
+            ll = f"{tr.lossless.identical}/{tr.lossless.compared} identical" + (
+                f", {tr.lossless.near_tie + tr.lossless.late} near-tie/late" if tr.lossless.near_tie + tr.lossless.late else "")
+        else:
+            ll = f"[red]MISMATCH[/red]: {tr.lossless.systematic}/{tr.lossless.compared} systematic"
+        t.add_row(tr.id, str(tr.k), *cells, _f(acc), ll)
+    out: list[Any] = [t]
+    d = rep.decision
+    lines = []
+    if d.speculate:
+        lines.append(f"Decision: {d.method}" + (f" ({d.drafter})" if d.drafter else "") + f", k={d.num_speculative_tokens}")
+        lines.append("Schedule: " + ", ".join(
+            f"batch {e.min_batch}-{e.max_batch if e.max_batch is not None else '...'}: k={e.num_speculative_tokens}"
+            for e in d.schedule))
+    else:
+        lines.append("Decision: speculation: none")
+    lines.append(f"Why: {d.why}")
+    for pc in d.per_concurrency:
+        if pc.note and pc.k == 0 and d.speculate:
+            lines.append(f"  c={pc.concurrency}: {pc.note}")
+    lines += d.notes
+    out.append(Text("\n".join(lines)))
+    if rep.acceptance:
+        a = Table(title="Acceptance: predicted (before this tune) vs measured", title_justify="left")
+        for col in ("candidate", "k", "predicted len", "measured len", "measured rate", "off by"):
+            a.add_column(col, justify="left" if col == "candidate" else "right")
+        for x in rep.acceptance:
+            a.add_row(x.candidate, str(x.k), _f(x.predicted_length), _f(x.measured_length),
+                      "-" if x.measured_rate is None else f"{x.measured_rate:.1%}",
+                      "-" if x.error is None else f"{x.error:+.0%}")
+        out.append(a)
+    if rep.chain:
+        lines = ["Acceptance length at shorter k, carried from each candidate's deepest trial (measured where run):"]
+        by: dict[str, list[str]] = {}
+        for p in rep.chain:
+            by.setdefault(p.candidate, []).append(f"k={p.k} {_f(p.from_deepest)} (measured {_f(p.measured)})")
+        lines += [f"  {c}: " + "; ".join(v) for c, v in by.items()]
+        out.append(Text("\n".join(lines)))
+    failed = [tr for tr in rep.trials if tr.status != "done"]
+    notes = list(rep.plan.notes)
+    for tr in failed:
+        notes.append(f"{tr.id} failed: {tr.error}")
+        notes += [f"  | {ln}" for ln in tr.log_tail[-8:]]
+    notes += rep.notes
+    if notes:
+        out.append(Text("\n".join(notes)))
+    return out

@@ -1,0 +1,205 @@
+"""The trial plan: a K=0 control, the recommended technique and its runners-up, each over the k values worth
+trying, in the order that gives a usable answer soonest, with the time each should take and a budget.
+
+A launch serves one k (no stack here changes k at runtime), so the fewest-launches answer comes first: the
+control, then each candidate once at its deepest k (acceptance per position is read there once; a chain's
+acceptance at a shorter k follows from it), then the other k values, nearest the predicted best first,
+which measure what does not follow: the step cost at each k and concurrency.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from specplug.plan import Plan
+from specplug.tune.settings import TuneSettings, fmt_duration
+
+# Seconds from start to healthy, before anything was measured here (a measured launch replaces it).
+LAUNCH_PRIOR_S = {"embedded": 30.0, "vllm": 90.0, "llamacpp": 30.0, "sglang": 180.0, "tgi": 180.0, "trtllm": 300.0}
+LAUNCH_PRIOR_DEFAULT_S = 180.0
+# Output tokens per second per stream before anything was measured here: a CPU-sized guess, refined by the control.
+STREAM_TOKENS_PER_S_PRIOR = 25.0
+# Methods whose drafter is a separate model the user may name with --drafter.
+DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
+
+
+class Candidate(BaseModel):
+    """One technique (method x drafter) the tune compares against the control."""
+
+    method: str
+    drafter: str | None = None
+    predicted_k: int | None = None
+    predicted_speedup: float | None = None
+    predicted_acceptance_length: float | None = None
+    chosen: bool = False
+
+    @property
+    def label(self) -> str:
+        if not self.drafter:
+            return self.method
+        return f"{self.method}({self.drafter.rstrip('/').rsplit('/', 1)[-1]})"
+
+
+class Trial(BaseModel):
+    """One launch: a candidate at one k (k=0: the control), measured at every concurrency."""
+
+    id: str
+    method: str
+    drafter: str | None = None
+    k: int = 0
+    candidate: str = Field(description="The candidate's label ('control' for K=0).")
+    purpose: Literal["control", "acceptance", "step-cost"] = "step-cost"
+    estimate_s: float = 0.0
+
+    @property
+    def control(self) -> bool:
+        return self.k == 0
+
+
+class TrialPlan(BaseModel):
+    candidates: list[Candidate]
+    trials: list[Trial]
+    dropped: list[Trial] = Field(default_factory=list, description="Trials the budget left out.")
+    total_s: float = 0.0
+    budget_s: float | None = None
+    estimate_basis: str = "prior"
+    notes: list[str] = Field(default_factory=list)
+
+
+class Estimator(BaseModel):
+    """Seconds per launch and per level, from priors until measurements replace them."""
+
+    launch_s: float
+    level_s: dict[int, float]
+    check_s: float = 0.0
+    basis: Literal["prior", "measured"] = "prior"
+
+    def trial_s(self, settings: TuneSettings) -> float:
+        levels = sum(self.level_s.get(c, 0.0) for c in settings.concurrency) * settings.repeats
+        return self.launch_s + levels + self.check_s
+
+
+def prior_estimator(stack: str, settings: TuneSettings, requests_at: dict[int, int]) -> Estimator:
+    level = {}
+    for c in settings.concurrency:
+        waves = -(-requests_at[c] // c)  # ceil: requests run c at a time
+        t = waves * settings.max_tokens / STREAM_TOKENS_PER_S_PRIOR
+        level[c] = min(t, settings.level_seconds) if settings.level_seconds else t
+    check = settings.check_prompts * settings.max_tokens / STREAM_TOKENS_PER_S_PRIOR
+    return Estimator(launch_s=LAUNCH_PRIOR_S.get(stack, LAUNCH_PRIOR_DEFAULT_S), level_s=level, check_s=check)
+
+
+def candidates_from(plan: Plan, settings: TuneSettings, pinned: tuple[str, str | None, int] | None = None) -> list[Candidate]:
+    """The recommendation's scored techniques, chosen first then by predicted speedup; narrowed to
+    ``settings.methods`` (which may add methods the recommendation could not score, e.g. a named drafter)."""
+    # Scored means servable here; one predicted to lose is still worth measuring (the prediction may be wrong).
+    scored = [c for c in plan.candidates if c.speedup is not None]
+    scored.sort(key=lambda c: (not c.chosen, -(c.speedup or 0.0)))
+    out: list[Candidate] = []
+    seen: set[tuple[str, str | None]] = set()
+
+    def add(method: str, drafter: str | None, **kw) -> None:
+        if settings.drafter and method in DRAFTER_METHODS:
+            drafter = settings.drafter
+        key = (method, drafter)
+        if key not in seen and method != "none":
+            seen.add(key)
+            out.append(Candidate(method=method, drafter=drafter, **kw))
+
+    if pinned is not None and (not settings.methods or pinned[0] in settings.methods):
+        add(pinned[0], pinned[1], predicted_k=pinned[2] or None)
+    for c in scored:
+        if settings.methods and c.method not in settings.methods:
+            continue
+        add(c.method, c.drafter, predicted_k=c.num_speculative_tokens or None, predicted_speedup=c.speedup,
+            predicted_acceptance_length=c.acceptance_length, chosen=c.chosen)
+    for m in settings.methods:
+        if not any(c.method == m for c in out):
+            add(m, None)
+    limit = max(settings.candidates, len(settings.methods))
+    return out[:limit]
+
+
+def ks_for(c: Candidate, settings: TuneSettings) -> list[int]:
+    """k values worth trying: the ones asked for, else 1 and the predicted best's neighbourhood."""
+    if settings.ks:
+        return list(settings.ks)
+    best = c.predicted_k or 4
+    return sorted({1, *range(max(1, best - 2), best + 2)})
+
+
+def build(
+    candidates: list[Candidate], settings: TuneSettings, est: Estimator, budget_s: float | None = None,
+    done: set[str] | frozenset[str] = frozenset(),
+) -> TrialPlan:
+    """Order the trials (fewest launches to an answer first) and trim them to the budget, which counts only
+    what is left to run (``done``: trials an earlier run finished)."""
+    per = est.trial_s(settings)
+    control = Trial(id="control", method="none", k=0, candidate="control", purpose="control", estimate_s=per)
+    first: list[Trial] = []
+    rest: list[tuple[tuple[int, int], Trial]] = []
+    for rank, c in enumerate(candidates):
+        ks = ks_for(c, settings)
+        deepest = max(ks)
+        for k in ks:
+            t = Trial(id=f"{_slug(c.label)}-k{k}", method=c.method, drafter=c.drafter, k=k, candidate=c.label,
+                      purpose="acceptance" if k == deepest else "step-cost", estimate_s=per)
+            if k == deepest:
+                first.append(t)
+            else:
+                rest.append(((abs(k - (c.predicted_k or deepest)), rank), t))
+    ordered = [control, *first, *(t for _, t in sorted(rest, key=lambda x: x[0]))]
+    plan = TrialPlan(candidates=candidates, trials=[], budget_s=budget_s, estimate_basis=est.basis)
+    total = 0.0
+    for i, t in enumerate(ordered):
+        cost = 0.0 if t.id in done else t.estimate_s
+        # The control and the first candidate's deepest k are the least that decides anything: always kept.
+        if budget_s is not None and i >= 2 and total + cost > budget_s:
+            plan.dropped.append(t)
+            continue
+        plan.trials.append(t)
+        total += cost
+    plan.total_s = total
+    if budget_s is not None and total > budget_s:
+        plan.notes.append(
+            f"The budget ({fmt_duration(budget_s)}) is below the least that decides anything (the control and one "
+            f"candidate, about {fmt_duration(total)}); running those."
+        )
+    if plan.dropped:
+        plan.notes.append(
+            f"--budget left out {len(plan.dropped)} trial(s): " + ", ".join(t.id for t in plan.dropped) + "."
+        )
+    return plan
+
+
+def _slug(label: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "trial"
+
+
+def render(plan: TrialPlan, settings: TuneSettings, done: set[str] | frozenset[str] = frozenset()) -> list:
+    """What will run, in order, and about how long (rich renderables)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title="specplug tune: trial plan", title_justify="left")
+    for col in ("#", "trial", "method", "drafter", "k", "why", "about"):
+        t.add_column(col, justify="right" if col in ("#", "k", "about") else "left")
+    left = 0.0
+    for i, tr in enumerate(plan.trials, 1):
+        state = " (done)" if tr.id in done else ""
+        if tr.id not in done:
+            left += tr.estimate_s
+        why = {"control": "K=0 baseline", "acceptance": "acceptance per position",
+               "step-cost": "step cost at this k"}[tr.purpose]
+        t.add_row(str(i), tr.id + state, tr.method, tr.drafter or "-", str(tr.k), why, fmt_duration(tr.estimate_s))
+    basis = "measured on this machine" if plan.estimate_basis == "measured" else "a rough prior until the control has run"
+    lines = [
+        f"{len(plan.trials)} launch(es); concurrency {','.join(map(str, settings.concurrency))}, "
+        f"{settings.repeats} repeat(s) per level; about {fmt_duration(left)} left ({basis}).",
+        *plan.notes,
+    ]
+    return [t, Text("\n".join(lines))]
