@@ -1,10 +1,13 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes (a reader sees the old file or the new one, never half of one) and JSON reads that fail
+with a clear error."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
@@ -48,3 +51,22 @@ def write_atomic_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             os.unlink(tmp)
         raise
     return target
+
+
+def read_json_object(path: str | os.PathLike[str], default_name: str, missing_hint: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """``path`` (or ``path/default_name`` for a folder) read as a JSON object: (the file read, its data). A missing,
+    unreadable or non-object file is a SpecplugError naming it."""
+    from specplug.errors import SpecplugError
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / default_name
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecplugError(f"{p} does not exist.", missing_hint) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecplugError(f"Cannot read {p}: {exc}.") from None
+    if not isinstance(data, dict):
+        raise SpecplugError(f"{p} holds no JSON object.", missing_hint)
+    return p, data

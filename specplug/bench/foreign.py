@@ -24,6 +24,7 @@ from typing import Any
 from specplug.bench.metrics import Acceptance
 from specplug.bench.record import RECORD_KIND, BenchRecord, Percentiles, RunStats
 from specplug.errors import SpecplugError
+from specplug.fileio import read_json_object
 
 VLLM = "vllm bench serve"
 GUIDELLM = "guidellm"
@@ -72,18 +73,7 @@ def detect(data: Any) -> str | None:
 
 
 def load_json(path: str | Path) -> dict:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "bench.json"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecplugError(f"{p} does not exist.") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecplugError(f"Cannot read {p}: {exc}.") from None
-    if not isinstance(data, dict):
-        raise SpecplugError(f"{p} is not a benchmark report (a JSON object was expected).")
-    return data
+    return read_json_object(path, "bench.json", "Pass a benchmark report: a JSON object.")[1]
 
 
 def read_report(path: str | Path, data: dict | None = None) -> ForeignReport:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
 from specplug.bench.metrics import Acceptance
 from specplug.errors import SpecplugError
+from specplug.fileio import read_json_object
 
 RECORD_KIND = "specplug-bench"
 RECORD_VERSION = 1
@@ -126,16 +126,8 @@ class BenchRecord(BaseModel):
 
 
 def load_record(path: str | Path) -> BenchRecord:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "bench.json"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecplugError(f"{p} does not exist.", "Pass the bench.json written by 'specplug bench -o DIR'.") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecplugError(f"Cannot read {p}: {exc}.") from None
-    if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
+    p, data = read_json_object(path, "bench.json", "Pass the bench.json written by 'specplug bench -o DIR'.")
+    if data.get("kind") != RECORD_KIND:
         raise SpecplugError(f"{p} is not a specplug bench record.", "Pass the bench.json written by 'specplug bench'.")
     try:
         return BenchRecord.model_validate(data)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from specplug.errors import SpecplugError
+from specplug.fileio import read_json_object
 from specplug.tune.decide import Decision, TrialSummary
 from specplug.tune.feedback import AcceptanceCheck
 from specplug.tune.settings import TuneSettings
@@ -160,16 +160,8 @@ def write(rep: TuneReport, out_dir: str | Path) -> list[Path]:
 
 
 def load(path: str | Path) -> TuneReport:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tune.json"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecplugError(f"{p} does not exist.", "Pass the folder 'specplug tune -o DIR' wrote.") from None
-    except (OSError, ValueError) as exc:
-        raise SpecplugError(f"Cannot read {p}: {exc}.") from None
-    if not isinstance(data, dict) or data.get("kind") != REPORT_KIND:
+    p, data = read_json_object(path, "tune.json", "Pass the folder 'specplug tune -o DIR' wrote.")
+    if data.get("kind") != REPORT_KIND:
         raise SpecplugError(f"{p} is not a specplug tune report.")
     try:
         return TuneReport.model_validate(data)
