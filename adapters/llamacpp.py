@@ -48,6 +48,9 @@ METHODS: dict[str, tuple[Window, ...]] = {
     "ngram": (Window("ngram-simple", NEW_FLAGS_SINCE),),
     "mtp": (Window("draft-mtp", NEW_FLAGS_SINCE),),
     "eagle3": (Window("draft-eagle3", NEW_FLAGS_SINCE, source="sidecar GGUF naming unconfirmed"),),
+    # DFlash (llama.cpp PR #22105, merged 2026-04): a converted DFlash GGUF as the draft model. The spelling is
+    # from published llama-server command lines of upstream builds; common/arg.cpp itself was not read.
+    "dflash": (Window("draft-dflash", NEW_FLAGS_SINCE, source="PR #22105; spelling from users' command lines"),),
 }
 UNSUPPORTED = {
     "eagle": "llama.cpp has no EAGLE-1/2 heads; EAGLE-3 sidecars run with --spec-type draft-eagle3.",
@@ -222,7 +225,7 @@ class LlamaCppAdapter(BaseAdapter):
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out = precision_problems(plan, version)
         if plan.speculation.method != "none":
-            out += drafter_problems(plan, self.display_name, ("draft_model", "eagle3"))
+            out += drafter_problems(plan, self.display_name, ("draft_model", "eagle3", "dflash"))
         return out
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:
@@ -289,7 +292,7 @@ class LlamaCppAdapter(BaseAdapter):
             n = s.prompt_lookup_max or s.prompt_lookup_min or 3
             out += [NEW["ngram_n"], str(n), NEW["ngram_m"], str(c.k)]
             return out
-        if spec_type in ("draft-simple", "draft-eagle3") or c.drafter:
+        if spec_type in ("draft-simple", "draft-eagle3", "draft-dflash") or c.drafter:
             out += self._drafter_args(c, NEW, c.method)
         out += [NEW["k"], str(c.k), NEW["k_min"], "0"]
         if gpu and spec_type != "draft-mtp":

@@ -53,6 +53,9 @@ METHODS: dict[str, tuple[Window, ...]] = {
     "eagle3": (Window("EAGLE3", "0.4.4", source="about v0.4.4 (Mar 2025), unconfirmed exact"),),
     # Built-in MTP layers run through the EAGLE worker with no draft path (NEXTN is rewritten to EAGLE).
     "mtp": (Window("EAGLE", "0.4.4"),),
+    # DFlash block diffusion (sglang PRs #16818, #20547, #23000): read in ServerArgs 0.5.23 (_handle_dflash);
+    # earlier releases unconfirmed.
+    "dflash": (Window("DFLASH", "0.5.23", source="arg_groups/speculative_hook.py 0.5.23"),),
 }
 UNSUPPORTED = {
     "medusa": "SGLang has no Medusa heads; use EAGLE/EAGLE3 heads or a STANDALONE draft model.",
@@ -82,7 +85,7 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "fp8_e5m2": (Window("fp8_e5m2", "0.4.1"),),
     "bfloat16": (Window("bfloat16", "0.5.23", source="in 0.5.23's choices; earlier releases unconfirmed"),),
 }
-DRAFTER_METHODS = ("eagle", "eagle3", "draft_model")
+DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "dflash")
 
 SERVE_FLAGS = {
     "host": "--host",
@@ -149,6 +152,13 @@ class SGLangAdapter(BaseAdapter):
         acceptance=Gauges("sglang gauges (mean of samples)", "sglang:spec_accept_length", "sglang:spec_accept_rate"),
     )
 
+    def schedule_methods(self, version: str | None) -> frozenset[str]:
+        # The per-batch schedule reaches SGLang as adaptive steps, which run the EAGLE-family algorithms (chains).
+        if spelling(FLAGS, "adaptive", version) is None:
+            return frozenset()
+        return frozenset(m for m in self.supported_methods(version)
+                         if (w := spelling(METHODS, m, version)) is not None and w.value in ADAPTIVE_ALGORITHMS)
+
     def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
         # Every node runs the same server with its rank; only rank 0 answers HTTP.
         flags = f'--nnodes {nodes} --node-rank "{rank}" --dist-init-addr "{leader}:{DIST_PORT}"'
@@ -184,7 +194,13 @@ class SGLangAdapter(BaseAdapter):
                 "Drop --enable-dp-attention, or use EAGLE/EAGLE3/MTP, which run with it.",
                 key="serve.extra_args",
             ))
-        tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD")
+        if w is not None and w.value == "DFLASH" and plan.parallelism.pipeline_parallel_size > 1:
+            out.append(Problem(
+                "SGLang's DFLASH speculation runs with pipeline parallel size 1 only.",
+                "Fit the model on one pipeline stage (more or larger GPUs in tensor parallel), or use EAGLE3/MTP.",
+                key="parallelism.pipeline_parallel_size",
+            ))
+        tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD", "DFLASH")
         if tree is not None and tree_algorithm and tree.topk > 1 and tree.num_draft_tokens > tree.steps * tree.topk + 1:
             most = tree.steps * tree.topk + 1
             out.append(Problem(
@@ -250,6 +266,14 @@ class SGLangAdapter(BaseAdapter):
             out += self._match_window(plan, c, version)
             if s.schedule:
                 c.notes.append("SGLang's adaptive steps run EAGLE/EAGLE3 only; the n-gram trie drafts the same at every batch size.")
+            return out
+        if algorithm == "DFLASH":
+            # One forward drafts a block of k+1 (anchor + k masks); SGLang forces steps and topk to 1 itself, and
+            # warns when the block differs from the drafter's trained block_size.
+            out += [SPEC_FLAGS["drafter"], require_drafter(c, "SGLang", c.method), SPEC_FLAGS["draft_tokens"], str(c.k + 1)]
+            if s.schedule:
+                c.notes.append(f"SGLang's adaptive steps run {'/'.join(ADAPTIVE_ALGORITHMS)} only; DFLASH drafts k={c.k} "
+                               "at every batch size.")
             return out
         if c.method in ("eagle", "eagle3", "draft_model"):
             # Without a draft path SGLang loads the target as its own draft and crashes (sglang #36528).

@@ -53,6 +53,9 @@ METHODS: dict[str, tuple[Window, ...]] = {
     "mtp": (Window("MTP", "0.17.0"),),
     "medusa": (Window("Medusa", "0.17.0", TENSORRT_BACKEND_UNTIL, "TensorRT backend; removed after v1.3.0rc20"),),
     "lookahead": (Window("Lookahead", "0.17.0", TENSORRT_BACKEND_UNTIL, "TensorRT backend; removed after v1.3.0rc20"),),
+    # DFlashDecodingConfig is in the 1.3.0rc8 generation's recorded field list; the release that added it is not
+    # confirmed, so specplug renders it from that generation on.
+    "dflash": (Window("DFlash", "1.3.0rc8", source="trtllm_fields.yaml 1.3.0rc8"),),
 }
 UNSUPPORTED = {
     "suffix": "TensorRT-LLM's suffix automaton (SA) is not rendered by specplug: the release that added SADecodingConfig "
@@ -69,6 +72,7 @@ BACKEND = {
     "eagle": "tensorrt",
     "medusa": "tensorrt",
     "lookahead": "tensorrt",
+    "dflash": "pytorch",
 }
 SERVE_FLAGS = {
     "host": "--host",
@@ -85,7 +89,7 @@ OPEN_END = 1 << 20
 PREQUANTIZED = ("fp8", "nvfp4", "int4-awq", "mxfp4", "int8")
 # canonical serve.kv_cache_dtype -> kv_cache_config.dtype (TensorRT-LLM's FP8 KV cache is e4m3)
 KV_CACHE_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8"}
-DRAFTER_METHODS = ("draft_model", "eagle3", "eagle", "medusa")
+DRAFTER_METHODS = ("draft_model", "eagle3", "eagle", "medusa", "dflash")
 
 
 @cache
@@ -185,6 +189,7 @@ class TRTLLMAdapter(BaseAdapter):
     executables = ("trtllm-serve",)
     method_table = METHODS
     control_table = CONTROLS
+    parallel_drafting: ClassVar[dict[str, tuple[Window, ...]]] = {"pard": CONTROLS["pard"]}
     trees = True  # Eagle/Eagle3 dynamic trees (dynamic_tree_max_topK)
     shards_heads = True
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED

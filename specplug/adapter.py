@@ -123,11 +123,13 @@ class IterationStats:
 
 @dataclass(frozen=True)
 class ResponseTimings:
-    """Fields of each response's ``timings``: tokens drafted and accepted, summed over a run."""
+    """Fields of a per-response acceptance block (llama.cpp's ``timings``): tokens drafted and accepted, summed
+    over a run; ``block`` is where the block sits in a response (or its last streamed chunk)."""
 
     source: str
     drafted: str
     accepted: str
+    block: tuple[str, ...] = ("timings",)
 
 
 AcceptanceReader = Counters | Gauges | SkippedTokens | IterationStats
@@ -178,6 +180,13 @@ class Adapter(Protocol):
 
     def schedule_cutoff(self, version: str | None) -> bool:
         """Whether, lacking a schedule, it can stop speculating above a running-batch threshold (a schedule's k=0 top)."""
+
+    def parallel_draft_formats(self, version: str | None) -> frozenset[str]:
+        """Drafter checkpoint formats (catalog ``format``) whose k draft tokens come from ONE forward at ``version``."""
+
+    def schedule_methods(self, version: str | None) -> frozenset[str]:
+        """Methods whose draft length the stack switches per running batch size at ``version`` (all offered ones
+        when ``supports_schedule``; some only, e.g. SGLang's adaptive steps for the EAGLE family)."""
 
     def runs_without_gpu(self, version: str | None) -> bool:
         """Whether this build serves on a CPU."""
@@ -424,6 +433,9 @@ class BaseAdapter:
     metrics: ClassVar[StackMetrics] = NO_METRICS  # where /metrics (or responses) show acceptance; see StackMetrics
     # The policy's stack row that costs it when the policy has none under its name (a vLLM fork: "vllm").
     cost_profile: ClassVar[str] = DEFAULT_COST_PROFILE
+    # Drafter checkpoint formats (catalog ``format``, e.g. "pard") the stack drafts all k tokens of in ONE forward,
+    # per version range: the cost model charges such a drafter one forward of k tokens instead of k forwards.
+    parallel_drafting: ClassVar[dict[str, tuple[Window, ...]]] = {}
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:
@@ -454,6 +466,15 @@ class BaseAdapter:
         """Whether the stack, without a schedule, renders a schedule's k=0 top as an on/off threshold (TensorRT-LLM's
         max_concurrency): k stays fixed below it."""
         return False
+
+    def schedule_methods(self, version: str | None) -> frozenset[str]:
+        """Methods whose draft length switches per running batch size at ``version``: every offered method where the
+        stack's schedule is method-blind (``supports_schedule``), none otherwise; adapters override for a subset."""
+        return frozenset(self.supported_methods(version)) if self.supports_schedule(version) else frozenset()
+
+    def parallel_draft_formats(self, version: str | None) -> frozenset[str]:
+        """Drafter formats drafted all k tokens at once at ``version`` (read from ``parallel_drafting``)."""
+        return frozenset(f for f in self.parallel_drafting if spelling(self.parallel_drafting, f, version) is not None)
 
     # -- methods ---------------------------------------------------------------------------------------
     def methods(self, version: str | None) -> dict[str, str | None]:

@@ -17,15 +17,24 @@ class StackCapabilities:
     version: str | None  # the version planned for
     version_source: str  # 'flag', 'pinned', 'installed' or 'unknown'
     methods: dict[str, str | None] = field(default_factory=dict)  # canonical method -> None (offered) or why not
-    schedules: bool = False  # switches k per running batch size (else a schedule's k=0 ranges are advisory)
+    schedules: bool = False  # switches k per running batch size for every method (else see schedule_methods)
     trees: bool = False  # drafts token trees
     running_cap: int | None = None  # running requests the stack allows by default when speculating
     max_batch: int | None = None  # requests decoded together by default
     cost_profile: str = "stack_default"  # the policy's stack row it is costed with when it has none of its own
+    # Drafter formats (catalog ``format``) whose k draft tokens the stack proposes in one forward at this version
+    # (PARD's parallel drafting): costed as one forward of k tokens instead of k forwards.
+    parallel_drafting: frozenset[str] = frozenset()
+    # Methods whose k the stack switches per running batch size (SGLang: the EAGLE family, through adaptive steps).
+    schedule_methods: frozenset[str] = frozenset()
 
     def costed_as(self, rows: Iterable[str]) -> str:
         """The policy row that costs this stack: its own, else the one its adapter declares."""
         return self.name if self.name in rows else self.cost_profile
+
+    def schedules_for(self, method: str) -> bool:
+        """Whether a schedule (its k=0 ranges included) takes effect for ``method``; else it is advisory."""
+        return self.schedules or method in self.schedule_methods
 
     def why_not(self, method: str) -> str | None:
         return self.methods.get(method, f"{self.name} does not offer {method}")
@@ -50,7 +59,8 @@ def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> St
 
     if name == RESEARCH_CODE:
         return StackCapabilities(
-            name, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1, cost_profile=name
+            name, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1, cost_profile=name,
+            parallel_drafting=frozenset({"pard"}),  # the PARD paper's own code drafts in parallel
         )
     adapter = get_adapter(name)
     installed = adapter.installed_version()
@@ -65,4 +75,6 @@ def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> St
         adapter.spec_running_cap,
         adapter.max_batch,
         adapter.cost_profile,
+        adapter.parallel_draft_formats(version),
+        adapter.schedule_methods(version),
     )

@@ -35,7 +35,7 @@ SCHEMA_VERSION = 1
 DEFAULT_CONFIG = "specplug.yaml"
 
 Method = Literal[
-    "none", "ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator"
+    "none", "ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator", "dflash"
 ]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 # Spec-Bench's and SpecDecode-Bench's categories and the names people use for mixed/instruction traffic.
@@ -148,10 +148,10 @@ class CopySpeculation(SpeculationSpec):
 
 
 class DrafterSpeculation(SpeculationSpec):
-    """Drafts from a model: a separate draft model, a head trained on the target (EAGLE, Medusa, MLP) or the
-    target's own MTP layers."""
+    """Drafts from a model: a separate draft model, a head trained on the target (EAGLE, Medusa, MLP, a DFlash
+    block-diffusion drafter) or the target's own MTP layers."""
 
-    method: Literal["draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp"] = Field(
+    method: Literal["draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp", "dflash"] = Field(
         description="Speculation technique."
     )
 

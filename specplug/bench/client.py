@@ -8,6 +8,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -127,6 +128,8 @@ class RequestResult:
     output_tokens: int = 0
     text: str = ""
     error: str | None = None
+    # The response's own acceptance block where the server sends one (llama.cpp's timings, vLLM's
+    # metrics.speculative_decoding): tokens drafted and accepted for this request alone.
     timings: dict[str, Any] | None = None
 
     @property
@@ -155,6 +158,25 @@ def _body(ep: Endpoint, p: Prompt, api: str, max_tokens: int, temperature: float
     else:
         body["prompt"] = p.text()
     return body
+
+
+@cache
+def _acceptance_blocks() -> tuple[tuple[str, ...], ...]:
+    """Where the stacks put a response's acceptance block (their metric declarations' ResponseTimings.block)."""
+    from specplug.bench.metrics import declared
+
+    return tuple(dict.fromkeys(m.timings.block for m in declared().values() if m.timings is not None))
+
+
+def acceptance_block(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    """The per-request acceptance block of a response or streamed chunk, None when it carries none."""
+    for path in _acceptance_blocks():
+        node: Any = chunk
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            return node
+    return None
 
 
 def _route(ep: Endpoint, api: str) -> str:
@@ -209,8 +231,9 @@ async def stream_request(
                 usage = chunk.get("usage")
                 if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
                     usage_tokens = int(usage["completion_tokens"])
-                if isinstance(chunk.get("timings"), dict):
-                    res.timings = chunk["timings"]
+                block = acceptance_block(chunk)
+                if block is not None:
+                    res.timings = block
     except httpx.HTTPError as exc:
         res.error = _describe(exc)
     finally:

@@ -5,9 +5,11 @@ Pure Python over the catalogs and the policy data (no numpy), so that `specplug 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specplug.catalog import GPU, Model, get_model
@@ -24,10 +26,10 @@ if TYPE_CHECKING:
     from specplug.policy.calibration import Calibration
     from specplug.traffic import TrafficProfile
 
-HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator")
+HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash")  # drafters trained on one target's features
 COPY_METHODS = ("ngram", "suffix", "lookahead")
 # Candidate order: ties in predicted speedup go to the earlier (simpler to run) method.
-METHOD_ORDER = ("ngram", "suffix", "mtp", "eagle3", "eagle", "draft_model", "medusa", "mlp_speculator", "lookahead")
+METHOD_ORDER = ("ngram", "suffix", "mtp", "eagle3", "eagle", "draft_model", "dflash", "medusa", "mlp_speculator", "lookahead")
 
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -131,15 +133,30 @@ class Context:
     calibration: Calibration | None = None
     traffic: TrafficProfile | None = None
     trees: bool = False  # the stack drafts token trees (its capabilities)
+    parallel_drafting: frozenset[str] = frozenset()  # drafter formats it drafts in one forward (its capabilities)
     notes: list[str] = field(default_factory=list)
 
     def model_ids(self) -> set[str]:
         return {self.model.hf_id, self.model.name, *self.model.aliases}
 
 
+def local_layers(drafter: str) -> int | None:
+    """``num_hidden_layers`` from a local drafter folder's config.json (None for a hub id or no such field)."""
+    cfg = Path(drafter) / "config.json"
+    try:
+        n = json.loads(cfg.read_text(encoding="utf-8")).get("num_hidden_layers") if cfg.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, stack: str, kv_bytes: float = 2.0) -> DraftChoice:
     """A user-named drafter: catalog model, catalog head, local folder or unknown HF id (size guessed)."""
-    cat = find_drafter(drafter)
+    cat = find_drafter(drafter, target.base_model or target.hf_id)
+    if method == "dflash":
+        layers = local_layers(drafter)
+        arch = perf.dflash_arch(target_arch, layers) if layers else None
+        return DraftChoice(method, cat.drafter_hf_id if cat else drafter, drafter_arch=arch, catalog=cat)
     if method != "draft_model":
         return DraftChoice(method, cat.drafter_hf_id if cat else drafter, catalog=cat)
     try:
@@ -194,6 +211,8 @@ def published_alpha(c: Context, d: DraftChoice) -> float | None:
         return perf.solve_alpha(x.acceptance_length, int(m.group(1)), prior.decay)
 
     own = alpha_of(d.catalog) if d.catalog is not None else None
+    if own is None and d.catalog is not None and d.catalog.cross_target:
+        return None  # its siblings were trained on this target; it was not
     if own is None:
         # Heads of one method for one target are trained on the same outputs: their published acceptance
         # says more about this one than the method's average over every target does.
@@ -224,6 +243,8 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     if d.method == "draft_model" and d.drafter_arch is not None:
         ratio = d.drafter_arch.params_b / max(c.target.params_b, 1e-3)
     a = published_alpha(c, d) or perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio)
+    if d.catalog is not None and d.catalog.cross_target:
+        a = perf.sigmoid(perf.logit(a) - c.policy.acceptance.cross_target_logit)
     if c.traffic is not None and prior.kind == "model":
         shifted = perf.sigmoid(perf.logit(a) + c.traffic.workload_shift())
         return min(shifted, c.policy.acceptance.max_alpha), "traffic"
@@ -238,9 +259,15 @@ def shapes(c: Context, method: str, k: int | None = None, tree: TreeSpec | None 
     return perf.shapes_for(c.policy, method, c.trees)
 
 
+def drafts_in_parallel(c: Context, d: DraftChoice) -> bool:
+    """A draft model whose format the stack drafts all k tokens of in one forward (PARD on vLLM 0.32+)."""
+    return d.method == "draft_model" and d.catalog is not None and d.catalog.format in c.parallel_drafting
+
+
 def score(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
     return perf.best(
-        c.policy, d.method, alpha, c.target, d.drafter_arch, c.device, c.factors, c.tp, batch, c.ctx, cands, rates_for(c, d)
+        c.policy, d.method, alpha, c.target, d.drafter_arch, c.device, c.factors, c.tp, batch, c.ctx, cands, rates_for(c, d),
+        parallel=drafts_in_parallel(c, d),
     )
 
 
@@ -311,8 +338,9 @@ def memory(
             dw = da.params_b * da.weight_bytes / dtp
             if d.method == "draft_model":
                 dkv = seqs * tokens_per_seq * da.kv_bytes_per_token / dtp / 1e9
-            elif d.method in ("eagle", "eagle3", "mtp"):
-                dkv = seqs * tokens_per_seq * target.kv_bytes_per_token / max(target.layers, 1) / kv_split / 1e9
+            elif d.method in ("eagle", "eagle3", "mtp", "dflash"):
+                # One (EAGLE, MTP) or a few (DFlash) layers' KV cache at the target's shape.
+                dkv = seqs * tokens_per_seq * target.kv_bytes_per_token / max(target.layers, 1) * da.layers / kv_split / 1e9
     rules = policy.rules.memory
     act = rules.activation_gb + rules.activation_frac * gpu_gb
     return Memory(gpu_gb, target_gb, dw, kv_gb, dkv, act, gpu_gb * rules.gpu_memory_utilization)

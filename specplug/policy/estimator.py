@@ -118,6 +118,7 @@ def estimate(
         calibration=E.load_calibration_opt(calibration),
         traffic=prof,
         trees=caps.trees if caps is not None else False,
+        parallel_drafting=caps.parallel_drafting if caps is not None else frozenset(),
     )
     warnings: list[str] = []
     if drafter:

@@ -189,10 +189,25 @@ class StepCost:
         return self.verify_ms + self.draft_ms + self.overhead_ms
 
 
+# DFlash drafters (vLLM's qwen3_dflash.py, SGLang's DFlash model): decoder layers at the target's width that attend
+# over the target's hidden states captured at as many target layers (an fc fuses them), drafting a block through
+# the target's LM head in one forward. z-lab's b16 drafters (e.g. Qwen3-8B-DFlash-b16) have 5 layers.
+DFLASH_LAYERS = 5
+
+
+def dflash_arch(target: Arch, layers: int = DFLASH_LAYERS) -> Arch:
+    """A DFlash drafter of ``layers`` decoder layers for ``target`` (its weights, fusion fc and the LM head it runs)."""
+    h = target.hidden
+    p = (layers * 12 * h**2 + layers * h * h + target.vocab * h) / 1e9
+    return Arch(p, p, layers, h, target.vocab, target.kv_bytes_per_token / max(target.layers, 1) * layers)
+
+
 def draft_arch(method: str, target: Arch, drafter: Arch | None) -> Arch | None:
     """The network the drafter runs per draft pass (None for copy-based methods)."""
     if method == "draft_model":
         return drafter
+    if method == "dflash":
+        return drafter or dflash_arch(target)
     if method in ("eagle", "eagle3"):
         # One decoder layer at the target's width plus an LM head (EAGLE-3 drafts over a 32k vocabulary).
         vocab = min(target.vocab, 32000) if method == "eagle3" else target.vocab
@@ -235,8 +250,10 @@ def step_cost(
     ctx: float,
     draft_tp: int | None = None,
     share: float = 1.0,
+    parallel: bool = False,
 ) -> StepCost:
-    """``share``: the fraction of steps (or of a batch's sequences) that draft; the rest verify one token."""
+    """``share``: the fraction of steps (or of a batch's sequences) that draft; the rest verify one token.
+    ``parallel``: a draft model the stack runs once per step over all k positions (PARD's parallel drafting)."""
     base = forward_ms(target, dev, sf, tp, batch, batch, ctx) + sf.step_overhead_ms
     if shape.k <= 0 or method == "none":
         return StepCost(base, base, 0.0, 0.0)
@@ -251,15 +268,16 @@ def step_cost(
     draft = 0.0
     if d is not None and prior.draft_forwards != "none":
         dtp = draft_tp or (tp if method != "draft_model" else 1)
-        if prior.draft_forwards == "one":
+        if prior.draft_forwards == "one" or parallel:
             passes, width = 1, shape.depth
         else:
             passes, width = shape.depth, max(1, round(shape.width))
         # A separate draft model caches the whole context; heads attend over the target's features (1 layer).
         for _ in range(passes):
             draft += forward_ms(d, dev, sf, dtp, batch * width, batch, ctx) + sf.draft_pass_overhead_ms
-        if method == "draft_model":
-            # The drafter also reads in the accepted tokens before drafting again.
+        if method == "draft_model" and not parallel:
+            # The drafter also reads in the accepted tokens before drafting again (a parallel drafter reads them in
+            # the same forward that proposes its k mask positions).
             draft += forward_ms(d, dev, sf, dtp, batch * 2, batch, ctx) * 0.5
     tokens = 1 + share * (shape.verify_tokens - 1)
     overhead = sf.spec_overhead_ms + sf.spec_overhead_per_seq_ms * batch + sf.spec_overhead_per_token_ms * batch * tokens
@@ -288,9 +306,10 @@ def evaluate(
     batch: int,
     ctx: float,
     rates: tuple[float, ...] | None = None,
+    parallel: bool = False,
 ) -> Outcome:
     """Speedup of one shape. ``rates``: measured acceptance per draft position (a traffic replay), which
-    replaces the prior's alpha * decay^i chain where given."""
+    replaces the prior's alpha * decay^i chain where given; ``parallel``: see :func:`step_cost`."""
     prior = policy.prior(method)
     if rates:
         alphas = [rates[min(i, len(rates) - 1)] * (prior.decay ** max(0, i - len(rates) + 1)) for i in range(shape.depth)]
@@ -299,7 +318,7 @@ def evaluate(
     share = prior.drafted_share(alphas[0]) if alphas else 1.0
     # A copy method that drafts on a share of steps accepts alpha_i / share on those steps.
     tau = 1.0 + share * (acceptance_length([min(a / share, 1.0) for a in alphas]) - 1.0)
-    cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx, share=share)
+    cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx, share=share, parallel=parallel)
     return Outcome(shape, tuple(alphas), tau, tau * cost.baseline_ms / cost.spec_ms, cost)
 
 
@@ -331,10 +350,11 @@ def best(
     ctx: float,
     shapes: list[Shape],
     rates: tuple[float, ...] | None = None,
+    parallel: bool = False,
 ) -> Outcome:
     top: Outcome | None = None
     for s in shapes:
-        o = evaluate(policy, method, s, alpha, target, drafter, dev, sf, tp, batch, ctx, rates)
+        o = evaluate(policy, method, s, alpha, target, drafter, dev, sf, tp, batch, ctx, rates, parallel)
         # Strictly better only: ties keep the smaller (earlier) shape, so choices are stable.
         if top is None or o.speedup > top.speedup * 1.0005:
             top = o

@@ -592,7 +592,7 @@ def _schedule_and_speculation(s: Planning) -> None:
         source = E.alpha_for(c, d)[1]
         if source == "calibrated":
             s.reasons.append("Acceptance comes from the calibration file, not the prior.")
-        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules:
+        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(d.method):
             s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
     if s.prof is not None:
         s.reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))

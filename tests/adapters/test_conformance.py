@@ -54,6 +54,7 @@ DRAFTERS = {
     "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
     "medusa": "x/medusa-heads",
     "mlp_speculator": "x/mlp-speculator",
+    "dflash": "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat",
 }
 SCHEDULE = [
     {"min_batch": 1, "max_batch": 8, "num_speculative_tokens": 4},

@@ -20,6 +20,7 @@ SCHEDULE = [
 DS = "deepseek-ai/DeepSeek-V3"
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
 E3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+DFLASH = "z-lab/Qwen3-8B-DFlash-b16"
 
 CASES = {
     # vLLM: legacy flags before --speculative-config; JSON after, with method always explicit
@@ -38,6 +39,12 @@ CASES = {
     "vllm-0.20.0-pard-autoregressive": ("vllm", "0.20.0", dict(model="Qwen/Qwen3-1.7B", method="draft_model", drafter="amd/PARD-Qwen3-0.6B", k=8)),
     "vllm-0.32.0-speculator": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="eagle3", drafter="RedHatAI/Qwen3-8B-speculator.eagle3", k=4, schedule=SCHEDULE)),
     "vllm-0.20.0-speculator-bare": ("vllm", "0.20.0", dict(model="Qwen/Qwen3-8B", method="eagle3", drafter="RedHatAI/Qwen3-8B-speculator.eagle3", k=3)),
+    # DFlash block diffusion: vLLM method dflash, SGLang DFLASH with its block, TensorRT-LLM DFlash, llama.cpp draft-dflash
+    "vllm-0.32.0-dflash": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15)),
+    "sglang-0.5.23-dflash": ("sglang", "0.5.23", dict(model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15)),
+    "trtllm-1.3.0rc8-dflash": ("trtllm", "1.3.0rc8", dict(model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15)),
+    "llamacpp-b10576-dflash": ("llamacpp", "b10576", dict(model="/models/qwen3-8b-q4_k_m.gguf", method="dflash",
+                                                          drafter="/models/qwen3-8b-dflash-b16-q8_0.gguf", k=15)),
     # SGLang: algorithm names by version, all three knobs, steps+1 with topk 1, trees get an attention backend
     "sglang-0.5.2-ngram-lookahead": ("sglang", "0.5.2", dict(method="ngram", k=8)),
     "sglang-0.5.23-ngram": ("sglang", "0.5.23", dict(method="ngram", k=8)),

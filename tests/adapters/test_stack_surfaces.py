@@ -108,3 +108,77 @@ def test_sglang_ngram_and_standalone_refuse_dp_attention(method, drafter):
     with pytest.raises(StackError, match="does not run with DP attention"):
         spec_of("sglang", "0.5.23", method=method, drafter=drafter, serve={"extra_args": ["--enable-dp-attention"]})
     spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", serve={"extra_args": ["--enable-dp-attention"]})
+
+
+DFLASH = "z-lab/Qwen3-8B-DFlash-b16"
+
+
+def test_sglang_schedules_the_eagle_family_only_and_the_planner_is_told_per_method():
+    from specplug import capabilities
+
+    caps = capabilities.resolve("sglang", flag="0.5.23")
+    assert {"eagle", "eagle3", "mtp"} <= caps.schedule_methods
+    assert caps.schedules_for("eagle3") and not caps.schedules_for("ngram") and not caps.schedules_for("dflash")
+    # Before adaptive steps SGLang has no per-batch control at all; vLLM's schedule is method-blind.
+    assert not capabilities.resolve("sglang", flag="0.5.3").schedule_methods
+    vllm = capabilities.resolve("vllm", flag="0.32.0")
+    assert vllm.schedules_for("ngram") and vllm.schedules_for("dflash")
+
+
+def test_sglang_dflash_drafts_a_block_and_keeps_one_pipeline_stage():
+    spec = spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=7, schedule=SCHEDULE)
+    argv = spec.argv
+    assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "8"  # the anchor plus k masks
+    assert "--speculative-num-steps" not in argv and "--speculative-adaptive" not in argv
+    assert any("DFLASH drafts k=7 at every batch size" in n for n in spec.notes)
+    with pytest.raises(StackError, match="pipeline parallel size 1"):
+        spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=7, pp=2, num_gpus=2)
+
+
+@pytest.mark.parametrize("stack,version,needs", [
+    ("vllm", "0.19.0", "vLLM 0.20.0"),
+    ("sglang", "0.5.3", "SGLang 0.5.23"),
+    ("trtllm", "1.3.0rc7", "TensorRT-LLM 1.3.0rc8"),
+])
+def test_dflash_before_a_stack_ships_it_is_refused_with_what_works(stack, version, needs):
+    with pytest.raises(StackError) as err:
+        spec_of(stack, version, model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=7)
+    assert needs in str(err.value) and "Supported there: ngram" in str(err.value)
+
+
+def test_dflash_needs_a_drafter_on_every_stack_that_runs_it():
+    for stack, version in (("vllm", "0.32.0"), ("sglang", "0.5.23"), ("trtllm", "1.3.0rc8"), ("llamacpp", "b10576")):
+        with pytest.raises(StackError, match="(?i)drafter"):
+            spec_of(stack, version, model="Qwen/Qwen3-8B", method="dflash", k=7)
+
+
+def test_vllm_per_request_acceptance_is_kept_from_the_last_streamed_chunk_and_read_as_vllms():
+    import asyncio
+
+    import httpx
+
+    from specplug.bench.client import Endpoint, stream_request
+    from specplug.bench.metrics import read_acceptance
+    from specplug.bench.prompts import Prompt
+
+    spec = {"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.375, "acceptance_histogram": [1, 0, 1, 0, 0],
+            "num_spec_steps": 2, "num_accepted_draft_tokens": 3, "num_draft_tokens": 8, "num_spec_tokens": 4}
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"content": "Hello"}}]},
+        {"choices": [{"index": 0, "delta": {"content": " there"}}]},
+        # vLLM 0.32's final usage chunk under --per-request-spec-decode-metrics (stream_options include_usage)
+        {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 5}, "metrics": {"speculative_decoding": spec}},
+    ]
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+    async def run():
+        transport = httpx.MockTransport(lambda req: httpx.Response(200, text=body))
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await stream_request(client, Endpoint("http://127.0.0.1:8000", "m"), Prompt("p", "hi"), "chat", 16, 0.0)
+
+    res = asyncio.run(run())
+    assert res.ok and res.output_tokens == 5 and res.timings == spec
+    acc = read_acceptance(None, None, timings=[res.timings], stack="vllm")
+    assert acc is not None and acc.source == "vLLM per-request spec-decode metrics"
+    assert acc.draft_tokens == 8 and acc.accepted_tokens == 3 and acc.acceptance_rate == pytest.approx(0.375)

@@ -55,6 +55,8 @@ def checked(sglang_env, tiny_model, run_cli_module, tmp_path_factory):
     assert adaptive.files, "the schedule should render an adaptive config"
     cases["eagle3_adaptive"] = (_written(adaptive, tmp / "adaptive-out"), True)
     cases["eagle"] = (render("sglang", method="eagle", drafter=m, num_speculative_tokens=3, **common).spec.argv, True)
+    # DFLASH resolves on CUDA/NPU/XPU only: the check's CPU device stops inside SGLang's own DFLASH handler.
+    cases["dflash"] = (render("sglang", method="dflash", drafter=m, num_speculative_tokens=15, **common).spec.argv, True)
     # specplug refuses NGRAM and STANDALONE with DP attention; the same argv with it added shows SGLang does too.
     dp = ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2"]
     cases["ngram_dp_attention"] = (cases["ngram"][0] + dp, True)
@@ -146,3 +148,12 @@ def test_sglang_itself_refuses_what_specplug_refuses_with_dp_attention(checked, 
     assert not r["ok"] and needle in r["error"], r
     # EAGLE-3 is not refused for DP attention: whatever stops it here is not that rule.
     assert "does not support dp attention" not in (checked["eagle3_dp_attention"].get("error") or "")
+
+
+def test_dflash_parses_as_sglangs_dflash_algorithm_with_its_block(checked, tiny_model):
+    r = checked["dflash"]
+    assert r["parsed"]["speculative_algorithm"] == "DFLASH"
+    assert r["parsed"]["speculative_draft_model_path"] == str(tiny_model)
+    assert r["parsed"]["speculative_num_draft_tokens"] == 16  # the anchor plus k=15 masks: one z-lab b16 block
+    # Resolution reached SGLang's DFLASH handler (the algorithm and flags were accepted) and stopped at the device.
+    assert not r["ok"] and "DFLASH speculative decoding is not supported" in r["error"], r.get("error")

@@ -66,6 +66,10 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
                    num_speculative_tokens=3, stack_version=VERSION)
     cases["eagle"] = (eagle.spec.argv, True, {"replace": {"yuhuili/EAGLE-LLaMA3.1-Instruct-8B": str(tiny_model),
                                                           "meta-llama/Llama-3.1-8B-Instruct": str(tiny_model)}})
+    dflash = render("vllm", model="qwen3-8b", gpu="h100", method="dflash", drafter=DFLASH, num_speculative_tokens=15,
+                    stack_version=VERSION)
+    drafter = _dflash_drafter(tmp / "dflash", tiny_model)
+    cases["dflash"] = (dflash.spec.argv, True, {"replace": {DFLASH: str(drafter), "Qwen/Qwen3-8B": str(tiny_model)}})
     speculator = _speculator(tmp / "speculator", tiny_model)
     (tmp / "d").mkdir()
     spec_cfg = _config(tmp / "d", tiny_model, f"  method: eagle3\n  drafter: {speculator}\n  num_speculative_tokens: 2\n")
@@ -92,6 +96,20 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
 
 
 PARD = "amd/PARD-Qwen3-0.6B"
+DFLASH = "z-lab/Qwen3-8B-DFlash-b16"  # passed explicitly: the drafter catalog has no DFlash rows yet
+
+
+def _dflash_drafter(folder: Path, target: Path) -> Path:
+    """A DFlash drafter for the tiny model laid out as z-lab's (config only): a Qwen3 block registered as
+    DFlashDraftModel, with dflash_config naming the target layers it reads and the mask token."""
+    import json
+
+    folder.mkdir()
+    cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    cfg.update(architectures=["DFlashDraftModel"], model_type="qwen3", num_hidden_layers=1, block_size=16,
+               dflash_config={"target_layer_ids": [1], "mask_token_id": 2})
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
 
 
 def _speculator(folder: Path, verifier: Path) -> Path:
@@ -176,6 +194,15 @@ def test_pard_drafter_builds_with_parallel_drafting(parsed, tiny_model):
     b = r["built"]
     assert b["method"] == "draft_model" and b["parallel_drafting"] is True and b["num_speculative_tokens"] == 8
     assert b["model"] == str(tiny_model)
+
+
+def test_dflash_builds_as_vllms_dflash_method_with_parallel_drafting(parsed, tiny_model):
+    r = parsed["dflash"]
+    assert r["ok"], r.get("error")
+    b = r["built"]
+    # vLLM's own SpeculativeConfig took method dflash and switched parallel drafting on for it (one forward a block).
+    assert b["method"] == "dflash" and b["num_speculative_tokens"] == 15 and b["parallel_drafting"] is True
+    assert b["model"].endswith("dflash")
 
 
 def test_eagle_head_builds(parsed):
