@@ -23,6 +23,7 @@ FORMATS_BY_METHOD: dict[str, frozenset[str]] = {
     "mlp_speculator": frozenset({"mlp_speculator"}),
     "mtp": frozenset({"mtp"}),
     "draft_model": frozenset({"draft_model", "pard"}),
+    "dflash": frozenset({"dflash"}),
 }
 
 # Names the `stacks` column may use: serving stacks plus the research code some heads only run in.

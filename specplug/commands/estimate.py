@@ -7,10 +7,10 @@ import sys
 import click
 
 from specplug.commands.choices import StackChoice
-from specplug.config import WORKLOADS
+from specplug.config import METHODS, WORKLOADS
 from specplug.output import emit, output_option
 
-_METHODS = ("ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "mlp_speculator", "lookahead")
+_METHODS = tuple(m for m in METHODS if m != "none")
 
 
 @click.command()

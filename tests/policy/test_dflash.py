@@ -15,7 +15,8 @@ from specplug.planning import estimate
 from specplug.policy import load_policy, perf
 from specplug.policy.perf import Arch, Device, Shape
 
-DFLASH = "z-lab/Qwen3-8B-DFlash-b16"  # passed explicitly: the drafter catalog has no DFlash rows yet
+DFLASH = "z-lab/Qwen3-8B-DFlash-b16"
+UNLISTED = "example/qwen3-dflash-b16"  # not in the catalog: on a target with no listed DFlash drafter, the prior
 QWEN3_8B = Arch(8.2, 8.2, 36, 4096, 151936, 36 * 2 * 8 * 128 * 2.0)
 H100 = Device(bw_gbs=3350, tflops=989, memory_gb=80, link_gbs=450)
 
@@ -57,10 +58,10 @@ def test_a_local_drafters_depth_is_read_from_its_config(tmp_path: Path) -> None:
 
 
 def test_the_prior_gives_the_published_median_chat_acceptance_at_block_16() -> None:
-    e = estimate("qwen3-8b", "dflash", drafter=DFLASH, gpu="h100", batch_size=1, stack="vllm", stack_version="0.32.0",
+    e = estimate("qwen3-14b", "dflash", drafter=UNLISTED, gpu="h100", batch_size=1, stack="vllm", stack_version="0.32.0",
                  num_speculative_tokens=15, workload="chat")
     assert e.acceptance_length == pytest.approx(2.36, abs=0.05)
-    math = estimate("qwen3-8b", "dflash", drafter=DFLASH, gpu="h100", batch_size=1, stack="vllm", stack_version="0.32.0",
+    math = estimate("qwen3-14b", "dflash", drafter=UNLISTED, gpu="h100", batch_size=1, stack="vllm", stack_version="0.32.0",
                     num_speculative_tokens=15, workload="math")
     assert math.acceptance_length > 2 * e.acceptance_length  # GSM8K-style text drafts far better than chat
     assert e.speedup > 1.0
@@ -86,7 +87,12 @@ def test_a_version_without_dflash_is_refused_with_what_works_there() -> None:
     assert "needs vLLM 0.20.0" in str(err.value) and "eagle3" in str(err.value)  # the hint lists what runs there
 
 
-def test_auto_planning_never_picks_dflash_without_a_drafter() -> None:
+def test_auto_planning_scores_a_catalog_dflash_drafter_and_rules_dflash_out_without_one() -> None:
     p = specplug.recommend("qwen3-8b", gpu="h100", num_gpus=1, batch_size=1, stack="vllm", stack_version="0.32.0")
     dflash = [c for c in p.candidates if c.method == "dflash"]
-    assert dflash and all(c.ruled_out and "--drafter" in c.ruled_out for c in dflash)
+    assert [c.drafter for c in dflash] == [DFLASH] and dflash[0].ruled_out is None and (dflash[0].speedup or 0) > 1.0
+    # Its published acceptance (2.93 at k=8 on MT-Bench) sets its prediction, not the method's prior.
+    assert dflash[0].acceptance_length > 2.5
+    other = specplug.recommend("qwen3-14b", gpu="h100", num_gpus=1, batch_size=1, stack="vllm", stack_version="0.32.0")
+    none = [c for c in other.candidates if c.method == "dflash"]
+    assert none and all(c.ruled_out and "--drafter" in c.ruled_out for c in none)

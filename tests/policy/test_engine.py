@@ -16,15 +16,19 @@ H100x4 = dict(gpu="h100", num_gpus=4, stack="vllm")
 def test_70b_chat_batch1_uses_a_drafter_that_pays() -> None:
     p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="chat", **H100x4)
     assert p.speculation.method in ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp")
-    assert 2 <= p.speculation.num_speculative_tokens <= 6
+    assert 2 <= p.speculation.num_speculative_tokens <= 8
     assert p.prediction.speedup > 1.3
     assert p.prediction.acceptance_length > 1.5
     assert [c for c in p.candidates if c.chosen]
 
 
-def test_code_edit_prefers_a_copy_method() -> None:
-    p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="code-edit", **H100x4)
-    assert p.speculation.method in ("ngram", "suffix")
+def test_code_edit_ranks_a_copy_method_above_the_eagle3_head() -> None:
+    # SpecDecode-Bench's InstructCoder rows measure n-gram level with EAGLE-3 and public code-edit runs ahead.
+    p = specplug.recommend("qwen3-8b", batch_size=1, workload="code-edit", gpu="h100", num_gpus=1, stack="vllm")
+    best = {m: max((c.speedup or 0.0) for c in p.candidates if c.method == m) for m in ("ngram", "suffix", "eagle3")}
+    assert max(best["ngram"], best["suffix"]) > best["eagle3"]
+    chat = specplug.recommend("qwen3-8b", batch_size=1, workload="chat", gpu="h100", num_gpus=1, stack="vllm")
+    assert chat.speculation.method not in ("ngram", "suffix")
 
 
 @pytest.mark.parametrize("workload", ["summarization", "code-edit", "rag"])
