@@ -516,7 +516,7 @@ def moe_fit(rows: list[Row], x: list[float]) -> dict[str, float]:
     moe = [r for r in rows if r.moe and r.speedup]
     base = _base_data()
     if not moe:
-        return {k: float(base["stack_default"][k]) for k in MOE_GRID}
+        return {}  # nothing to choose from: default.yaml's values stand
     best: tuple[float, dict[str, float]] | None = None
     for combo in itertools.product(*MOE_GRID.values()):
         vals = dict(zip(MOE_GRID, combo, strict=True))
