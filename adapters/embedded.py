@@ -52,6 +52,8 @@ def map_method(method: str) -> tuple[str, str | None]:
 class EmbeddedAdapter(BaseAdapter):
     name = "embedded"
     cost_profile = "embedded"  # its own row in policies/default.yaml
+    vocab_mismatch = "the embedded runtime needs identical token ids"
+    launch_prior_s = 30.0
     display_name = "specplug embedded runtime"
     install_hint = "pip install 'specplug[runtime]'"
     method_table = METHODS

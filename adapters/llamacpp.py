@@ -183,6 +183,10 @@ def _kv_args(p: Precision, version: str | None, extra: list[str], notes: list[st
 class LlamaCppAdapter(BaseAdapter):
     name = "llamacpp"
     cost_profile = "llamacpp"  # its own row in policies/default.yaml
+    vocab_mismatch = ("llama-server refuses drafts whose vocab type, special tokens or token texts differ (vocab sizes may "
+                      "differ by up to 128)")
+    vocab_slack = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE in common/speculative.cpp
+    launch_prior_s = 30.0
     display_name = "llama.cpp (llama-server)"
     install_hint = "build llama-server from https://github.com/ggml-org/llama.cpp (or: scripts/stack_envs.sh llamacpp)"
     executables = ("llama-server",)

@@ -132,6 +132,8 @@ NO_DP_ATTENTION = ("NGRAM", "STANDALONE")
 class SGLangAdapter(BaseAdapter):
     name = "sglang"
     cost_profile = "sglang"  # its own row in policies/default.yaml
+    vocab_mismatch = ("SGLang validates draft/target vocabularies (since PR #23838; older versions silently accepted a "
+                      "mismatch, losing acceptance)")
     display_name = "SGLang"
     install_hint = "pip install sglang"
     distributions = ("sglang",)

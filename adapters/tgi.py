@@ -74,6 +74,7 @@ SERVE_FLAGS = {
 class TGIAdapter(BaseAdapter):
     name = "tgi"
     cost_profile = "tgi"  # its own row in policies/default.yaml
+    vocab_mismatch = "TGI has no separate-draft-model mode"
     display_name = "TGI (text-generation-inference)"
     shards_heads = True
     install_hint = "docker pull ghcr.io/huggingface/text-generation-inference (or build text-generation-launcher)"

@@ -183,6 +183,8 @@ CONTROLS: dict[str, tuple[Window, ...]] = {
 class TRTLLMAdapter(BaseAdapter):
     name = "trtllm"
     cost_profile = "trtllm"  # its own row in policies/default.yaml
+    vocab_mismatch = "TensorRT-LLM needs the draft and target to share a tokenizer"
+    launch_prior_s = 300.0  # engine build or load first
     display_name = "TensorRT-LLM"
     install_hint = "pip install tensorrt-llm --extra-index-url https://pypi.nvidia.com"
     distributions = ("tensorrt-llm", "tensorrt_llm")

@@ -177,6 +177,10 @@ def has_schedule(version: str | None) -> bool:
 class VLLMAdapter(BaseAdapter):
     name = "vllm"
     cost_profile = "vllm"  # its own row in policies/default.yaml
+    vocab_mismatch = ("vLLM rejects a draft model whose vocab_size differs from the target's (unless use_heterogeneous_vocab, "
+                      "greedy only)")
+    vocab_slack = 0  # padded embeddings count as a mismatch too
+    launch_prior_s = 90.0
     display_name = "vLLM"
     shards_heads = True
     draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's

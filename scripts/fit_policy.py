@@ -582,7 +582,7 @@ class Features:
         for i, r in enumerate(rows):
             m = get_model(r.model)
             target = E.arch_of(m, E.serve_format(m, None, r.dtype))
-            d = E.resolve_drafter(r.method, r.drafter, m, target, pol, r.stack) if r.drafter else E.DraftChoice(r.method)
+            d = E.resolve_drafter(r.method, r.drafter, m, target, pol, capabilities.resolve(r.stack)) if r.drafter else E.DraftChoice(r.method)
             sf = pol.stacks[r.stack]
             dev = E.device_of(get_gpu(r.gpu), pol)
             tp, _ = E.split_gpus(r.num_gpus, pol, 8, m)

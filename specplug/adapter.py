@@ -152,6 +152,10 @@ class StackMetrics:
 NO_METRICS = StackMetrics()
 # The policy's cost factors for a stack with no row of its own ('stack_default' in 'specplug policy show').
 DEFAULT_COST_PROFILE = "stack_default"
+# What a stack does with a separate draft model whose vocabulary differs from the target's, as messages say it.
+DEFAULT_VOCAB_MISMATCH = "the stack needs the draft and target models to share token ids"
+# Seconds from start to healthy that ``specplug tune`` budgets before it has measured a launch of the stack.
+DEFAULT_LAUNCH_PRIOR_S = 180.0
 
 
 @runtime_checkable
@@ -216,6 +220,9 @@ class Adapter(Protocol):
     draft_tp: str | None  # how a separate draft model is sharded: "own", "target" or None
     metrics: StackMetrics  # where its /metrics (or responses) show acceptance
     cost_profile: str  # the policy's stack row it is costed with when the policy has none under its name
+    vocab_mismatch: str  # what it does with a separate draft model of another vocabulary (said in messages)
+    vocab_slack: int | None  # largest draft/target vocab-size difference it takes for one tokenizer (None: any)
+    launch_prior_s: float  # seconds from start to healthy, before tune has measured a launch
 
 
 # Every member above has a named default in BaseAdapter: a plugin subclasses it and states its differences.
@@ -436,6 +443,12 @@ class BaseAdapter:
     # Drafter checkpoint formats (catalog ``format``, e.g. "pard") the stack drafts all k tokens of in ONE forward,
     # per version range: the cost model charges such a drafter one forward of k tokens instead of k forwards.
     parallel_drafting: ClassVar[dict[str, tuple[Window, ...]]] = {}
+    # What the stack does with a separate draft model whose vocabulary differs (the end of a mismatch message), and
+    # the largest vocab-size difference it takes between a draft and a target of one tokenizer (padded embeddings;
+    # None: any). The validator and the policy read both through specplug.capabilities.
+    vocab_mismatch: ClassVar[str] = DEFAULT_VOCAB_MISMATCH
+    vocab_slack: ClassVar[int | None] = None
+    launch_prior_s: ClassVar[float] = DEFAULT_LAUNCH_PRIOR_S  # tune's start-to-healthy prior, until it measures one
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:

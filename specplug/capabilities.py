@@ -2,7 +2,7 @@
 
 The policy never asks an adapter: this module does, and the planner receives a :class:`StackCapabilities`
 (methods it offers at the version planned for, whether it switches k per batch size, where the version
-came from).
+came from, what it does with a draft model of another vocabulary).
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ class StackCapabilities:
     parallel_drafting: frozenset[str] = frozenset()
     # Methods whose k the stack switches per running batch size (SGLang: the EAGLE family, through adaptive steps).
     schedule_methods: frozenset[str] = frozenset()
+    # What the stack does with a separate draft model of another vocabulary (the end of a mismatch message; empty:
+    # nothing to add), and the largest vocab-size difference it takes for one tokenizer (None: any).
+    vocab_mismatch: str = ""
+    vocab_slack: int | None = None
 
     def costed_as(self, rows: Iterable[str]) -> str:
         """The policy row that costs this stack: its own, else the one its adapter declares."""
@@ -51,20 +55,39 @@ def default_stack() -> str:
 RESEARCH_CODE = "hf"
 
 
+def research_code() -> StackCapabilities:
+    """The research-code pseudo-stack (:data:`RESEARCH_CODE`): no adapter stands behind it."""
+    from specplug.config import METHODS
+
+    return StackCapabilities(
+        RESEARCH_CODE, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1,
+        cost_profile=RESEARCH_CODE,
+        parallel_drafting=frozenset({"pard"}),  # the PARD paper's own code drafts in parallel
+        vocab_mismatch="transformers needs tokenizer= and assistant_tokenizer= (universal assisted generation) when "
+        "vocabularies differ",
+    )
+
+
 def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> StackCapabilities:
     """Capabilities of stack ``name`` at ``flag`` (--stack-version), else ``pinned`` (specplug.yaml), else the
     installed version."""
     from specplug.adapter import get_adapter
-    from specplug.config import METHODS
 
     if name == RESEARCH_CODE:
-        return StackCapabilities(
-            name, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1, cost_profile=name,
-            parallel_drafting=frozenset({"pard"}),  # the PARD paper's own code drafts in parallel
-        )
-    adapter = get_adapter(name)
-    installed = adapter.installed_version()
+        return research_code()
+    installed = None if flag or pinned else get_adapter(name).installed_version()
     version, source = (flag, "flag") if flag else (pinned, "pinned") if pinned else (installed, "installed") if installed else (None, "unknown")
+    return declared(name, version, source)
+
+
+def declared(name: str, version: str | None = None, source: str = "unknown") -> StackCapabilities:
+    """What stack ``name``'s adapter declares at ``version``, without asking what is installed (the validator
+    checks a plan whose version is already settled)."""
+    from specplug.adapter import get_adapter
+
+    if name == RESEARCH_CODE:
+        return research_code()
+    adapter = get_adapter(name)
     return StackCapabilities(
         name,
         version,
@@ -77,4 +100,6 @@ def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> St
         adapter.cost_profile,
         adapter.parallel_draft_formats(version),
         adapter.schedule_methods(version),
+        adapter.vocab_mismatch,
+        adapter.vocab_slack,
     )

@@ -5,8 +5,9 @@
 carrying them all.
 render, launch (dry runs included) and check call it; the rules are:
 
-1. a separate draft model must share the target's vocabulary on the chosen stack (tokenizers.compatible),
-   unless the adapter says that stack and version take mismatched vocabularies;
+1. a separate draft model must share the target's vocabulary on the chosen stack (tokenizers.compatible, with
+   what the adapter declares: its vocabulary slack and what it does with a mismatch), unless the adapter says
+   that stack and version take mismatched vocabularies;
 2. a drafting method needs k >= 1 (suffix excepted) and a schedule that drafts somewhere; the stack's own k and
    tree limits come from the adapter (vLLM: k above a checkpoint's MTP layers a multiple of them; SGLang: a
    tree's draft tokens within steps x topk + 1);
@@ -25,6 +26,7 @@ from specplug.adapter import Adapter, Problem, get_adapter
 from specplug.errors import SpecplugError, StackError
 
 if TYPE_CHECKING:
+    from specplug.capabilities import StackCapabilities
     from specplug.catalog import Model
     from specplug.plan import Plan
 
@@ -106,6 +108,7 @@ def _catalog_model(ref: str | None) -> Model | None:
 
 
 def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
+    from specplug.capabilities import declared
     from specplug.policy.tokenizers import compatible
 
     s = plan.speculation
@@ -115,22 +118,27 @@ def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     draft = _catalog_model(s.drafter)
     if target is None or draft is None:
         return []
-    verdict = compatible(target, draft, plan.stack.name)
+    caps = declared(plan.stack.name, plan.stack.version)
+    verdict = compatible(target, draft, caps)
     if verdict.ok or adapter.accepts_mismatched_vocab(plan.stack.version):
         return []
-    names = compatible_drafters(target, plan.stack.name)
+    names = compatible_drafters(target, caps)
     hint = (f"Drafters that share {target.hf_id}'s vocabulary: {', '.join(names)}." if names
             else f"No catalog drafter shares {target.hf_id}'s vocabulary; use a drafter-free method (ngram, suffix) or an EAGLE/MTP head.")
     return [Problem(f"Draft model {s.drafter} cannot draft for {target.hf_id}: {verdict.reason}.", hint,
                     key="speculation.drafter")]
 
 
-def compatible_drafters(target: Model, stack: str) -> list[str]:
-    """Separate draft models for ``target`` on ``stack``: catalog draft_model drafters for it, then catalog models of
-    its tokenizer family 1/200 to 1/6 of its size (largest first), all passing the vocabulary check."""
+def compatible_drafters(target: Model, stack: StackCapabilities | str) -> list[str]:
+    """Separate draft models for ``target`` on ``stack`` (its capabilities, or its name): catalog draft_model drafters
+    for it, then catalog models of its tokenizer family 1/200 to 1/6 of its size (largest first), all passing the
+    vocabulary check."""
+    from specplug.capabilities import declared
     from specplug.catalog import drafters_for, get_model, models
     from specplug.policy.tokenizers import compatible
 
+    if isinstance(stack, str):
+        stack = declared(stack)
     out: list[str] = []
     for d in drafters_for(target.hf_id, "draft_model"):
         try:

@@ -43,3 +43,37 @@ def test_a_policy_row_under_the_stacks_own_name_wins_over_the_declared_profile()
     caps = dataclasses.replace(capabilities.resolve("vllm"), name="vllmfork", cost_profile="sglang")
     assert caps.costed_as({"vllmfork": None, "sglang": None}) == "vllmfork"
     assert caps.costed_as({"sglang": None}) == "sglang"
+
+
+def test_the_vocabulary_rules_an_adapter_declares_reach_the_policy():
+    assert (capabilities.resolve("vllm").vocab_slack, capabilities.resolve("llamacpp").vocab_slack) == (0, 128)
+    assert capabilities.resolve("sglang").vocab_slack is None
+    assert "llama-server" in capabilities.resolve("llamacpp").vocab_mismatch
+    assert "assistant_tokenizer=" in capabilities.resolve(capabilities.RESEARCH_CODE).vocab_mismatch
+
+
+def test_estimate_costs_research_code_as_planning_resolves_it_when_no_capabilities_are_passed():
+    from specplug.planning import estimate as resolved
+    from specplug.policy.estimator import estimate as bare
+
+    kw = {"drafter": "amd/PARD-Qwen3-0.6B", "gpu": "h100", "batch_size": 1, "num_speculative_tokens": 6,
+          "stack": capabilities.RESEARCH_CODE}
+    # The PARD paper's code drafts all k tokens in one forward: both paths must cost it so.
+    a, b = bare("qwen3-8b", "draft_model", **kw), resolved("qwen3-8b", "draft_model", **kw)
+    chain = bare("qwen3-8b", "draft_model", caps=capabilities.StackCapabilities("hf", None, "unknown"), **kw)
+    assert a.model_dump() == b.model_dump() and a.speedup > chain.speedup * 1.15
+
+
+def test_estimate_costs_a_stack_with_the_profile_its_adapter_declares(fork_registered, monkeypatch):
+    from specplug.policy import estimator
+
+    monkeypatch.setattr(estimator, "stack_names", lambda: ("sglang", "vllmfork"))
+    sglang = capabilities.resolve("sglang", "0.5.23")
+    kw = {"gpu": "h100", "batch_size": 8, "num_speculative_tokens": 3}
+    own = estimator.estimate("llama-3.1-8b", "eagle3", stack="sglang", caps=sglang, **kw)
+    # A stack with no policy row of its own, declaring SGLang's profile, then the named default.
+    fork = dataclasses.replace(sglang, name="vllmfork")
+    forked = estimator.estimate("llama-3.1-8b", "eagle3", stack="vllmfork", caps=fork, **kw)
+    default = estimator.estimate("llama-3.1-8b", "eagle3", stack="vllmfork",
+                                 caps=dataclasses.replace(fork, cost_profile=registry.DEFAULT_COST_PROFILE), **kw)
+    assert forked.speedup == own.speedup != default.speedup

@@ -23,6 +23,7 @@ from specplug.policy.schema import Policy, StackFactors
 from specplug.policy.tokenizers import compatible
 
 if TYPE_CHECKING:
+    from specplug.capabilities import StackCapabilities
     from specplug.policy.calibration import Calibration
     from specplug.traffic import TrafficProfile
 
@@ -150,7 +151,7 @@ def local_layers(drafter: str) -> int | None:
     return n if isinstance(n, int) and n > 0 else None
 
 
-def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, stack: str, kv_bytes: float = 2.0) -> DraftChoice:
+def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, caps: StackCapabilities, kv_bytes: float = 2.0) -> DraftChoice:
     """A user-named drafter: catalog model, catalog head, local folder or unknown HF id (size guessed)."""
     cat = find_drafter(drafter, target.base_model or target.hf_id)
     if method == "dflash":
@@ -166,7 +167,7 @@ def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch,
     if dm is not None:
         # A draft model is served in its own checkpoint's format (vLLM reads its quantization from its config).
         choice = DraftChoice(method, dm.hf_id if not dm.local_path else dm.local_path, dm, arch_of(dm, kv_bytes=kv_bytes), cat)
-        compat = compatible(target, dm, stack)
+        compat = compatible(target, dm, caps)
         if not compat.ok:
             choice.ruled_out = f"tokenizer mismatch: {compat.reason}"
         elif compat.reason:

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
 from specplug.catalog import get_gpu
 from specplug.catalog.precision import kv_cache_bytes
 from specplug.config import METHODS, WORKLOADS, TreeSpec, WorkloadSpec, stack_names
 from specplug.errors import SpecplugError
 from specplug.policy import engine as E
 from specplug.policy.data import load_policy
+from specplug.policy.planner import cost_context
 from specplug.policy.schema import Policy
-
-if TYPE_CHECKING:
-    from specplug.capabilities import StackCapabilities
 
 ESTIMATE_METHODS = tuple(m for m in METHODS if m != "none")
 
@@ -79,7 +78,7 @@ def estimate(
         raise SpecplugError(f"Unknown method '{method}'.", f"Choose one of: {', '.join(ESTIMATE_METHODS)}.")
     if workload not in WORKLOADS:
         raise SpecplugError(f"Unknown workload '{workload}'.", f"Choose one of: {', '.join(WORKLOADS)}.")
-    if stack != "hf" and stack not in stack_names():
+    if stack != RESEARCH_CODE and stack not in stack_names():
         raise SpecplugError(f"Unknown stack '{stack}'.", f"Choose one of: {', '.join(stack_names())}, hf (research code).")
     for name, v, lo in (("num_gpus", num_gpus, 1), ("batch_size", batch_size, 1), ("input_len", input_len, 1), ("output_len", output_len, 1)):
         if v < lo:
@@ -94,42 +93,25 @@ def estimate(
     fmt = E.serve_format(m, quantization, dtype)
     kvb = kv_cache_bytes(kv_cache_dtype)
     target = E.arch_of(m, fmt, kvb)
-    factors = pol.stack(stack)
     tp, pp = E.split_gpus(num_gpus, pol, 8, m)
     dev = E.device_of(g, pol)
     prof = E.load_traffic_opt(traffic, m)
     if prof is not None and (input_len, output_len) == (1024, 256):
         # The defaults give way to what the traffic measured.
         input_len, output_len = max(1, round(prof.input_len or input_len)), max(1, round(prof.output_len or output_len))
-    c = E.Context(
-        policy=pol,
-        model=m,
-        target=target,
-        gpu=g,
-        device=dev,
-        stack=stack,
-        factors=factors,
-        tp=tp,
-        pp=pp,
-        batch=batch_size,
-        ctx=input_len + output_len / 2,
-        workload=workload,
-        temperature=temperature,
-        calibration=E.load_calibration_opt(calibration),
-        traffic=prof,
-        trees=caps.trees if caps is not None else False,
-        parallel_drafting=caps.parallel_drafting if caps is not None else frozenset(),
-    )
+    caps = caps or _unresolved(stack)
+    c = cost_context(pol, caps, m, target, g, dev, tp, pp, batch_size, input_len, output_len,
+                     workload, temperature, E.load_calibration_opt(calibration), prof)
     warnings: list[str] = []
     if drafter:
-        d = E.resolve_drafter(method, drafter, m, target, pol, stack, kvb)
+        d = E.resolve_drafter(method, drafter, m, target, pol, caps, kvb)
     elif method == "draft_model":
         known = m.known_drafters("draft_model")
         if not known:
             raise SpecplugError(
                 f"No known draft model for {m.name}.", "Pass --drafter with a smaller model that shares its tokenizer."
             )
-        d = E.resolve_drafter(method, known[0].drafter_hf_id, m, target, pol, stack, kvb)
+        d = E.resolve_drafter(method, known[0].drafter_hf_id, m, target, pol, caps, kvb)
     else:
         heads = m.known_drafters(method) if method in E.HEAD_METHODS else []
         d = E.DraftChoice(method, heads[0].drafter_hf_id if heads else None)
@@ -137,7 +119,7 @@ def estimate(
             warnings.append(f"No published {method} head for {m.name} is known: the estimate assumes a typical one.")
         if method == "mtp" and not m.mtp_layers:
             warnings.append(f"{m.name} has no MTP layers: the estimate assumes it had one.")
-    if stack != "hf":
+    if stack != RESEARCH_CODE:
         _validate(m, g.name, g.memory_gb or 0.0, num_gpus, stack, tp, pp, method, d.drafter_id, num_speculative_tokens,
                   quantization, kv_cache_dtype)
     if d.ruled_out:
@@ -193,6 +175,13 @@ def estimate(
         fits=mem.fits,
         warnings=warnings,
     )
+
+
+def _unresolved(stack: str) -> StackCapabilities:
+    """Capabilities for a caller that resolved none (specplug.planning.estimate does): research code's own, else a
+    stack that drafts chains one token a forward, costed by its policy row or the default one, with no vocabulary
+    rules of its own."""
+    return research_code() if stack == RESEARCH_CODE else StackCapabilities(stack, None, "unknown")
 
 
 def _validate(m: Any, gpu: str, gpu_gb: float, n: int, stack: str, tp: int, pp: int, method: str, drafter: str | None,

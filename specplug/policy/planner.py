@@ -45,9 +45,8 @@ def _choose_gpus(
     return None
 
 
-def _candidates(
-    c: E.Context, model: Model, stack: str, supported: dict[str, str | None], kvb: float, version: str | None = None
-) -> list[E.DraftChoice]:
+def _candidates(c: E.Context, model: Model, caps: StackCapabilities, kvb: float) -> list[E.DraftChoice]:
+    stack, supported, version = caps.name, caps.methods, caps.version
     out: list[E.DraftChoice] = []
     for method in E.METHOD_ORDER:
         if method not in c.policy.acceptance.methods:
@@ -61,7 +60,7 @@ def _candidates(
                 d.ruled_out = f"{model.name} has no MTP layers"
             out.append(d)
         elif method == "draft_model":
-            out.extend(_draft_models(c, model, stack, kvb, reason, version))
+            out.extend(_draft_models(c, model, caps, kvb, reason))
         else:
             heads = model.known_drafters(method)
             if not heads:
@@ -97,11 +96,10 @@ def _candidates(
     return out
 
 
-def _draft_models(
-    c: E.Context, model: Model, stack: str, kvb: float, reason: str | None, version: str | None = None
-) -> list[E.DraftChoice]:
+def _draft_models(c: E.Context, model: Model, caps: StackCapabilities, kvb: float, reason: str | None) -> list[E.DraftChoice]:
     from specplug.catalog import models as all_models
 
+    stack, version = caps.name, caps.version
     ids: list[str] = [d.drafter_hf_id for d in model.known_drafters("draft_model")]
     if model.tokenizer_family and not model.local_path:
         # Same-tokenizer catalog models 1/200 .. 1/6 of the target's size are natural drafters.
@@ -117,7 +115,7 @@ def _draft_models(
         return [E.DraftChoice("draft_model", ruled_out=reason or f"no smaller model with {model.name}'s tokenizer in the catalog (pass --drafter)")]
     out = []
     for i in ids[:4]:
-        d = E.resolve_drafter("draft_model", i, model, c.target, c.policy, stack, kvb)
+        d = E.resolve_drafter("draft_model", i, model, c.target, c.policy, caps, kvb)
         issue = c.policy.rules.known_issue(d.drafter_id, stack, version)
         d.ruled_out = d.ruled_out or reason or (f"known problem in {stack}: {issue.reason}" if issue else None)
         out.append(d)
@@ -447,7 +445,7 @@ def _score_candidates(s: Planning) -> None:
     """Every method the policy knows, each ruled out with its reason or scored at the plan's batch size."""
     pol, c, seqs = s.pol, s.c, s.seqs
     s.explicit = s.cfg.speculation if isinstance(s.cfg.speculation, SpeculationSpec) else None
-    s.cands = _candidates(c, s.model, s.stack, s.caps.methods, s.kvb, s.caps.version)
+    s.cands = _candidates(c, s.model, s.caps, s.kvb)
     for d in s.cands:
         cand = Candidate(method=d.method, drafter=d.drafter_id)  # type: ignore[arg-type]
         if d.ruled_out:
@@ -488,7 +486,7 @@ def _decide(s: Planning) -> None:
     supported = s.caps.methods
     if explicit is not None and explicit.method != "none":
         d = (
-            E.resolve_drafter(explicit.method, explicit.drafter, s.model, s.target, pol, stack, s.kvb)
+            E.resolve_drafter(explicit.method, explicit.drafter, s.model, s.target, pol, s.caps, s.kvb)
             if explicit.drafter
             else next((x for x in s.cands if x.method == explicit.method and x.drafter_id), E.DraftChoice(explicit.method))
         )

@@ -16,9 +16,6 @@ from pydantic import BaseModel, Field
 from specplug.plan import Plan
 from specplug.tune.settings import TuneSettings, fmt_duration
 
-# Seconds from start to healthy, before anything was measured here (a measured launch replaces it).
-LAUNCH_PRIOR_S = {"embedded": 30.0, "vllm": 90.0, "llamacpp": 30.0, "sglang": 180.0, "tgi": 180.0, "trtllm": 300.0}
-LAUNCH_PRIOR_DEFAULT_S = 180.0
 # Output tokens per second per stream before anything was measured here: a CPU-sized guess, refined by the control.
 STREAM_TOKENS_PER_S_PRIOR = 25.0
 # Methods whose drafter is a separate model the user may name with --drafter.
@@ -88,7 +85,19 @@ def prior_estimator(stack: str, settings: TuneSettings, requests_at: dict[int, i
         t = waves * settings.max_tokens / STREAM_TOKENS_PER_S_PRIOR
         level[c] = min(t, settings.level_seconds) if settings.level_seconds else t
     check = settings.check_prompts * settings.max_tokens / STREAM_TOKENS_PER_S_PRIOR
-    return Estimator(launch_s=LAUNCH_PRIOR_S.get(stack, LAUNCH_PRIOR_DEFAULT_S), level_s=level, check_s=check)
+    return Estimator(launch_s=launch_prior_s(stack), level_s=level, check_s=check)
+
+
+def launch_prior_s(stack: str) -> float:
+    """Seconds from start to healthy the stack's adapter declares, before a launch was measured here (a measured
+    one replaces it); the named default for a stack whose adapter cannot load."""
+    from specplug.adapter import DEFAULT_LAUNCH_PRIOR_S, get_adapter
+    from specplug.errors import StackError
+
+    try:
+        return get_adapter(stack).launch_prior_s
+    except StackError:
+        return DEFAULT_LAUNCH_PRIOR_S
 
 
 def candidates_from(plan: Plan, settings: TuneSettings, pinned: tuple[str, str | None, int] | None = None) -> list[Candidate]:

@@ -12,6 +12,8 @@ adapter it checks, at the edges of every version window it declares:
   undeclared one does not;
 - the declared running-request cap reaches the argv; an image that needs no GPU means ``runs_without_gpu``;
 - the metric declaration is what ``specplug bench`` reads and recognises;
+- the declared vocabulary rules decide the validator's verdict on a draft model, whose message ends with what
+  the adapter says the stack does; the declared launch prior is what ``tune`` budgets per launch;
 - the launch script runs the argv the spec states.
 """
 
@@ -352,3 +354,35 @@ def test_the_launch_script_runs_the_argv_the_spec_states(stack):
         assert r.spec.argv and all(arg in r.script or arg in r.files or "'" in arg or '"' in arg
                                    for arg in a.launch_argv(r.spec.argv)[1:]), v
         assert r.spec.stack == stack and (v is None or r.spec.stack_version == v)
+
+
+QWEN_72B, QWEN_05B = "Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"  # one tokenizer; 152064 vs 151936 ids
+
+
+def _vocab_problems(stack: str, version: str | None, target: str, drafter: str) -> list[str]:
+    from specplug.validate import plan_problems
+
+    plan = make_plan(stack, version, model=target, method="draft_model", drafter=drafter, k=3)
+    return [p.message for p in plan_problems(plan) if p.key == "speculation.drafter" and "cannot draft" in p.message]
+
+
+def test_the_declared_vocabulary_rules_decide_the_validators_verdict(stack):
+    a = get_adapter(stack)
+    versions = [v for v in edge_versions(a) if not a.accepts_mismatched_vocab(v)]
+    if not versions:
+        pytest.skip("takes mismatched vocabularies at every version")
+    for v in versions:
+        other = _vocab_problems(stack, v, L8, QWEN_05B)  # another tokenizer altogether
+        assert len(other) == 1 and other[0].endswith(f"; {a.vocab_mismatch}.") if a.vocab_mismatch else other, v
+        padded = _vocab_problems(stack, v, QWEN_72B, QWEN_05B)  # the same tokenizer, padded apart by 128 ids
+        assert bool(padded) == (a.vocab_slack is not None and a.vocab_slack < 128), (v, padded)
+
+
+def test_tune_budgets_the_declared_launch_prior(stack):
+    from specplug.tune.settings import TuneSettings
+    from specplug.tune.trials import prior_estimator
+
+    a = get_adapter(stack)
+    assert isinstance(a.launch_prior_s, float) and a.launch_prior_s > 0
+    settings = TuneSettings(concurrency=[1])
+    assert prior_estimator(stack, settings, {1: 4}).launch_s == a.launch_prior_s
