@@ -8,11 +8,18 @@ n + 1 is the run id of length n and the next token (exact, no hashing), and only
 their request are sorted again. The same runs give the prompt-output overlap, repetition and BLEU-4 counts.
 
 Cross-request suffix matches look up the last 4 tokens among earlier outputs of the current and previous
-generation (see replay.GEN_REQUESTS) by a 42-bit hash; the hit's tokens are compared, and a hash collision
-(about one lookup in 10^12) counts as no match.
+generation (see replay.GEN_REQUESTS) in a sorted index of their windows' hashes, kept from batch to batch (a
+batch sorts its own windows and merges them in); a hit's tokens are compared, and on a hash collision the
+lookup steps back to earlier windows with that hash, so the result is exact.
+
+A batch's own-request part runs in a worker thread while the previous batch's cross-request part runs in the
+caller's: with two cores the two overlap (numpy releases the GIL), and the order of the results is unchanged.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,6 +38,10 @@ from specplug.traffic.replay import (
 TOKEN_BITS = 21  # token ids are code points (< 0x110000)
 MAX_BATCH_TOKENS = 1 << 20  # keeps run id + token + position within 63 bits
 SORTED_LEVELS = 4  # lengths grouped by sorting; longer ones follow chains of earlier occurrences
+# The suffix pool (two generations of outputs and a batch) stays under 2**22 tokens; places take POOL_BITS of a
+# window's index key and its 4-gram's hash the rest. Hash hits are checked token by token.
+POOL_BITS = 23
+HASH_BITS = 63 - POOL_BITS
 _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
 
 
@@ -53,13 +64,17 @@ def bleu4(matches: np.ndarray, totals: np.ndarray, out_len: np.ndarray, ref_len:
 def _lcp(src: np.ndarray, s0: np.ndarray, dl: np.ndarray, T: np.ndarray, t: np.ndarray, tend: np.ndarray) -> np.ndarray:
     """Per query: how many of ``src[s0 : s0 + dl]`` equal ``T[t:]`` before ``tend``."""
     out = np.zeros(len(t), np.int64)
-    live = np.flatnonzero((dl > 0) & (t < tend))
+    lim = np.minimum(dl, tend - t)
+    live = np.flatnonzero(lim > 0)
+    # The live queries' read positions and limits, compacted as they die (most die at the first token).
+    a, b, lim = s0[live], t[live], lim[live]
     j = 0
     while live.size:
-        live = live[src[s0[live] + j] == T[t[live] + j]]
+        eq = src[a] == T[b]
         j += 1
-        out[live] = j
-        live = live[(dl[live] > j) & (t[live] + j < tend[live])]
+        out[live[eq]] = j
+        eq &= lim > j  # room for one more
+        live, a, b, lim = live[eq], a[eq] + 1, b[eq] + 1, lim[eq]
     return out
 
 
@@ -73,25 +88,65 @@ def _hash4(a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, bits: int
     return (h >> np.uint64(64 - bits)).astype(np.int64)
 
 
+class _Local(NamedTuple):
+    """A batch after its own-request part: its tokens and layout, its queries, their local suffix drafts."""
+
+    T: np.ndarray
+    plen: np.ndarray
+    olen: np.ndarray
+    base: np.ndarray
+    obase: np.ndarray
+    t: np.ndarray  # per query (output position p >= 1): context end in T
+    tend: np.ndarray
+    reqs_q: np.ndarray
+    o_index: np.ndarray
+    n_loc: np.ndarray  # local suffix match length
+    m_loc: np.ndarray  # confirmed tokens of the local suffix draft
+
+
 class FastReplay:
     """n-gram (``nmin..nmax``) and suffix (``depth``) replay at draft lengths 1..k_max, batch by batch; the
     tallies equal those of replay.NgramReplay and replay.SuffixReplay fed the same requests in order."""
 
     def __init__(self, k_max: int = 8, nmin: int = 2, nmax: int = 4, depth: int = SUFFIX_MAX_DEPTH,
-                 factor: float = SUFFIX_SPEC_FACTOR) -> None:
+                 factor: float = SUFFIX_SPEC_FACTOR, threaded: bool = True) -> None:
         self.k_max, self.nmin, self.nmax, self.depth, self.factor = k_max, nmin, nmax, depth, factor
-        self.ngram, self.suffix = Tally(k_max), Tally(k_max)
-        self.shape = Shape()
+        self._ngram, self._suffix = Tally(k_max), Tally(k_max)
+        self._shape = Shape()
+        self.threaded = threaded  # False: both parts in the caller's thread, batch by batch
+        self._worker: ThreadPoolExecutor | None = None
+        self._pending: Future[_Local] | None = None  # the batch whose own-request part is under way
         # Earlier outputs visible to the suffix proposer: tokens, and per request its start, length, generation.
         self._pool = np.zeros(0, np.int64)
         self._pool_start = np.zeros(0, np.int64)
         self._pool_len = np.zeros(0, np.int64)
         self._pool_gen = np.zeros(0, np.int64)
+        # Their 4-gram windows as sorted ``hash << POOL_BITS | place``: a batch sorts only its own and merges.
+        self._pool_index = np.zeros(0, np.int64)
         self._gen = self._gen_requests = self._gen_tokens = 0
+
+    # The tallies: reading one first finishes the batch still under way.
+    @property
+    def ngram(self) -> Tally:
+        self.flush()
+        return self._ngram
+
+    @property
+    def suffix(self) -> Tally:
+        self.flush()
+        return self._suffix
+
+    @property
+    def shape(self) -> Shape:
+        self.flush()
+        return self._shape
 
     def add(self, prompts: list[str], outs: list[str]) -> None:
         """Replay requests in order (token strings), in batches of at most MAX_BATCH_TOKENS tokens. A request
-        longer than that keeps only the end of its prompt (and of its output) that fits."""
+        longer than that keeps only the end of its prompt (and of its output) that fits.
+
+        Each batch's own-request part (n-gram, local suffix matches, shape) runs in a worker thread (numpy
+        releases the GIL) while the previous batch's cross-request part runs here; the tallies wait for both."""
         room = MAX_BATCH_TOKENS
         if any(len(p) + len(o) > room for p, o in zip(prompts, outs, strict=True)):
             outs = [o[-room:] for o in outs]
@@ -102,8 +157,28 @@ class FastReplay:
             while j < n and (j == i or size + len(prompts[j]) + len(outs[j]) <= MAX_BATCH_TOKENS):
                 size += len(prompts[j]) + len(outs[j])
                 j += 1
-            self._batch(prompts[i:j], outs[i:j])
+            if not self.threaded:
+                self._cross(self._local(prompts[i:j], outs[i:j]))
+            else:
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(1, thread_name_prefix="specplug-replay")
+                nxt = self._worker.submit(self._local, prompts[i:j], outs[i:j])
+                self.flush()
+                self._pending = nxt
             i = j
+
+    def flush(self) -> None:
+        """Finish the batch under way (its cross-request part)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._cross(pending.result())
+
+    def close(self) -> None:
+        """Finish the batch under way and stop the worker thread."""
+        self.flush()
+        if self._worker is not None:
+            self._worker.shutdown()
+            self._worker = None
 
     def _generations(self, olen: np.ndarray) -> np.ndarray:
         gens = np.empty(len(olen), np.int64)
@@ -116,7 +191,9 @@ class FastReplay:
                 self._gen_requests = self._gen_tokens = 0
         return gens
 
-    def _batch(self, prompts: list[str], outs: list[str]) -> None:
+    def _local(self, prompts: list[str], outs: list[str]) -> _Local:
+        """A batch's own-request part: n-gram replay, shape counts and each position's local suffix draft.
+        Touches only the n-gram tally and the shape (the worker runs one batch at a time, in order)."""
         plen = np.fromiter(map(len, prompts), np.int64, len(prompts))
         olen = np.fromiter(map(len, outs), np.int64, len(outs))
         seq = [p + o for p, o in zip(prompts, outs, strict=True)]
@@ -126,8 +203,6 @@ class FastReplay:
         np.cumsum(L[:-1], out=base[1:])
         req = np.repeat(np.arange(len(L)), L)
         levels = self._levels(T, req, base, plen, olen)
-        gens = self._generations(olen)
-        pool = self._pool_now(T, base, plen, olen, gens)
         # Output positions p = 1..olen-1 of every request, as context ends t (global) and their request.
         has = olen >= 2
         reqs_q = np.repeat(np.arange(len(L))[has], olen[has] - 1)
@@ -146,22 +221,30 @@ class FastReplay:
         s0 = ng_first[hit] + ng_n[hit]
         dl = np.minimum(s0 + self.k_max, t[hit]) - s0
         m[o_index[hit]] = _lcp(T, s0, dl, T, t[hit], tend[hit])
-        self._walk(self.ngram, m, obase, olen)
+        self._walk(self._ngram, m, obase, olen)
 
-        m = np.zeros(total_out, np.int64)
+        # The local suffix draft of every position; the cross-request part replaces some of them.
         n_loc, prev = levels["best_n"][t], levels["best_prev"][t]
         cap = np.minimum((self.factor * n_loc).astype(np.int64), self.k_max)
         loc = n_loc > 0
         s0 = np.where(loc, prev + n_loc, 0)
         dl = np.where(loc, np.minimum(s0 + cap, t) - s0, 0)
-        use_global, g_start, g_dl = self._global(T, t, reqs_q, n_loc, base, gens, pool)
         m_loc = np.zeros(len(t), np.int64)
-        lsel = loc & ~use_global
-        m_loc[lsel] = _lcp(T, s0[lsel], dl[lsel], T, t[lsel], tend[lsel])
+        m_loc[loc] = _lcp(T, s0[loc], dl[loc], T, t[loc], tend[loc])
+        return _Local(T, plen, olen, base, obase, t, tend, reqs_q, o_index, n_loc, m_loc)
+
+    def _cross(self, b: _Local) -> None:
+        """A batch's cross-request part, in file order: suffix matches among earlier outputs, the suffix tally
+        and the pool update."""
+        gens = self._generations(b.olen)
+        pool = self._pool_now(b.T, b.base, b.plen, b.olen, gens)
+        use_global, g_start, g_dl = self._global(b.T, b.t, b.reqs_q, b.n_loc, b.base, gens, pool)
+        m_loc = b.m_loc
         if use_global.any():
-            m_loc[use_global] = _lcp(pool[0], g_start, g_dl, T, t[use_global], tend[use_global])
-        m[o_index] = m_loc
-        self._walk(self.suffix, m, obase, olen)
+            m_loc[use_global] = _lcp(pool[0], g_start, g_dl, b.T, b.t[use_global], b.tend[use_global])
+        m = np.zeros(int(b.olen.sum()), np.int64)
+        m[b.o_index] = m_loc
+        self._walk(self._suffix, m, b.obase, b.olen)
         self._remember(pool)
 
     def _levels(self, T, req, base, plen, olen) -> dict[str, np.ndarray]:
@@ -179,7 +262,7 @@ class FastReplay:
         ng_first = np.zeros(N + 1, np.int64)
         req_end = base + plen + olen  # per request (small tables: cheap to look up by request id)
         req_out = base + plen
-        shape = self.shape
+        shape = self._shape
         nreq = len(plen)
         matches = np.zeros((nreq, BLEU_N))
         sorted_top = max(SORTED_LEVELS, self.nmax, BLEU_N, SHAPE_GRAM)
@@ -231,15 +314,14 @@ class FastReplay:
         # Longer suffixes: windows that had an earlier occurrence at length n, extended by one token.
         prev_full = np.full(N, -1, np.int64)
         prev_full[later] = earlier
-        idx, prv = later, earlier  # ascending positions: each run lists its windows in order
-        order = np.argsort(idx, kind="stable")
-        idx, prv = idx[order], prv[order]
-        i_req = req[idx]
+        idx = np.flatnonzero(prev_full >= 0)  # the windows with an earlier occurrence, in position order
+        prv = prev_full[idx]
+        room = req_end[req[idx]] - idx  # tokens from each window start to the end of its request
         for n in range(sorted_top, top):  # from length n to n + 1
-            fits = idx + n + 1 <= req_end[i_req]
+            fits = room >= n + 1
             if not fits.all():
                 prev_full[idx[~fits]] = -1
-                idx, prv, i_req = idx[fits], prv[fits], i_req[fits]
+                idx, prv, room = idx[fits], prv[fits], room[fits]
             if not idx.size:
                 break
             # Most windows keep their occurrence (its next token agrees too); the others walk back the chain.
@@ -256,25 +338,36 @@ class FastReplay:
                 prv[moved] = new
                 if (new < 0).any():
                     keep = prv >= 0
-                    idx, prv, i_req = idx[keep], prv[keep], i_req[keep]
+                    idx, prv, room = idx[keep], prv[keep], room[keep]
             best_n[idx + n + 1] = n + 1
             best_prev[idx + n + 1] = prv
         return self._levels_done(best_n, best_prev, ng_n, ng_first, matches, olen, plen)
 
     def _levels_done(self, best_n, best_prev, ng_n, ng_first, matches, olen, plen) -> dict[str, np.ndarray]:
-        shape = self.shape
+        shape = self._shape
         shape.grams += int(np.maximum(olen - SHAPE_GRAM + 1, 0).sum())
         totals = np.maximum(olen[:, None] - np.arange(BLEU_N)[None, :], 0)
         shape.bleu_sum += float(bleu4(matches, totals, olen, plen).sum())
         shape.bleu_requests += len(olen)
         return {"best_n": best_n, "best_prev": best_prev, "ng_n": ng_n, "ng_first": ng_first}
 
-    def _pool_now(self, T, base, plen, olen, gens) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Earlier outputs followed by this batch's: tokens, and per request start, length and generation."""
+    def _pool_now(self, T, base, plen, olen, gens) -> tuple[np.ndarray, ...]:
+        """Earlier outputs followed by this batch's: tokens, per request start, length and generation, and the
+        sorted window index (the earlier outputs' merged with this batch's)."""
         outs = [T[b + p:b + p + o] for b, p, o in zip(base.tolist(), plen.tolist(), olen.tolist(), strict=True)]
+        old = len(self._pool)
         tokens = np.concatenate([self._pool, *outs])
-        starts = np.r_[self._pool_start, len(self._pool) + np.r_[0, np.cumsum(olen)[:-1]]].astype(np.int64)
-        return tokens, starts, np.r_[self._pool_len, olen].astype(np.int64), np.r_[self._pool_gen, gens].astype(np.int64)
+        if len(tokens) >= 1 << POOL_BITS:
+            raise ValueError(f"suffix pool of {len(tokens)} tokens exceeds {1 << POOL_BITS}")
+        new_starts = old + np.r_[0, np.cumsum(olen)[:-1]].astype(np.int64)
+        starts = np.r_[self._pool_start, new_starts].astype(np.int64)
+        g = GLOBAL_GRAM
+        wcount = np.maximum(olen - g + 1, 0)
+        wpos = np.repeat(new_starts, wcount) + np.arange(int(wcount.sum())) - np.repeat(np.r_[0, np.cumsum(wcount)[:-1]], wcount)
+        keys = np.sort((_hash4(tokens[wpos], tokens[wpos + 1], tokens[wpos + 2], tokens[wpos + 3], HASH_BITS) << POOL_BITS) | wpos)
+        # Two sorted runs: the stable sort (a merge sort) merges them in one linear pass.
+        index = np.sort(np.concatenate([self._pool_index, keys]), kind="stable") if self._pool_index.size else keys
+        return tokens, starts, np.r_[self._pool_len, olen].astype(np.int64), np.r_[self._pool_gen, gens].astype(np.int64), index
 
     def _global(self, T, t, reqs_q, n_loc, base, gens, pool_now):
         """Which queries take a cross-request draft, with its start (in the pool) and length."""
@@ -282,34 +375,48 @@ class FastReplay:
         tl = t - base[reqs_q]
         want = (n_loc < self.k_max) & (tl >= g)
         none = np.zeros(len(t), bool)
-        pool, starts, lens, pgen = pool_now
+        pool, starts, lens, pgen, index = pool_now
         nhist = len(self._pool_len)
-        if not want.any() or len(pool) < g:
+        if not want.any() or not index.size:  # no earlier output has four tokens
             return none, np.zeros(0, np.int64), np.zeros(0, np.int64)
-        # Pool windows: every 4-gram inside one output, keyed by hash, ordered by place (later = more recent).
-        wcount = np.maximum(lens - g + 1, 0)
-        off = np.arange(int(wcount.sum())) - np.repeat(np.r_[0, np.cumsum(wcount)[:-1]], wcount)
-        wpos = np.repeat(starts, wcount) + off
-        ob = max(1, int(len(pool)).bit_length())
-        hb = 63 - ob
-        wk = _hash4(pool[wpos], pool[wpos + 1], pool[wpos + 2], pool[wpos + 3], hb)
-        sorted_pool = np.sort((wk << ob) | wpos)
-        if not sorted_pool.size:  # no earlier output has four tokens
-            return none, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ob, pmask = POOL_BITS, (1 << POOL_BITS) - 1
         q = np.flatnonzero(want)
         tq = t[q]
-        qk = _hash4(T[tq - 4], T[tq - 3], T[tq - 2], T[tq - 1], hb)
+        qk = _hash4(T[tq - 4], T[tq - 3], T[tq - 2], T[tq - 1], HASH_BITS)
         rq = reqs_q[q]
         own_start = starts[nhist + rq]  # the query's own output and later ones are not earlier requests
-        at = np.searchsorted(sorted_pool, (qk << ob) | own_start, side="left") - 1
+        # The most recent window before the query's own output with the same hash; sorted needles keep the
+        # binary searches in cache.
+        needles = (qk << ob) | own_start
+        order = np.argsort(needles)
+        at = np.empty(len(q), np.int64)
+        at[order] = np.searchsorted(index, needles[order], side="left")
+        at -= 1
         ok = at >= 0
-        cand = sorted_pool[np.maximum(at, 0)]
+        cand = index[np.maximum(at, 0)]
         ok &= (cand >> ob) == qk
-        cpos = cand & ((1 << ob) - 1)
+        cpos = cand & pmask
+        same4 = ok.copy()
+        for j in range(g):
+            same4 &= pool[np.minimum(cpos + j, len(pool) - 1)] == T[tq - g + j]
+        # A hash collision (another 4-gram, same hash): step back to earlier windows with that hash.
+        bad = np.flatnonzero(ok & ~same4)
+        while bad.size:
+            at[bad] -= 1
+            bad = bad[at[bad] >= 0]
+            cand_b = index[at[bad]]
+            bad = bad[(cand_b >> ob) == qk[bad]] if bad.size else bad
+            if not bad.size:
+                break
+            cpos[bad] = index[at[bad]] & pmask
+            hit = np.ones(len(bad), bool)
+            for j in range(g):
+                hit &= pool[cpos[bad] + j] == T[tq[bad] - g + j]
+            same4[bad[hit]] = True
+            bad = bad[~hit]
+        ok = same4
         creq = np.searchsorted(starts, cpos, side="right") - 1
         ok &= pgen[creq] >= gens[rq] - 1
-        for j in range(g):  # the hash's hit must be the same four tokens
-            ok &= pool[np.minimum(cpos + j, len(pool) - 1)] == T[tq - g + j]
         gend = cpos + g - starts[creq]  # end of the matched 4-gram within its output
         src_len = lens[creq]
         # Extend the match backwards within that output (up to depth) and within this context.
@@ -330,10 +437,10 @@ class FastReplay:
         return use, (starts[creq] + gend)[ok], np.maximum(dl[ok], 0)
 
     def _remember(self, pool_now) -> None:
-        pool, starts, lens, pgen = pool_now
+        pool, starts, lens, pgen, index = pool_now
         keep = pgen >= self._gen - 1  # the generations a next request can still see
         if not keep.any():
-            self._pool = np.zeros(0, np.int64)
+            self._pool = self._pool_index = np.zeros(0, np.int64)
             self._pool_start = self._pool_len = self._pool_gen = np.zeros(0, np.int64)
             return
         first = int(np.argmax(keep))
@@ -342,6 +449,8 @@ class FastReplay:
         self._pool_start = starts[first:] - cut
         self._pool_len = lens[first:]
         self._pool_gen = pgen[first:]
+        # Places are the low bits: shifting kept ones down by cut leaves the hash bits (and the order) alone.
+        self._pool_index = index[(index & ((1 << POOL_BITS) - 1)) >= cut] - cut if cut else index
 
     def _walk(self, tally: Tally, m: np.ndarray, obase: np.ndarray, olen: np.ndarray) -> None:
         """Tally.walk for every request and k at once: each row steps through its output in lockstep,

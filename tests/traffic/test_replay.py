@@ -218,3 +218,24 @@ def test_vectorised_shape_and_bleu_equal_the_plain_ones() -> None:
     assert (a.grams, a.overlap, a.repeated, a.bleu_requests) == (b.grams, b.overlap, b.repeated, b.bleu_requests)
     assert a.bleu_sum == pytest.approx(b.bleu_sum, abs=1e-9)
     assert b.bleu_sum == pytest.approx(sum(naive.bleu4(p, o) for p, o in reqs), abs=1e-9)
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_vectorised_replay_stays_exact_when_window_hashes_collide(monkeypatch, threaded) -> None:
+    pytest.importorskip("numpy")
+    from specplug.traffic import fastreplay, replay
+
+    # 3 hash bits: nearly every cross-request lookup first lands on another 4-gram with the same hash.
+    monkeypatch.setattr(fastreplay, "HASH_BITS", 3)
+    for mod in (replay, fastreplay):
+        monkeypatch.setattr(mod, "GEN_REQUESTS", 9)
+    monkeypatch.setattr(fastreplay, "MAX_BATCH_TOKENS", 400)
+    reqs = _requests(23, 150)
+    plain = replay.PyReplay(8)
+    plain.add([_s(p) for p, _ in reqs], [_s(o) for _, o in reqs])
+    fast = fastreplay.FastReplay(8, threaded=threaded)
+    for i in range(0, len(reqs), 30):
+        fast.add([_s(p) for p, _ in reqs[i:i + 30]], [_s(o) for _, o in reqs[i:i + 30]])
+    for m in ("ngram", "suffix"):
+        assert vars(getattr(fast, m)) == vars(getattr(plain, m)), m
+    fast.close()
