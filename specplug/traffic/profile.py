@@ -242,6 +242,8 @@ def load_traffic(
         )
     n = replayed
     sh = replay.shape
+    tallies = {"ngram": replay.ngram, "suffix": replay.suffix}
+    replay.close()  # the vectorised replay's worker thread stops now, not when it is collected
     return TrafficProfile(
         path=str(path),
         digest="sha256:" + sha.hexdigest(),
@@ -258,7 +260,7 @@ def load_traffic(
         k_max=k_max,
         prompt_lookup_min=prompt_lookup_min,
         prompt_lookup_max=prompt_lookup_max,
-        tallies={"ngram": replay.ngram, "suffix": replay.suffix},
+        tallies=tallies,
     )
 
 

@@ -359,6 +359,9 @@ class Shape:
 class PyReplay:
     """Both proposers and the shape counts, request by request in plain Python (when numpy is missing)."""
 
+    def close(self) -> None:
+        """Nothing to stop: the plain replay runs in the caller's thread."""
+
     def __init__(self, k_max: int = 8, nmin: int = 2, nmax: int = 4) -> None:
         self._ngram, self._suffix = NgramReplay(k_max, nmin, nmax), SuffixReplay(k_max)
         self.ngram, self.suffix = self._ngram.tally, self._suffix.tally
