@@ -72,7 +72,7 @@ def test_estimate_costs_a_stack_with_the_profile_its_adapter_declares(fork_regis
     kw = {"gpu": "h100", "batch_size": 8, "num_speculative_tokens": 3}
     own = estimator.estimate("llama-3.1-8b", "eagle3", stack="sglang", caps=sglang, **kw)
     # A stack with no policy row of its own, declaring SGLang's profile, then the named default.
-    fork = dataclasses.replace(sglang, name="vllmfork")
+    fork = dataclasses.replace(sglang, name="vllmfork", version=None)  # its own releases, not SGLang's
     forked = estimator.estimate("llama-3.1-8b", "eagle3", stack="vllmfork", caps=fork, **kw)
     default = estimator.estimate("llama-3.1-8b", "eagle3", stack="vllmfork",
                                  caps=dataclasses.replace(fork, cost_profile=registry.DEFAULT_COST_PROFILE), **kw)

@@ -227,6 +227,16 @@ def published_alpha(c: Context, d: DraftChoice) -> float | None:
     return min(perf.sigmoid(x), c.policy.acceptance.max_alpha)
 
 
+def cross_target_note(d: DraftChoice, target: Model) -> str | None:
+    """The warning a plan or estimate carries when its head was trained on a sibling checkpoint."""
+    if d.catalog is None or not d.catalog.cross_target:
+        return None
+    return (
+        f"{d.catalog.drafter_hf_id} was trained on {d.catalog.trained_for}, not {target.hf_id}: its acceptance "
+        "here is unmeasured and the prediction discounts it; measure it with `specplug bench` and `calibrate`."
+    )
+
+
 def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     """First-position acceptance for a candidate, and where it came from: 'calibrated' (a calibration
     entry), 'traffic' (measured on the user's logs, or the prior moved by their measured shape) or None."""

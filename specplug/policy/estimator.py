@@ -114,18 +114,17 @@ def estimate(
         d = E.resolve_drafter(method, known[0].drafter_hf_id, m, target, pol, caps, kvb)
     else:
         heads = m.known_drafters(method) if method in E.HEAD_METHODS else []
-        d = E.DraftChoice(method, heads[0].drafter_hf_id if heads else None)
+        d = E.DraftChoice(method, heads[0].drafter_hf_id if heads else None, catalog=heads[0] if heads else None)
         if method in E.HEAD_METHODS and not heads:
             warnings.append(f"No published {method} head for {m.name} is known: the estimate assumes a typical one.")
         if method == "mtp" and not m.mtp_layers:
             warnings.append(f"{m.name} has no MTP layers: the estimate assumes it had one.")
-    if stack != RESEARCH_CODE:
-        _validate(m, g.name, g.memory_gb or 0.0, num_gpus, stack, tp, pp, method, d.drafter_id, num_speculative_tokens,
-                  quantization, kv_cache_dtype)
     if d.ruled_out:
         warnings.append(d.ruled_out)
     if d.note:
         warnings.append(d.note)
+    if (note := E.cross_target_note(d, m)) is not None:
+        warnings.append(note)
     tree = None
     if tree_topk is not None or num_draft_tokens is not None:
         steps = num_speculative_tokens or pol.prior(method).default_k
@@ -138,6 +137,10 @@ def estimate(
     o = E.score(c, d, alpha, batch_size, E.shapes(c, method, num_speculative_tokens, tree))
     if tree is None and o.shape.steps:
         tree = TreeSpec(steps=o.shape.steps, topk=o.shape.topk, num_draft_tokens=o.shape.tokens)
+    if stack != RESEARCH_CODE:
+        # The checks every command runs, on the configuration this estimate scored (its k, tree and version).
+        _validate(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth, tree,
+                  quantization, kv_cache_dtype)
     mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, batch_size, input_len + output_len, d)
     if not mem.fits and not require_fit:
         warnings.append(f"Does not fit: {mem.used_gb:.1f} GB needed per GPU, {mem.usable_gb:.1f} GB usable.")
@@ -184,8 +187,8 @@ def _unresolved(stack: str) -> StackCapabilities:
     return research_code() if stack == RESEARCH_CODE else StackCapabilities(stack, None, "unknown")
 
 
-def _validate(m: Any, gpu: str, gpu_gb: float, n: int, stack: str, tp: int, pp: int, method: str, drafter: str | None,
-              k: int | None, quantization: str | None, kv_cache_dtype: str) -> None:
+def _validate(m: Any, gpu: str, gpu_gb: float, n: int, caps: StackCapabilities, tp: int, pp: int, method: str,
+              drafter: str | None, k: int, tree: TreeSpec | None, quantization: str | None, kv_cache_dtype: str) -> None:
     """The checks every command runs (specplug.validate), on the Plan this estimate stands for."""
     from specplug.config import ServeOptions
     from specplug.plan import ModelRef, Parallelism, Plan, Speculation, StackRef
@@ -195,10 +198,10 @@ def _validate(m: Any, gpu: str, gpu_gb: float, n: int, stack: str, tp: int, pp: 
     plan = Plan(
         model=ModelRef(name=m.name, hf_id=m.local_path or m.hf_id, local_path=m.local_path, weight_format=m.weight_format),
         hardware=Hardware(gpu=gpu, num_gpus=n, memory_gb=gpu_gb, source="named"),
-        stack=StackRef(name=stack),  # type: ignore[arg-type]
+        stack=StackRef(name=caps.name, version=caps.version),  # type: ignore[arg-type]
         workload=WorkloadSpec(),
         parallelism=Parallelism(tensor_parallel_size=tp, pipeline_parallel_size=pp),
-        speculation=Speculation(method=method, drafter=drafter, num_speculative_tokens=k or 1),  # type: ignore[arg-type]
+        speculation=Speculation(method=method, drafter=drafter, num_speculative_tokens=k, tree=tree),  # type: ignore[arg-type]
         serve=ServeOptions(quantization=quantization, kv_cache_dtype=kv_cache_dtype),  # type: ignore[arg-type]
     )
     validate_plan(plan)

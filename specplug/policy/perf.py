@@ -316,8 +316,14 @@ def evaluate(
     else:
         alphas = position_alphas(alpha, prior.decay, shape.depth, shape.width, policy.acceptance.tree.gain)
     share = prior.drafted_share(alphas[0]) if alphas else 1.0
-    # A copy method that drafts on a share of steps accepts alpha_i / share on those steps.
-    tau = 1.0 + share * (acceptance_length([min(a / share, 1.0) for a in alphas]) - 1.0)
+    if share <= 0.0:
+        alphas = [0.0] * len(alphas)  # the proposer never matches: no step drafts
+    elif share < 1.0 and not rates:
+        # The prior's alpha * decay^i chain is unconditional; a copy method drafts on a share of steps only, so
+        # past the first position (accepted only after a match) it accepts alpha_i / share. Measured rates past
+        # the first position are already conditional on it.
+        alphas = [alphas[0], *(min(a / share, 1.0) for a in alphas[1:])]
+    tau = acceptance_length(alphas)
     cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx, share=share, parallel=parallel)
     return Outcome(shape, tuple(alphas), tau, tau * cost.baseline_ms / cost.spec_ms, cost)
 

@@ -547,22 +547,38 @@ def _schedule_and_speculation(s: Planning) -> None:
                 "kept as configured, without a per-batch-size schedule."
             )
             sched = []
+        # The headline is the curve's figure at this batch: the curve holds where the raw cost model would
+        # let a bigger batch gain more.
+        pt = next((p for p in reversed(curve) if p.batch_size <= seqs), None)
+        headline = min(o.speedup, pt.speedup) if explicit is None and pt is not None and pt.num_speculative_tokens else o.speedup
         s.pred = pred = Prediction(
-            speedup=round(o.speedup, 3),
+            speedup=round(headline, 3),
             acceptance_length=round(o.acceptance_length, 3),
             acceptance_rate=round(alpha, 3),
             curve=curve,
             breakeven_batch_size=E.breakeven(c, d, alpha, cand_shapes),
         )
         k = explicit.num_speculative_tokens if explicit and explicit.num_speculative_tokens is not None else o.shape.depth
+        shape = o.shape
         if explicit is None and sched:
-            # Stacks size their buffers for the configured k: it is the schedule's largest (smallest batch).
-            k = max(k, max(e.num_speculative_tokens for e in sched))
+            if s.caps.schedules_for(d.method):
+                # Stacks size their buffers for the configured k: it is the schedule's largest (smallest batch).
+                k = max(k, max(e.num_speculative_tokens for e in sched))
+                if shape.topk <= 1 and k > shape.depth:
+                    shape = Shape(k)
+            else:
+                # The stack runs one k at every batch: the schedule can only say where speculation is off.
+                sched = [e.model_copy(update={"num_speculative_tokens": min(e.num_speculative_tokens, k)}) for e in sched]
+        tree = explicit.tree if explicit and explicit.tree else _tree(c, d.method, shape)
+        if explicit is None and tree is not None and sched and tree.steps < k:
+            # A tree is as deep as its steps (TensorRT-LLM: max_draft_len): no schedule entry may ask for more.
+            sched = [e.model_copy(update={"num_speculative_tokens": min(e.num_speculative_tokens, tree.steps)}) for e in sched]
+            k = tree.steps
         s.spec = spec = Speculation(
             method=d.method,  # type: ignore[arg-type]
             drafter=d.drafter_id if d.method not in E.COPY_METHODS else None,
             num_speculative_tokens=k,
-            tree=explicit.tree if explicit and explicit.tree else _tree(c, d.method, o.shape),
+            tree=tree,
             schedule=explicit.schedule if explicit and explicit.schedule else sched,
         )
         if d.method in ("ngram",):
@@ -574,11 +590,8 @@ def _schedule_and_speculation(s: Planning) -> None:
             )
         if d.note:
             s.warnings.append(d.note)
-        if d.catalog is not None and d.catalog.cross_target:
-            s.warnings.append(
-                f"{d.catalog.drafter_hf_id} was trained on {d.catalog.trained_for}, not {s.c.model.hf_id}: its acceptance "
-                "here is unmeasured and the prediction discounts it; measure it with `specplug bench` and `calibrate`."
-            )
+        if (note := E.cross_target_note(d, s.c.model)) is not None:
+            s.warnings.append(note)
         for cand in s.candidates:
             cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
         if explicit is None:

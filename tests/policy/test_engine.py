@@ -243,3 +243,45 @@ def test_a_head_trained_on_a_sibling_checkpoint_is_usable_discounted_and_says_so
     assert (eagle[0].speedup or 0) < (same.speedup or 0)
     forced = specplug.recommend("llama-3.1-70b", batch_size=1, drafter="yuhuili/EAGLE-LLaMA3-Instruct-70B", **H100x4)
     assert any("trained on meta-llama/Meta-Llama-3-70B-Instruct" in w for w in forced.warnings)
+
+
+@pytest.mark.parametrize("batch", [1, 16, 64])
+def test_a_trtllm_plan_passes_its_own_validation(batch: int) -> None:
+    # TensorRT-LLM sizes max_draft_len from the tree's steps: the schedule never asks for more.
+    p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, stack="trtllm", batch_size=batch)
+    if p.speculation.tree is not None:
+        assert all(e.num_speculative_tokens <= p.speculation.tree.steps for e in p.speculation.schedule)
+
+
+@pytest.mark.parametrize("stack", ["tgi", "llamacpp"])
+def test_a_stack_that_runs_one_k_is_predicted_at_the_k_it_is_given(stack: str) -> None:
+    p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, stack=stack, batch_size=64)
+    if p.speculation.method == "none":
+        return
+    e = specplug.estimate("llama-3.1-8b", p.speculation.method, gpu="h100", batch_size=64, stack=stack,
+                          num_speculative_tokens=p.speculation.num_speculative_tokens, drafter=p.speculation.drafter)
+    assert e.speedup == pytest.approx(p.prediction.speedup, rel=0.02)
+
+
+def test_the_headline_never_exceeds_the_curve_at_the_plans_batch() -> None:
+    p = specplug.recommend("qwen3-30b-a3b", gpu="h100", stack="vllm", batch_size=32)
+    at = [pt for pt in p.prediction.curve if pt.batch_size <= 32][-1]
+    assert p.prediction.speedup <= at.speedup + 1e-9
+
+
+def test_a_copy_method_that_never_matches_predicts_no_gain_without_crashing() -> None:
+    from specplug.policy import perf
+    from specplug.policy.data import load_policy
+
+    pol = load_policy()
+    target = perf.Arch(8.0, 8.0, 32, 4096, 128256, 131072.0)
+    dev = perf.Device(3350.0, 989.0, 80.0, 450.0)
+    o = perf.evaluate(pol, "ngram", perf.Shape(4), 0.0, target, None, dev, pol.stacks["vllm"], 1, 1, 1024.0, rates=(0.0,))
+    assert o.acceptance_length == 1.0 and o.speedup < 1.0
+
+
+def test_estimate_without_a_drafter_discounts_and_names_a_sibling_trained_head() -> None:
+    e = specplug.estimate("llama-3.1-70b", "eagle", gpu="h100", num_gpus=4, batch_size=1)
+    named = specplug.estimate("llama-3.1-70b", "eagle", gpu="h100", num_gpus=4, batch_size=1,
+                              drafter="yuhuili/EAGLE-LLaMA3-Instruct-70B")
+    assert e.speedup == pytest.approx(named.speedup) and any("trained on" in w for w in e.warnings)
