@@ -26,6 +26,7 @@ _METHODS = tuple(m for m in METHODS if m != "none")
 @click.option("--workload", type=click.Choice(WORKLOADS), default="chat", show_default=True)
 @click.option("--temperature", type=click.FloatRange(0, 5), default=0.0, show_default=True)
 @click.option("--stack", type=StackChoice(extra=("hf",)), default="vllm", show_default=True, help="hf = eager research code.")
+@click.option("--stack-version", default=None, help="Estimate for this stack version [the installed one, else a recent release].")
 @click.option("--input-len", type=click.IntRange(1), default=1024, show_default=True)
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration file.")
@@ -38,7 +39,7 @@ _METHODS = tuple(m for m in METHODS if m != "none")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
               show_default=True)
 @output_option
-def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, input_len, output_len, calibration, policy_path, traffic, traffic_map, quantization, kv_cache_dtype, output) -> None:
+def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, stack_version, input_len, output_len, calibration, policy_path, traffic, traffic_map, quantization, kv_cache_dtype, output) -> None:
     """Estimate speedup and acceptance length for one configuration."""
     from specplug.policy import estimate as run
     from specplug.traffic.records import using_field_map
@@ -58,6 +59,7 @@ def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draf
             workload=workload,
             temperature=temperature,
             stack=stack,
+            stack_version=stack_version,
             input_len=input_len,
             output_len=output_len,
             calibration=calibration,

@@ -37,3 +37,12 @@ def test_bigger_batch_lowers_speedup() -> None:
     lo = specplug.estimate("llama-3.1-8b", "eagle3", gpu="h100", batch_size=1, num_speculative_tokens=3)
     hi = specplug.estimate("llama-3.1-8b", "eagle3", gpu="h100", batch_size=128, num_speculative_tokens=3)
     assert hi.speedup < lo.speedup
+
+
+def test_stack_version_decides_what_estimate_accepts() -> None:
+    args = ["estimate", "--model", "qwen3-8b", "--method", "dflash", "--drafter", "z-lab/Qwen3-8B-DFlash-b16",
+            "--gpu", "h100", "--stack", "vllm", "--output", "json"]
+    old = CliRunner().invoke(cli, [*args, "--stack-version", "0.10.2"])
+    assert old.exit_code == 1 and "needs vLLM 0.20.0" in old.output
+    new = CliRunner().invoke(cli, [*args, "--stack-version", "0.32.0"])
+    assert new.exit_code == 0 and json.loads(new.output)["speedup"] > 1.0
