@@ -39,10 +39,10 @@ def test_bigger_batch_lowers_speedup() -> None:
     assert hi.speedup < lo.speedup
 
 
-def test_stack_version_decides_what_estimate_accepts() -> None:
+def test_stack_version_decides_what_estimate_accepts(run_cli) -> None:
     args = ["estimate", "--model", "qwen3-8b", "--method", "dflash", "--drafter", "z-lab/Qwen3-8B-DFlash-b16",
             "--gpu", "h100", "--stack", "vllm", "--output", "json"]
-    old = CliRunner().invoke(cli, [*args, "--stack-version", "0.10.2"])
-    assert old.exit_code == 1 and "needs vLLM 0.20.0" in old.output
-    new = CliRunner().invoke(cli, [*args, "--stack-version", "0.32.0"])
-    assert new.exit_code == 0 and json.loads(new.output)["speedup"] > 1.0
+    old = run_cli(*args, "--stack-version", "0.10.2")
+    assert old.exit_code == 1 and "needs vLLM 0.20.0" in old.stderr
+    new = run_cli(*args, "--stack-version", "0.32.0")
+    assert new.exit_code == 0 and json.loads(new.stdout)["speedup"] > 1.0
