@@ -196,16 +196,25 @@ class Server:
             os.killpg(self.pgid, sig)
 
     def stop(self, grace: float = STOP_GRACE) -> int | None:
-        """SIGTERM the whole group, SIGKILL what is left after ``grace`` seconds; returns the exit code."""
-        if self.alive():
+        """SIGTERM the whole group, SIGKILL what is left after ``grace`` seconds; returns the exit code. A second
+        Ctrl-C while waiting kills the group at once (then re-raises), so nothing is left behind either way."""
+        try:
+            if self.alive():
+                self.signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=grace)
+            # Children may outlive the leader (vLLM's engine core, workers): sweep the group either way.
             self.signal(signal.SIGTERM)
+            deadline = time.monotonic() + min(grace, 5.0)
+            while _group_alive(self.pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            self.signal(signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace)
-        # Children may outlive the leader (vLLM's engine core, workers): sweep the group either way.
-        self.signal(signal.SIGTERM)
-        deadline = time.monotonic() + min(grace, 5.0)
-        while _group_alive(self.pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+                self.proc.wait(timeout=2)
+            self._reader.join(timeout=1)
+            self._log.close()
+            raise
         if _group_alive(self.pgid):
             self.signal(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -313,8 +313,8 @@ def _split_in_parallelism(data: dict[str, Any]) -> dict[str, Any]:
     tp, pp = serve.pop("tensor_parallel_size", None), serve.pop("pipeline_parallel_size", None)
     if tp:
         par["tensor_parallel_size"] = tp
-    if isinstance(pp, int) and isinstance(par.get("pipeline_parallel_size", 1), int):
-        par["pipeline_parallel_size"] = max(pp, par.get("pipeline_parallel_size", 1))
+    if isinstance(pp, int) and not isinstance(pp, bool) and pp >= 1:  # as the renders did: serve's when set
+        par["pipeline_parallel_size"] = pp
     data["plan"]["parallelism"] = par
     return data
 

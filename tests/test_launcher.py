@@ -3,6 +3,7 @@ signals, no orphans, missing stacks, dry runs and the fallback hook."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -268,3 +269,48 @@ def test_an_invalid_plan_is_refused_before_preflight_even_in_a_dry_run(monkeypat
     # an invalid plan is not "unavailable": no fallback stands in for it
     with pytest.raises(InvalidPlan):
         launcher.launch("vllm", plan=plan, dry_run=True, fallback="embedded", out=io.StringIO())
+
+
+def test_a_second_ctrl_c_while_stopping_kills_the_whole_group(tmp_path):
+    # A server (and its child) that ignores SIGTERM, as one stuck in a CUDA call does.
+    code = textwrap.dedent(f"""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(tmp_path / "child")!r}, "w").write(str(child.pid))
+        time.sleep(600)
+    """)
+    srv = launcher.Server([sys.executable, "-c", code], dict(os.environ), str(tmp_path), tmp_path / "server.log")
+    pgid = srv.pgid
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "child").is_file() or not (tmp_path / "child").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child = int((tmp_path / "child").read_text())
+        real_wait, calls = srv.proc.wait, []
+
+        def interrupted(timeout=None):
+            if not calls:  # the second Ctrl-C lands while stop() waits out the grace period
+                calls.append(timeout)
+                raise KeyboardInterrupt
+            return real_wait(timeout=timeout)
+
+        srv.proc.wait = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            srv.stop(grace=30)
+        assert calls == [30] and srv.proc.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 5  # the child, killed too, is reaped by init
+        while os.path.exists(f"/proc/{child}") and "Z" not in _state(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{child}") or "Z" in _state(child)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

@@ -118,3 +118,8 @@ def test_a_lock_that_kept_the_split_in_serve_reads_with_that_split() -> None:
     plan = parse_lock(yaml.safe_dump(data)).plan
     assert (plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size) == (4, 2)
     assert "tensor_parallel_size" not in plan.serve.model_dump()
+    # serve's pipeline size wins even when it is the smaller one: that is the split the server ran with.
+    data["plan"]["serve"].update({"tensor_parallel_size": 8, "pipeline_parallel_size": 1})
+    data["plan"]["parallelism"].update({"tensor_parallel_size": 4, "pipeline_parallel_size": 2})
+    plan = parse_lock(yaml.safe_dump(data)).plan
+    assert (plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size) == (8, 1)

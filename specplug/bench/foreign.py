@@ -6,7 +6,11 @@ Two formats are recognised by their content:
   lists when saved with ``--save-detailed``, and ``spec_decode_*`` fields when vLLM's client found the server's
   speculative-decoding counters moving (it scrapes ``/metrics`` before and after itself);
 - a GuideLLM JSON report (``guidellm run --output kind=json``): one benchmark per profile step (for
-  ``kind=concurrent,streams=1,4`` one at 1 and one at 4 streams), with no speculation figures.
+  ``kind=concurrent,streams=1,4`` one at 1 and one at 4 streams), with no speculation figures. Rate profiles
+  (constant, poisson, a sweep's rate steps) are refused: they hold no concurrency, their max_concurrency a cap.
+
+vLLM's result does not record the temperature; ``--metadata temperature=X`` does, and so does the client's own
+command line when specplug runs it.
 
 Each run becomes a :class:`~specplug.bench.record.RunStats` with specplug's definitions: tokens per second over
 the run's wall time, time per output token after the first. Where the report has no acceptance, the caller
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,11 @@ GUIDELLM = "guidellm"
 # What a client sends when the command line sets no temperature: the server's default, 1.0 on vLLM, SGLang and
 # the embedded server (a model's generation_config may say otherwise).
 SERVER_DEFAULT_TEMPERATURE = 1.0
+# GuideLLM strategies with a fixed number of requests in flight; the others send at a rate, their
+# max_concurrency only a cap.
+GUIDELLM_FIXED_LOAD = ("synchronous", "concurrent", "throughput")
+# A file's mtime may trail time.time() by the kernel's coarse clock tick.
+MTIME_SLACK_S = 0.1
 
 
 @dataclass
@@ -50,6 +61,7 @@ class ForeignReport:
     model: str | None
     runs: list[ForeignRun]
     temperature: float | None = None  # None: the client sent none (the server's default applied)
+    temperature_unknown: bool = False  # the report does not record the temperature at all (vLLM's result)
     max_tokens: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -80,10 +92,13 @@ def read_report(path: str | Path, data: dict | None = None) -> ForeignReport:
     """A vLLM bench serve result or a GuideLLM report; anything else is a clear error."""
     data = load_json(path) if data is None else data
     tool = detect(data)
-    if tool == VLLM:
-        return _vllm(str(path), data)
-    if tool == GUIDELLM:
-        return _guidellm(str(path), data)
+    reader = {VLLM: _vllm, GUIDELLM: _guidellm}.get(tool or "")
+    if reader is not None:
+        try:
+            return reader(str(path), data)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            # A field of the wrong type (null latencies, a list where an object belongs): not a crash.
+            raise _damaged(str(path), f"a field has an unexpected type or value ({type(exc).__name__}: {exc})") from None
     raise SpecplugError(
         f"{path} is neither a specplug bench record, a 'vllm bench serve --save-result' JSON nor a GuideLLM report.",
         "Pass bench.json from 'specplug bench -o DIR', vLLM's --result-filename file, or GuideLLM's "
@@ -143,10 +158,35 @@ def _vllm(path: str, data: dict) -> ForeignReport:
         ttft_s=ttft, tpot_s=tpot, latency_s=latency, acceptance=_vllm_acceptance(data),
     )
     max_tokens = max((o for o in outs or [] if isinstance(o, int)), default=None) if isinstance(outs, list) else None
+    # vLLM's result does not record the temperature; '--metadata temperature=X' saves it (as a string).
+    temperature = _as_temperature(data.get("temperature"))
     return ForeignReport(
         tool=VLLM, path=path, model=data.get("model_id") if isinstance(data.get("model_id"), str) else None,
-        runs=[ForeignRun(int(conc), stats)], temperature=_num(data.get("temperature")), max_tokens=max_tokens,
+        runs=[ForeignRun(int(conc), stats)], temperature=temperature, temperature_unknown=temperature is None,
+        max_tokens=max_tokens,
     )
+
+
+def _as_temperature(v: Any) -> float | None:
+    """A temperature from a number or a string (``--metadata temperature=0`` saves the string "0")."""
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    x = _num(v)
+    return x if x is not None and math.isfinite(x) and x >= 0 else None
+
+
+def argv_temperature(argv: list[str]) -> float | None:
+    """The temperature a client's command line sets (``--temperature X`` or ``--temperature=X``), or None."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == "--temperature" and i + 1 < len(argv):
+            found = _as_temperature(argv[i + 1])
+        elif a.startswith("--temperature="):
+            found = _as_temperature(a.split("=", 1)[1])
+    return found
 
 
 def _vllm_acceptance(data: dict) -> Acceptance | None:
@@ -201,10 +241,21 @@ def _guidellm(path: str, data: dict) -> ForeignReport:
         failed = int(_num(totals.get("errored")) or 0)
         out_tokens = int(_num(((m.get("output_token_count") or {}).get("successful") or {}).get("total_sum")) or 0)
         strategy = (b.get("config") or {}).get("strategy") or {}
-        conc = _num(strategy.get("streams")) or _num(strategy.get("max_concurrency"))
-        if strategy.get("type_") == "synchronous":
-            conc = 1
-        if conc is None:  # rate-based profiles: the concurrency they reached on average
+        kind = strategy.get("type_")
+        if kind not in GUIDELLM_FIXED_LOAD:
+            raise SpecplugError(
+                f"{path}: benchmark {i} ran GuideLLM's '{kind}' strategy, which sends at a rate: GuideLLM rate "
+                "profiles have no fixed concurrency (max_concurrency is only a cap).",
+                "Use --profile kind=concurrent,streams=1,4 (or kind=synchronous / kind=throughput with "
+                "max_concurrency) so that each benchmark runs at one concurrency.",
+            )
+        if kind == "synchronous":
+            conc = 1.0
+        elif kind == "concurrent":
+            conc = _num(strategy.get("streams"))
+        else:
+            conc = _num(strategy.get("max_concurrency"))
+        if conc is None:  # throughput without a cap: as many as it kept in flight on average
             conc = max(1, round(_num(((m.get("request_concurrency") or {}).get("successful") or {}).get("mean")) or 1))
         reqs = b.get("requests") or {}
         errors = []
@@ -308,8 +359,12 @@ def to_record(
         temperature = temps.pop() if len(temps) == 1 else None
     if temperature is None:
         temperature = SERVER_DEFAULT_TEMPERATURE
-        notes.append(f"The client sent no temperature: the server's default ({SERVER_DEFAULT_TEMPERATURE}) is "
-                     "assumed (pass --temperature if it differs).")
+        if any(r.temperature_unknown for r in reports):
+            notes.append(f"The report does not say which temperature was used (pass --temperature); the server's "
+                         f"default ({SERVER_DEFAULT_TEMPERATURE}) is assumed.")
+        else:
+            notes.append(f"The client sent no temperature: the server's default ({SERVER_DEFAULT_TEMPERATURE}) is "
+                         "assumed (pass --temperature if it differs).")
     for r in reports:
         notes += r.notes
     max_tokens = max((r.max_tokens for r in reports if r.max_tokens), default=None)
@@ -350,7 +405,10 @@ def record_from_files(
             raise SpecplugError("Scraping the server's counters around the client needs --endpoint URL.")
         from specplug.bench.clientrun import run_client
 
+        started = time.time()
         scraped = run_client(client, endpoint, api_key=api_key, stack=stack)
+        for p in paths:
+            _written_since(p, started)
     elif endpoint:
         raise SpecplugError(
             "The server's counters can only be read around the client's run.",
@@ -363,9 +421,29 @@ def record_from_files(
             raise SpecplugError("A specplug bench.json is read alone (it already holds its levels and baseline).")
         return load_record(paths[0])
     reports = [read_report(p, d) for p, d in docs]
+    if client:
+        # The client's own command line says what it sent: with no --temperature, vLLM's client sends none.
+        sent = argv_temperature(client)
+        for r in reports:
+            if r.temperature_unknown:
+                r.temperature, r.temperature_unknown = sent, False
     baseline = [read_report(p) for p in baseline_paths or []]
     return to_record(
         reports, baseline=baseline, acceptance=scraped.acceptance if scraped else None,
         acceptance_note=scraped.note if scraped else "", stack=stack or (scraped.stack if scraped else None),
         endpoint=endpoint, temperature=temperature, min_speedup=min_speedup,
     )
+
+
+def _written_since(path: str, started: float) -> None:
+    """The client ran to write ``path``: one it left as it was holds an earlier run's numbers."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        mtime = None
+    if mtime is None or mtime < started - MTIME_SLACK_S:
+        what = "did not write" if mtime is None else "did not rewrite"
+        raise SpecplugError(
+            f"The client {what} {path} (it is older than the client's run), so its numbers are not this run's.",
+            "Point --from at the file the client writes (vLLM: --result-filename; GuideLLM: --output kind=json,path=FILE).",
+        )

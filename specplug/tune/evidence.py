@@ -88,10 +88,12 @@ def to_csv(rep: TuneReport) -> str:
 def best_per_candidate(rep: TuneReport) -> dict[str, list[tuple[int, float, float, float, int]]]:
     """Per candidate, per concurrency: its fastest k's (concurrency, speedup, low, high, k)."""
     out: dict[str, dict[int, tuple[int, float, float, float, int]]] = {}
+    planned = {x.id: x.candidate for x in [*rep.plan.trials, *rep.plan.dropped]}  # mirrors told apart there
     for t in rep.trials:
         if t.k == 0:
             continue
-        label = t.method if not t.drafter else f"{t.method}({t.drafter.rstrip('/').rsplit('/', 1)[-1]})"
+        label = planned.get(t.id) or (t.method if not t.drafter else
+                                      f"{t.method}({t.drafter.rstrip('/').rsplit('/', 1)[-1]})")
         for s in t.speedups:
             cur = out.setdefault(label, {}).get(s.concurrency)
             if cur is None or s.speedup > cur[1]:
@@ -157,6 +159,14 @@ def write(rep: TuneReport, out_dir: str | Path) -> list[Path]:
     written.append(write_atomic(d / "tune.csv", to_csv(rep)))
     written.append(write_atomic(d / "tune.json", dump_json(rep)))
     return written
+
+
+def write_json(rep: TuneReport, out_dir: str | Path) -> Path:
+    """tune.json alone: the report again once what it records has changed (the calibration written)."""
+    from specplug.fileio import write_atomic
+    from specplug.output import dump_json
+
+    return write_atomic(Path(out_dir) / "tune.json", dump_json(rep))
 
 
 def load(path: str | Path) -> TuneReport:

@@ -17,6 +17,9 @@ from specplug.config import Config
 
 # What tune writes into specplug.yaml: changing these afterwards does not make the measurements stale.
 WRITTEN_KEYS = ("speculation", "calibration")
+# Inputs that cannot change a measurement: tune serves on its own loopback port, with or without a key, and
+# never falls back.
+UNMEASURED_KEYS = (("serve", "host"), ("serve", "port"), ("serve", "api_key_env"), ("fallback",))
 
 
 class TuneRef(BaseModel):
@@ -43,10 +46,17 @@ def _digest(data: Any) -> str:
 
 
 def measured_spec(cfg: Config) -> dict[str, Any]:
-    """The config as validated data, less what tune itself writes."""
-    data = cfg.model_dump(mode="json")
+    """The config as validated data, less what tune itself writes and what cannot change a measurement. Fields
+    at their default are left out, so a field a later specplug adds does not make older evidence stale."""
+    data = cfg.model_dump(mode="json", exclude_defaults=True)
     for k in WRITTEN_KEYS:
         data.pop(k, None)
+    for path in UNMEASURED_KEYS:
+        node = data
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
     return data
 
 

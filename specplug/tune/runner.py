@@ -50,7 +50,7 @@ def trial_config(cfg: Config, trial: Trial, stack: str, port: int) -> Config:
         spec = SpeculationSpec(
             method=trial.method,  # type: ignore[arg-type]
             drafter=trial.drafter, num_speculative_tokens=trial.k,
-            schedule=[ScheduleEntry(min_batch=1, num_speculative_tokens=trial.k)],
+            schedule=[ScheduleEntry(min_batch=1, num_speculative_tokens=trial.k)], **trial.extra,
         )
         extra = [*cfg.serve.extra_args, *(a for a in FIXED_K_ARGS.get(stack, []) if a not in cfg.serve.extra_args)]
     serve = cfg.serve.model_copy(update={"port": port, "host": "127.0.0.1", "extra_args": extra})

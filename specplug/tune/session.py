@@ -3,6 +3,7 @@ write the decision with its evidence (specplug.yaml, the calibration, the lock a
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import signal
 import threading
@@ -40,10 +41,12 @@ def recommendation(cfg: Config, config_path: str | Path) -> Plan:
     return plan_fresh(cfg.model_copy(update={"speculation": "auto"}), config_path)
 
 
-def pinned_candidate(cfg: Config) -> tuple[str, str | None, int] | None:
+def pinned_candidate(cfg: Config) -> tuple[str, str | None, int, dict[str, Any]] | None:
+    """The speculation specplug.yaml pins: method, drafter, k and its other settings (kept for its trials)."""
     s = cfg.speculation
     if isinstance(s, SpeculationSpec) and s.method != "none":
-        return s.method, s.drafter, s.num_speculative_tokens or 0
+        extra = {k: v for k, v in s.model_dump(mode="json", include=set(T.PINNED_KEYS)).items() if v is not None}
+        return s.method, s.drafter, s.num_speculative_tokens or 0, extra
     return None
 
 
@@ -109,6 +112,8 @@ def run_trials(
     st: S.TuneState, out_dir: Path, requests_at: dict[int, int],
 ) -> bool:
     """Run every planned trial not finished yet, saving the state after each. Returns False on Ctrl-C."""
+    from rich.markup import escape
+
     from specplug.tune.runner import free_port, run_trial, trial_plan
 
     # A trial that failed before is tried again: what stopped it (a path, a port, memory) may be fixed now.
@@ -138,7 +143,8 @@ def run_trials(
                 S.save(out_dir, st)
                 prog.finish(trial, count[0])
                 if res.status == "failed":
-                    con.print(f"[red]{trial.id} failed[/red]: {res.error}")
+                    # The error may quote a server's body ("[/v1/...]"): printed as written, not as markup.
+                    con.print(f"[red]{escape(trial.id)} failed[/red]: {escape(res.error or '')}")
                     for line in res.log_tail[-8:]:
                         con.print(f"  | {line}", markup=False, highlight=False)
                     if res.log_file:
@@ -190,16 +196,23 @@ def chain_points(summaries: list[D.TrialSummary]) -> list[ChainPoint]:
     return out
 
 
-def speculation_block(decision: D.Decision) -> dict[str, Any]:
-    """The speculation: block to pin (as specplug.yaml would validate it)."""
+def speculation_block(decision: D.Decision, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The speculation: block to pin (as specplug.yaml would validate it); ``extra``: the chosen candidate's
+    other settings (a pinned speculation's tree, lookup window ...), which its trials ran with."""
     if not decision.speculate:
         return {"method": "none"}
-    data: dict[str, Any] = {"method": decision.method}
+    data: dict[str, Any] = {"method": decision.method, **(extra or {})}
     if decision.drafter:
         data["drafter"] = decision.drafter
     data["num_speculative_tokens"] = decision.num_speculative_tokens
     data["schedule"] = [e.model_dump(mode="json", exclude_none=True) for e in decision.schedule]
     return SpeculationSpec.model_validate(data).model_dump(mode="json", exclude_none=True)
+
+
+def chosen_extra(plan: T.TrialPlan, decision: D.Decision) -> dict[str, Any]:
+    """The other speculation settings the chosen candidate's trials ran with."""
+    return next((dict(c.extra) for c in plan.candidates
+                 if (c.method, c.drafter) == (decision.method, decision.drafter)), {})
 
 
 def finish(
@@ -229,36 +242,71 @@ def finish(
     rep.chain = chain_points(summaries)
     if not complete:
         rep.notes.append("Interrupted: the decision covers the trials that finished; specplug.yaml was not changed.")
-    if complete and write_config:
-        entries = feedback.entries(rec, summaries, out_dir, settings.temperature)
-        if entries:
-            from specplug.policy.calibration import merge_into
-
-            merge_into(cal_path, entries)
-            rep.calibration_file = str(cal_path)
-        block = speculation_block(decision)
-        comment = (f"{writeback.TUNE_COMMENT} {now[:10]} from {Path(out_dir).as_posix()}/tune.json: "
-                   f"{decision.why}")
-        writeback.write_decision(config_path, block, _one_line(comment), cal_name if entries else None)
+    write_back = complete and write_config
+    entries = feedback.entries(rec, summaries, out_dir, settings.temperature) if write_back else []
+    # The evidence first: whatever happens to the write-back below, the measurements are kept.
     paths = evidence.write(rep, out_dir)
-    if complete and write_config:
+    if write_back:
         from specplug.lock import load_config, write_lock
 
-        try:
-            lock, lock_path, _ = write_lock(config_path)
-        except SpecplugError as exc:
-            raise SpecplugError(f"specplug.yaml was updated, but re-planning the lock failed: {exc.message}",
-                                exc.hint) from None
-        ref = lockref.make_ref(out_dir / "tune.json", lock_path, inputs, rec.stack.name, rep.stack_version, now,
-                               speculation_block(decision))
-        new_cfg = load_config(config_path)
-        if isinstance(new_cfg.speculation, SpeculationSpec):  # exactly as specplug.yaml now validates it
-            ref.speculation = new_cfg.speculation.model_dump(mode="json", exclude_none=True)
-        lockref.attach(lock_path, ref)
+        block = speculation_block(decision, chosen_extra(plan, decision))
+        comment = (f"{writeback.TUNE_COMMENT} {now[:10]} from {Path(out_dir).as_posix()}/tune.json: "
+                   f"{decision.why}")
+        # The calibration, specplug.yaml and the lock change together: Ctrl-C waits until all are written.
+        with _no_interrupt():
+            _write_decision(config_path, cal_path, cal_name, entries, block, _one_line(comment))
+            rep.calibration_file = str(cal_path) if entries else None
+            try:
+                lock, lock_path, _ = write_lock(config_path)
+            except SpecplugError as exc:
+                raise SpecplugError(f"specplug.yaml was updated, but re-planning the lock failed: {exc.message}",
+                                    exc.hint) from None
+            evidence.write_json(rep, out_dir)  # now with the calibration written; the lock names this version
+            ref = lockref.make_ref(out_dir / "tune.json", lock_path, inputs, rec.stack.name, rep.stack_version, now,
+                                   block)
+            new_cfg = load_config(config_path)
+            if isinstance(new_cfg.speculation, SpeculationSpec):  # exactly as specplug.yaml now validates it
+                ref.speculation = new_cfg.speculation.model_dump(mode="json", exclude_none=True)
+            lockref.attach(lock_path, ref)
         rep.notes.append(f"Wrote {config_path} (speculation:), {lock_path} (re-planned, with its tune reference)"
                          + (f" and {cal_path} (calibration)." if rep.calibration_file else "."))
     rep.notes.append("Evidence: " + ", ".join(str(p) for p in paths))
     return rep
+
+
+def _write_decision(config_path: Path, cal_path: Path, cal_name: str, entries: list, block: dict[str, Any],
+                    comment: str) -> None:
+    """Merge the calibration, then point specplug.yaml at it; if specplug.yaml cannot be written, the
+    calibration file is put back as it was, so neither is left changed without the other."""
+    from specplug.fileio import write_atomic_bytes
+    from specplug.policy.calibration import merge_into
+    from specplug.tune import writeback
+
+    before = cal_path.read_bytes() if entries and cal_path.is_file() else None
+    if entries:
+        merge_into(cal_path, entries)
+    try:
+        writeback.write_decision(config_path, block, comment, cal_name if entries else None)
+    except BaseException:
+        if entries:
+            if before is None:
+                cal_path.unlink(missing_ok=True)
+            else:
+                write_atomic_bytes(cal_path, before)
+        raise
+
+
+@contextlib.contextmanager
+def _no_interrupt():
+    """SIGINT ignored for a multi-file write (restored after), so Ctrl-C cannot leave it half done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _one_line(text: str, width: int = 400) -> str:

@@ -17,6 +17,7 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
 
 
 def render(rep: TuneReport) -> list[Any]:
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -32,7 +33,9 @@ def render(rep: TuneReport) -> list[Any]:
     t.add_column("greedy = control", justify="left")
     for tr in rep.trials:
         if tr.status != "done":
-            t.add_row(tr.id, str(tr.k), *(["", ""] * len(concs)), "", f"[red]failed[/red]: {tr.error or ''}"[:120])
+            # Error text (server bodies, paths) is shown as written, never read as markup.
+            t.add_row(escape(tr.id), str(tr.k), *(["", ""] * len(concs)), "",
+                      "[red]failed[/red]: " + escape((tr.error or "")[:100]))
             continue
         cells = []
         for c in concs:
@@ -58,7 +61,7 @@ def render(rep: TuneReport) -> list[Any]:
                 f", {tr.lossless.near_tie + tr.lossless.late} near-tie/late" if tr.lossless.near_tie + tr.lossless.late else "")
         else:
             ll = f"[red]MISMATCH[/red]: {tr.lossless.systematic}/{tr.lossless.compared} systematic"
-        t.add_row(tr.id, str(tr.k), *cells, _f(acc), ll)
+        t.add_row(escape(tr.id), str(tr.k), *cells, _f(acc), ll)
     out: list[Any] = [t]
     d = rep.decision
     lines = []

@@ -9,7 +9,7 @@ which measure what does not follow: the step cost at each k and concurrency.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +20,8 @@ from specplug.tune.settings import TuneSettings, fmt_duration
 STREAM_TOKENS_PER_S_PRIOR = 25.0
 # Methods whose drafter is a separate model the user may name with --drafter.
 DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
+# A pinned speculation's settings besides method, drafter and k: its trials run with them and they are written back.
+PINNED_KEYS = ("tree", "prompt_lookup_min", "prompt_lookup_max", "draft_tensor_parallel_size")
 
 
 class Candidate(BaseModel):
@@ -31,6 +33,7 @@ class Candidate(BaseModel):
     predicted_speedup: float | None = None
     predicted_acceptance_length: float | None = None
     chosen: bool = False
+    extra: dict[str, Any] = Field(default_factory=dict, description="The pinned speculation's other settings (PINNED_KEYS).")
 
     @property
     def label(self) -> str:
@@ -47,6 +50,7 @@ class Trial(BaseModel):
     drafter: str | None = None
     k: int = 0
     candidate: str = Field(description="The candidate's label ('control' for K=0).")
+    extra: dict[str, Any] = Field(default_factory=dict, description="The candidate's other speculation settings.")
     purpose: Literal["control", "acceptance", "step-cost"] = "step-cost"
     estimate_s: float = 0.0
 
@@ -100,7 +104,9 @@ def launch_prior_s(stack: str) -> float:
         return DEFAULT_LAUNCH_PRIOR_S
 
 
-def candidates_from(plan: Plan, settings: TuneSettings, pinned: tuple[str, str | None, int] | None = None) -> list[Candidate]:
+def candidates_from(plan: Plan, settings: TuneSettings,
+                    pinned: tuple[str, str | None, int] | tuple[str, str | None, int, dict[str, Any]] | None = None,
+                    ) -> list[Candidate]:
     """The recommendation's scored techniques, chosen first then by predicted speedup; narrowed to
     ``settings.methods`` (which may add methods the recommendation could not score, e.g. a named drafter)."""
     # Scored means servable here; one predicted to lose is still worth measuring (the prediction may be wrong).
@@ -118,7 +124,7 @@ def candidates_from(plan: Plan, settings: TuneSettings, pinned: tuple[str, str |
             out.append(Candidate(method=method, drafter=drafter, **kw))
 
     if pinned is not None and (not settings.methods or pinned[0] in settings.methods):
-        add(pinned[0], pinned[1], predicted_k=pinned[2] or None)
+        add(pinned[0], pinned[1], predicted_k=pinned[2] or None, extra=dict(pinned[3]) if len(pinned) > 3 else {})
     for c in scored:
         if settings.methods and c.method not in settings.methods:
             continue
@@ -149,12 +155,13 @@ def build(
     control = Trial(id="control", method="none", k=0, candidate="control", purpose="control", estimate_s=per)
     first: list[Trial] = []
     rest: list[tuple[tuple[int, int], Trial]] = []
-    for rank, c in enumerate(candidates):
+    labels = unique_labels(candidates)
+    for rank, (c, label) in enumerate(zip(candidates, labels, strict=True)):
         ks = ks_for(c, settings)
         deepest = max(ks)
         for k in ks:
-            t = Trial(id=f"{_slug(c.label)}-k{k}", method=c.method, drafter=c.drafter, k=k, candidate=c.label,
-                      purpose="acceptance" if k == deepest else "step-cost", estimate_s=per)
+            t = Trial(id=f"{_slug(label)}-k{k}", method=c.method, drafter=c.drafter, k=k, candidate=label,
+                      purpose="acceptance" if k == deepest else "step-cost", estimate_s=per, extra=dict(c.extra))
             if k == deepest:
                 first.append(t)
             else:
@@ -181,6 +188,32 @@ def build(
             f"--budget left out {len(plan.dropped)} trial(s): " + ", ".join(t.id for t in plan.dropped) + "."
         )
     return plan
+
+
+def unique_labels(candidates: list[Candidate]) -> list[str]:
+    """Each candidate's label; where two would give the same trial ids (mirrors of one drafter under other
+    owners), those two name more of the drafter's path, so labels that do not collide stay as they were."""
+    labels = [c.label for c in candidates]
+    for depth in (2, 3, None):
+        slugs = [_slug(x) for x in labels]
+        dup = {x for x in slugs if slugs.count(x) > 1}
+        if not dup:
+            return labels
+        labels = [_label_at(c, depth) if _slug(x) in dup else x for c, x in zip(candidates, labels, strict=True)]
+    slugs = [_slug(x) for x in labels]
+    seen: dict[str, int] = {}
+    out = []
+    for x, sl in zip(labels, slugs, strict=True):
+        seen[sl] = seen.get(sl, 0) + 1
+        out.append(x if slugs.count(sl) == 1 else f"{x}#{seen[sl]}")
+    return out
+
+
+def _label_at(c: Candidate, depth: int | None) -> str:
+    if not c.drafter:
+        return c.method
+    parts = [p for p in c.drafter.rstrip("/").split("/") if p]
+    return f"{c.method}({'/'.join(parts[-depth:] if depth else parts)})"
 
 
 def _slug(label: str) -> str:

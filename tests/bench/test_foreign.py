@@ -7,8 +7,10 @@ tools wrote), and a small local /metrics server.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -167,7 +169,7 @@ def test_bad_from_usage_is_a_clear_error(run_cli, tmp_path, args, fragment):
     r = run_cli(*args)
     assert r.exit_code != 0
     assert fragment in r.stdout + r.stderr
-    assert "Traceback" not in r.stdout + r.stderr
+    assert "Internal error" not in r.stdout + r.stderr
 
 
 def test_bench_and_calibrate_read_a_vllm_result(run_cli, tmp_path):
@@ -221,9 +223,17 @@ def metrics_server():
         srv.shutdown()
 
 
+def _writing_client(metrics_server: str, src, dest, *extra: str) -> list[str]:
+    """A client that moves the server's counters and writes its report (``extra``: arguments it ignores)."""
+    code = (f"import shutil, urllib.request; urllib.request.urlopen('{metrics_server}/bump').read(); "
+            f"shutil.copyfile({str(src)!r}, {str(dest)!r})")
+    return [sys.executable, "-c", code, *extra]
+
+
 def test_a_client_run_is_bracketed_by_scrapes(metrics_server, tmp_path):
-    report = _write(tmp_path, "g.json", guidellm_report())
-    client = [sys.executable, "-c", f"import urllib.request; urllib.request.urlopen('{metrics_server}/bump').read()"]
+    src = _write(tmp_path, "src.json", guidellm_report())
+    report = tmp_path / "g.json"
+    client = _writing_client(metrics_server, src, report)
     rec = record_from_files([str(report)], client=client, endpoint=metrics_server)
     acc = rec.levels[0].speculative.acceptance
     assert (acc.drafts, acc.draft_tokens, acc.accepted_tokens) == (3, 12, 6)
@@ -246,4 +256,59 @@ def test_calibrate_from_a_report_without_acceptance_says_how_to_get_it(run_cli, 
     r = run_cli("calibrate", "--from", "g.json", "-m", "smollm2-135m", "--method", "ngram", "--workload", "chat",
                 "--stack", "embedded")
     assert r.exit_code == 1
-    assert "--endpoint URL -- CLIENT ARGS" in r.stdout + r.stderr and "Traceback" not in r.stdout + r.stderr
+    assert "--endpoint URL -- CLIENT ARGS" in r.stdout + r.stderr and "Internal error" not in r.stdout + r.stderr
+
+
+def test_a_report_the_client_did_not_rewrite_is_an_error(metrics_server, tmp_path):
+    report = _write(tmp_path, "old.json", guidellm_report())
+    os.utime(report, (time.time() - 3600, time.time() - 3600))  # an earlier run's file
+    client = [sys.executable, "-c", f"import urllib.request; urllib.request.urlopen('{metrics_server}/bump').read()"]
+    with pytest.raises(SpecplugError) as e:
+        record_from_files([str(report)], client=client, endpoint=metrics_server)
+    assert "did not rewrite" in e.value.message and "--result-filename" in e.value.hint
+
+
+def test_vllms_temperature_comes_from_metadata_or_the_clients_command_line(metrics_server, tmp_path):
+    rep = read_report(_write(tmp_path, "m.json", {**vllm_result(), "temperature": "0"}))  # --metadata temperature=0
+    assert rep.temperature == 0.0
+    # Without either, the report cannot say what was sent: no claim that the client sent none.
+    rec = to_record([read_report(_write(tmp_path, "v.json", vllm_result()))])
+    assert any("does not say which temperature" in n and "--temperature" in n for n in rec.notes)
+    assert not any("client sent no temperature" in n for n in rec.notes)
+    src = _write(tmp_path, "src.json", vllm_result())
+    for extra, want in ((["--temperature", "0.5"], 0.5), (["--temperature=0"], 0.0), ([], 1.0)):
+        out = tmp_path / "out.json"
+        rec = record_from_files([str(out)], client=_writing_client(metrics_server, src, out, *extra),
+                                endpoint=metrics_server)
+        assert rec.temperature == want
+        assert not any("does not say" in n for n in rec.notes)
+    assert any("client sent no temperature" in n for n in rec.notes)  # the argv had none: the server's default
+
+
+def test_guidellm_rate_profiles_have_no_concurrency_but_throughput_caps_do(tmp_path):
+    doc = guidellm_report()
+    doc["benchmarks"][1]["config"]["strategy"] = {"type_": "constant", "rate": 2.0, "max_concurrency": 8}
+    with pytest.raises(SpecplugError) as e:
+        read_report(_write(tmp_path, "rate.json", doc))
+    assert "rate profiles have no fixed concurrency" in e.value.message and "kind=concurrent" in e.value.hint
+    doc["benchmarks"][1]["config"]["strategy"] = {"type_": "throughput", "max_concurrency": 8}
+    assert [r.concurrency for r in read_report(_write(tmp_path, "tp.json", doc)).runs] == [1, 8]
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.update(latencies=[None, 1.2, 1.3, 0.0]),  # vLLM: a null latency
+    lambda d: d.update(errors={"0": "x"}, ttfts=[0.2], latencies=[1.1], output_lens=[10]),
+])
+def test_a_malformed_vllm_result_is_a_damaged_report_not_a_crash(tmp_path, damage):
+    doc = vllm_result()
+    damage(doc)
+    with pytest.raises(SpecplugError, match="damaged or from an unknown version"):
+        read_report(_write(tmp_path, "bad.json", doc))
+
+
+def test_a_malformed_guidellm_report_is_a_damaged_report_not_a_crash(tmp_path):
+    for damage in (lambda b: b.update(config=["x"]), lambda b: b["metrics"].update(request_totals=[4])):
+        doc = guidellm_report()
+        damage(doc["benchmarks"][0])
+        with pytest.raises(SpecplugError, match="damaged or from an unknown version"):
+            read_report(_write(tmp_path, "bad.json", doc))

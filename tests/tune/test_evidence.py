@@ -47,3 +47,12 @@ def test_plot_has_a_line_per_candidate():
     png = evidence.plot_png(_report())
     assert png is not None and png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
     assert list(evidence.best_per_candidate(_report())) == ["ngram"]
+
+
+def test_the_plot_names_candidates_as_the_plan_did():
+    from specplug.tune.trials import Trial
+
+    rep = _report()
+    assert list(evidence.best_per_candidate(rep)) == ["ngram"]
+    rep.plan.trials = [Trial(id="ngram-k3", method="ngram", k=3, candidate="ngram(mirror/x)")]
+    assert list(evidence.best_per_candidate(rep)) == ["ngram(mirror/x)"]  # two mirrors stay two lines

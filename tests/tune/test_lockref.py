@@ -6,7 +6,7 @@ import json
 
 from specplug.config import load_config
 from specplug.lock import write_lock
-from specplug.tune.lockref import attach, make_ref, measured_inputs, read_ref, tune_findings
+from specplug.tune.lockref import attach, make_ref, measured_inputs, measured_spec, read_ref, tune_findings
 
 CONFIG = """model: qwen3-8b
 stack: {name: vllm, version: 0.10.2}
@@ -47,10 +47,26 @@ def test_fresh_tune_evidence_has_no_findings_and_the_lock_still_reads(tmp_path):
 
 def test_a_changed_input_makes_the_evidence_stale(tmp_path):
     cfg_path, lock_path, _, _ = _tuned(tmp_path)
-    cfg_path.write_text(CONFIG.replace("port: 9000", "port: 9001, max_model_len: 4096"))
+    cfg_path.write_text(CONFIG.replace("port: 9000", "port: 9000, max_model_len: 4096"))
     (f,) = tune_findings(load_config(cfg_path), cfg_path, lock_path, "0.10.2")
     assert f.severity == "problem" and "older than the inputs" in f.message
-    assert "serve.port" in f.message and "serve.max_model_len" in f.message
+    assert "serve.max_model_len" in f.message and "serve.port" not in f.message
+
+
+def test_where_the_server_listens_and_the_fallback_do_not_make_the_evidence_stale(tmp_path):
+    cfg_path, lock_path, _, _ = _tuned(tmp_path)
+    cfg_path.write_text(CONFIG.replace("port: 9000", "port: 9001, host: 0.0.0.0, api_key_env: MY_KEY")
+                        + "fallback: embedded\n")
+    assert tune_findings(load_config(cfg_path), cfg_path, lock_path, "0.10.2") == []
+
+
+def test_fields_at_their_default_are_not_part_of_the_inputs(tmp_path):
+    # So a field a later specplug adds (at its default) leaves older evidence standing.
+    cfg_path, lock_path, _, _ = _tuned(tmp_path)
+    spec = measured_spec(load_config(cfg_path))
+    assert spec["model"] == "qwen3-8b" and "dtype" not in spec.get("serve", {}) and "policy" not in spec
+    cfg_path.write_text(CONFIG.replace("port: 9000", "port: 9000, dtype: auto, kv_cache_dtype: auto"))
+    assert tune_findings(load_config(cfg_path), cfg_path, lock_path, "0.10.2") == []
 
 
 def test_what_tune_writes_is_not_staleness_but_a_hand_edit_is_flagged(tmp_path):

@@ -19,3 +19,13 @@ def test_report_reads_as_a_decision_with_its_evidence():
     assert "1.47x (1.44-1.50)" in text and "2/2 identical" in text
     assert "Decision: ngram, k=3" in text and "Schedule: batch 1-3: k=3, batch 4-...: k=0" in text
     assert "eagle3-k3 failed: The server exited" in text and "| ValueError: unknown drafter format" in text
+
+
+def test_an_error_quoting_markup_is_printed_as_written():
+    rep = _report()
+    rep.trials[2].error = "HTTP 404 from [/v1/completions]: [bold]not found[/]"
+    con = Console(width=220, record=True, color_system=None)
+    for r in render(rep):
+        con.print(r)  # rich.errors.MarkupError before the text was escaped
+    text = con.export_text()
+    assert "failed: HTTP 404 from [/v1/completions]" in text and "[bold]not found[/]" in text

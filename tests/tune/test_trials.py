@@ -42,3 +42,15 @@ def test_deepest_k_of_each_candidate_runs_right_after_the_control_and_the_budget
     assert len(resumed.trials) == 6  # the budget pays only for what is left to run
     tiny = build(cands, s, est, budget_s=10)
     assert [t.id for t in tiny.trials] == ["control", "ngram-k3"] and "below the least" in tiny.notes[0]
+
+
+def test_mirrors_of_one_drafter_get_their_own_trials_and_other_ids_stay():
+    s = TuneSettings(concurrency=[1], ks=[3])
+    cands = [Candidate(method="eagle3", drafter="lmsys/EAGLE3-llama"), Candidate(method="eagle3", drafter="lmzheng/EAGLE3-llama"),
+             Candidate(method="draft_model", drafter="org/small")]
+    plan = build(cands, s, Estimator(launch_s=60, level_s={1: 20}))
+    ids = [t.id for t in plan.trials]
+    assert ids == ["control", "eagle3-lmsys-EAGLE3-llama-k3", "eagle3-lmzheng-EAGLE3-llama-k3", "draft_model-small-k3"]
+    assert [t.candidate for t in plan.trials[1:3]] == ["eagle3(lmsys/EAGLE3-llama)", "eagle3(lmzheng/EAGLE3-llama)"]
+    same = build([cands[0], Candidate(method="eagle3", drafter="lmsys/EAGLE3-llama/")], s, Estimator(launch_s=1, level_s={1: 1}))
+    assert len({t.id for t in same.trials}) == 3  # even the same path twice: one trial id each
