@@ -118,6 +118,8 @@ def vllm_runs(server, vllm_env, env, tmp_path_factory, run_cli_module):
                            "--", *_vllm_argv(vllm_env, base, tokenizer, dataset, out4, 4))
     assert r.exit_code == 0, r.stdout[-2000:] + r.stderr[-4000:]
     runs[4] = (out4, _counter(base, "vllm:generation_tokens_total") - before, bench_dir / "bench.json")
+    # vLLM's result file does not record the temperature: specplug read it from the client's argv.
+    assert json.loads((bench_dir / "bench.json").read_text())["temperature"] == 0.0
     return runs
 
 
