@@ -138,8 +138,9 @@ def estimate(
     if tree is None and o.shape.steps:
         tree = TreeSpec(steps=o.shape.steps, topk=o.shape.topk, num_draft_tokens=o.shape.tokens)
     if stack != RESEARCH_CODE:
-        # The checks every command runs, on the configuration this estimate scored (its k, tree and version).
-        _validate(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth, tree,
+        # The checks every command runs, on the k and version this estimate scored. A tree given here is costed as
+        # published runs used it: stacks fill trees their own way, so its size is not held to the plan's rule.
+        _validate(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth, None,
                   quantization, kv_cache_dtype)
     mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, batch_size, input_len + output_len, d)
     if not mem.fits and not require_fit:

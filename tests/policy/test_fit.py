@@ -68,3 +68,24 @@ def test_retrieval_drafting_maps_to_suffix_and_uncertain_rows_weigh_less() -> No
     exact = [x for x, r in zip(w, rows, strict=True) if "fig-approx" not in r.flag]
     if fig and exact:
         assert max(fig) < min(exact)
+
+
+@pytest.mark.skipif(not DATA.exists(), reason="published_results.csv not available")
+def test_every_published_row_is_scored_through_estimate(monkeypatch) -> None:
+    # benchmarks/accuracy.py scores published configurations through estimate(): none may be refused, and the
+    # shipped policy must stay close to them in-sample.
+    import math
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import accuracy
+    import fit_policy
+
+    from specplug.policy import engine
+    from specplug.policy.data import load_policy
+
+    monkeypatch.setattr(engine, "published_alpha", engine.published_alpha)  # accuracy.predict replaces it
+    rows = [r for r in fit_policy.parse_rows()[0] if r.speedup]
+    preds = accuracy.predict(rows, load_policy())
+    errs = sorted(abs(math.log(p / r.speedup)) for p, r in zip(preds, rows, strict=True))
+    assert len(preds) == len(rows) > 600 and errs[len(errs) // 2] < 0.2
