@@ -543,3 +543,11 @@ def test_min_tokens_holds_stop_tokens_and_stop_strings_back(engine_client):
 def test_bad_min_tokens_and_stop_token_ids_are_400s(engine_client, extra, param):
     r = engine_client.post("/v1/completions", json={"model": "tiny", "prompt": "abc", "max_tokens": 24, **extra})
     assert_openai_error(r, 400, param)
+
+
+def test_ignored_field_names_with_spaces_make_a_header_servers_accept(client):
+    # A header value may not begin or end with whitespace: h11 would drop the connection instead of answering.
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 2, " ": None, " a b ": 1}
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-ignored-fields"] == "?,?a?b?"

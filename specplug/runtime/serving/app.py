@@ -279,9 +279,10 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
         names_ = req.ignored_fields()
         if not names_:
             return {}
-        # Field names are client text: keep the header (latin-1, no control characters) and the log line safe.
+        # Field names are client text: keep the header (printable ASCII, no separator, no whitespace, which HTTP
+        # servers refuse at a value's ends) and the log line safe.
         shown = ",".join(
-            "".join(ch if ch.isascii() and ch.isprintable() and ch != "," else "?" for ch in n[:64]) for n in names_[:32]
+            "".join(ch if ch.isascii() and ch.isprintable() and ch not in ", " else "?" for ch in n[:64]) for n in names_[:32]
         )
         log.info("request fields ignored: %s", shown)
         return {"X-Ignored-Fields": shown}
