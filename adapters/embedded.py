@@ -54,6 +54,7 @@ class EmbeddedAdapter(BaseAdapter):
     cost_profile = "embedded"  # its own row in policies/default.yaml
     vocab_mismatch = "the embedded runtime needs identical token ids"
     launch_prior_s = 30.0
+    fixed_k_args = ("--no-pace",)  # the runtime otherwise picks each step's draft length itself
     display_name = "specplug embedded runtime"
     install_hint = "pip install 'specplug[runtime]'"
     method_table = METHODS

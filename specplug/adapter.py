@@ -223,6 +223,7 @@ class Adapter(Protocol):
     vocab_mismatch: str  # what it does with a separate draft model of another vocabulary (said in messages)
     vocab_slack: int | None  # largest draft/target vocab-size difference it takes for one tokenizer (None: any)
     launch_prior_s: float  # seconds from start to healthy, before tune has measured a launch
+    fixed_k_args: tuple[str, ...]  # serve arguments that make it draft exactly the configured k every step
 
 
 # Every member above has a named default in BaseAdapter: a plugin subclasses it and states its differences.
@@ -449,6 +450,9 @@ class BaseAdapter:
     vocab_mismatch: ClassVar[str] = DEFAULT_VOCAB_MISMATCH
     vocab_slack: ClassVar[int | None] = None
     launch_prior_s: ClassVar[float] = DEFAULT_LAUNCH_PRIOR_S  # tune's start-to-healthy prior, until it measures one
+    # Serve arguments that make the stack draft exactly the configured k every step (tune measures step cost per
+    # k); a stack that never changes k on its own needs none.
+    fixed_k_args: ClassVar[tuple[str, ...]] = ()
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:

@@ -165,6 +165,13 @@ def plot_png(record: BenchRecord) -> bytes | None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right" if ax is ax1 else "upper left")
     fig.suptitle(f"{record.model or ''} {record.stack or ''} {record.workload or record.prompts_file or ''}".strip())
+    return figure_png(fig)
+
+
+def figure_png(fig: Any) -> bytes:
+    """A laid-out matplotlib figure as PNG bytes (written atomically by the caller); the figure is closed."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)

@@ -137,11 +137,9 @@ def plot_png(rep: TuneReport) -> bytes | None:
     ax.set_ylabel("output tokens/s over the control's")
     ax.set_title(f"specplug tune: {rep.model.rstrip('/').rsplit('/', 1)[-1]} on {rep.stack} {rep.stack_version or ''}".strip())
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
+    from specplug.bench.report import figure_png
+
+    return figure_png(fig)
 
 
 def write(rep: TuneReport, out_dir: str | Path) -> list[Path]:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specplug.adapter import get_adapter
 from specplug.bench.client import Endpoint, complete, make_client
 from specplug.bench.loadgen import BenchPlan, LevelRun, run_bench
 from specplug.bench.prompts import Prompt
@@ -26,9 +27,6 @@ from specplug.tune.settings import TuneSettings
 from specplug.tune.state import Output, TrialResult
 from specplug.tune.trials import Trial
 
-# Engine arguments that make a stack draft exactly the trial's k every step (the embedded runtime otherwise
-# picks each step's length itself, which would hide the step cost per k the tune is measuring).
-FIXED_K_ARGS: dict[str, list[str]] = {"embedded": ["--no-pace"]}
 LOG_TAIL_LINES = 20
 
 # (trial id, concurrency, requests finished in this level)
@@ -52,7 +50,8 @@ def trial_config(cfg: Config, trial: Trial, stack: str, port: int) -> Config:
             drafter=trial.drafter, num_speculative_tokens=trial.k,
             schedule=[ScheduleEntry(min_batch=1, num_speculative_tokens=trial.k)], **trial.extra,
         )
-        extra = [*cfg.serve.extra_args, *(a for a in FIXED_K_ARGS.get(stack, []) if a not in cfg.serve.extra_args)]
+        fixed = get_adapter(stack).fixed_k_args  # a stack that picks k itself would hide the step cost per k
+        extra = [*cfg.serve.extra_args, *(a for a in fixed if a not in cfg.serve.extra_args)]
     serve = cfg.serve.model_copy(update={"port": port, "host": "127.0.0.1", "extra_args": extra})
     return cfg.model_copy(update={"speculation": spec, "serve": serve})
 
