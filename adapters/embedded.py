@@ -28,6 +28,7 @@ METHODS: dict[str, tuple[Window, ...]] = {
 MAPPED: dict[str, tuple[str, str]] = {
     "suffix": ("ngram", "suffix decoding drafts from text seen before; the embedded runtime does that with n-gram prompt lookup"),
     "lookahead": ("ngram", "lookahead drafts n-grams; the embedded runtime uses n-gram prompt lookup"),
+    "ngram_gpu": ("ngram", "the embedded runtime's n-gram prompt lookup is the same proposer"),
     "eagle": ("ngram", "the embedded runtime has no EAGLE heads"),
     "eagle3": ("ngram", "the embedded runtime has no EAGLE-3 heads"),
     "medusa": ("ngram", "the embedded runtime has no Medusa heads"),

@@ -57,6 +57,8 @@ UNSUPPORTED = {
     "medusa": "llama.cpp has no Medusa heads.",
     "mlp_speculator": "llama.cpp has no MLP speculators.",
     "suffix": "llama.cpp has no suffix decoding; its draft-free methods are the ngram-* types.",
+    "ngram_gpu": "llama.cpp has no GPU n-gram proposer (vLLM's ngram_gpu); its draft-free methods are the ngram-* types "
+                 "(method ngram).",
     "lookahead": "llama.cpp's lookahead example is not part of llama-server.",
 }
 

@@ -61,6 +61,7 @@ UNSUPPORTED = {
     "medusa": "SGLang has no Medusa heads; use EAGLE/EAGLE3 heads or a STANDALONE draft model.",
     "mlp_speculator": "SGLang has no MLP speculators; use EAGLE/EAGLE3 heads or a STANDALONE draft model.",
     "suffix": "SGLang has no suffix decoding; its draft-free method is ngram (NGRAM).",
+    "ngram_gpu": "SGLang has no GPU n-gram proposer (vLLM's ngram_gpu); its draft-free method is ngram (NGRAM).",
     "lookahead": "SGLang has no Jacobi lookahead decoding (its old LOOKAHEAD was the n-gram trie: method ngram).",
 }
 ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3", "STANDALONE")

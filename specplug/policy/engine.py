@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from specplug.traffic import TrafficProfile
 
 HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash")  # drafters trained on one target's features
-COPY_METHODS = ("ngram", "suffix", "lookahead")
+COPY_METHODS = ("ngram", "ngram_gpu", "suffix", "lookahead")
 # Candidate order: ties in predicted speedup go to the earlier (simpler to run) method.
-METHOD_ORDER = ("ngram", "suffix", "mtp", "eagle3", "eagle", "draft_model", "dflash", "medusa", "mlp_speculator", "lookahead")
+METHOD_ORDER = ("ngram", "ngram_gpu", "suffix", "mtp", "eagle3", "eagle", "draft_model", "dflash", "medusa", "mlp_speculator", "lookahead")
 
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -191,7 +191,8 @@ def rates_for(c: Context, d: DraftChoice) -> tuple[float, ...] | None:
     """Acceptance per draft position measured by replaying the user's traffic (copy-based methods only)."""
     if c.traffic is None or d.method not in COPY_METHODS:
         return None
-    rates = c.traffic.position_rates(d.method)
+    # A method that borrows its prior runs the same proposer: the lender's replay measures it.
+    rates = c.traffic.position_rates(c.policy.prior(d.method).prior_from or d.method)
     return tuple(min(max(r, 0.0), c.policy.acceptance.max_alpha) for r in rates) if rates else None
 
 
@@ -284,26 +285,6 @@ def score(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shap
 
 def speedup_at(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
     return score(c, d, alpha, batch, cands)
-
-
-def breakeven(c: Context, d: DraftChoice, alpha: float, cands: list[Shape], top: int = 256) -> int | None:
-    """Largest batch (1..top) at which the best shape still beats no speculation; None if it pays at ``top``."""
-
-    def pays(b: int) -> bool:
-        return score(c, d, alpha, b, cands).speedup > 1.0
-
-    if pays(top):
-        return None
-    if not pays(1):
-        return 0
-    lo, hi = 1, top  # pays(lo), not pays(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if pays(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 # ------------------------------------------------------------------------------------------- memory

@@ -130,9 +130,12 @@ def _tree(c: E.Context, method: str, shape: Shape) -> TreeSpec | None:
     return TreeSpec(steps=shape.k, topk=1, num_draft_tokens=shape.k + 1)
 
 
-def _schedule(c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]) -> tuple[list[ScheduleEntry], list[CurvePoint]]:
-    """k per batch size along the policy's batch curve. A bigger batch leaves less idle compute, so k never
-    grows with batch and, once off, stays off: each point only considers shapes no deeper than the last."""
+def _schedule(
+    c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]
+) -> tuple[list[ScheduleEntry], list[CurvePoint], int | None]:
+    """k per batch size along the policy's batch curve, and the largest batch that still speculates (None: up to
+    the curve's end). A bigger batch leaves less idle compute, so k never grows with batch and, once off, stays
+    off: each point only considers shapes no deeper than the last. The off point is found to the batch."""
     pts = c.policy.rules.batch_curve
     curve: list[CurvePoint] = []
     depth_cap: int | None = None
@@ -161,7 +164,25 @@ def _schedule(c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]) 
             sched[-1] = ScheduleEntry(min_batch=sched[-1].min_batch, max_batch=hi, num_speculative_tokens=p.num_speculative_tokens)
         else:
             sched.append(ScheduleEntry(min_batch=lo, max_batch=hi, num_speculative_tokens=p.num_speculative_tokens))
-    return sched, curve
+    off = next((i for i, p in enumerate(curve) if not p.num_speculative_tokens), None)
+    if off is None:
+        return sched, curve, None
+    if off == 0:
+        return sched, curve, 0
+    # Between the last grid point that speculates and the first that does not, with the same depth cap.
+    cap = curve[off - 1].num_speculative_tokens
+    allowed = [x for x in cands if x.depth <= cap]
+    lo, hi = pts[off - 1], pts[off]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if E.score(c, d, alpha, mid, allowed).speedup >= c.policy.rules.min_speedup:
+            lo = mid
+        else:
+            hi = mid
+    at = next(i for i, e in enumerate(sched) if e.min_batch == pts[off])
+    sched[at - 1] = sched[at - 1].model_copy(update={"max_batch": lo})
+    sched[at] = sched[at].model_copy(update={"min_batch": lo + 1})
+    return sched, curve, lo
 
 
 def _fixes(cfg: Config, caps: StackCapabilities, plan_kw: dict[str, Any], n: int, fmt_name: str, kv_dtype: str, tokens: int, heavy: bool) -> list[str]:
@@ -534,7 +555,7 @@ def _schedule_and_speculation(s: Planning) -> None:
         cand_shapes = E.shapes(
             c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
         )
-        sched, curve = _schedule(c, d, alpha, cand_shapes)
+        sched, curve, last_on = _schedule(c, d, alpha, cand_shapes)
         at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
         if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
             # The plan's own batch follows the schedule (k never grows with batch).
@@ -556,7 +577,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             acceptance_length=round(o.acceptance_length, 3),
             acceptance_rate=round(alpha, 3),
             curve=curve,
-            breakeven_batch_size=E.breakeven(c, d, alpha, cand_shapes),
+            breakeven_batch_size=last_on,
         )
         k = explicit.num_speculative_tokens if explicit and explicit.num_speculative_tokens is not None else o.shape.depth
         shape = o.shape
@@ -581,7 +602,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             tree=tree,
             schedule=explicit.schedule if explicit and explicit.schedule else sched,
         )
-        if d.method in ("ngram",):
+        if d.method in ("ngram", "ngram_gpu"):
             lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
             spec.prompt_lookup_min, spec.prompt_lookup_max = lo or NGRAM_LOOKUP[0], hi or NGRAM_LOOKUP[1]
         if d.method == "draft_model":
@@ -596,9 +617,12 @@ def _schedule_and_speculation(s: Planning) -> None:
             cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
         if explicit is None:
             s.reasons.append(_why(c, d, alpha, o, s.scored, s.n))
+        if (lender := c.policy.prior(d.method).prior_from) is not None:
+            s.reasons.append(f"{d.method} has no published result of its own: its acceptance and cost are {lender}'s.")
         if pred.breakeven_batch_size is not None and spec.schedule:
             s.reasons.append(
-                f"Speculation stops paying above batch size {pred.breakeven_batch_size}; the schedule turns it off (k=0) there."
+                f"Speculation stops paying (gaining {c.policy.rules.min_speedup:.2f}x or more) above batch size "
+                f"{pred.breakeven_batch_size}; the schedule turns it off (k=0) from {pred.breakeven_batch_size + 1}."
             )
         source = E.alpha_for(c, d)[1]
         if source == "calibrated":

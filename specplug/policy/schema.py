@@ -35,6 +35,11 @@ class MethodPrior(_Strict):
         "per_token",
         description="Drafter passes per step: 'per_token' (one per draft token), 'one' (all heads at once), 'none'.",
     )
+    prior_from: str | None = Field(
+        None,
+        description="A method with no published result of its own: every field not given here is that method's "
+        "(after merging), and plans say whose prior they use.",
+    )
     match_accept: float | None = Field(
         None,
         gt=0.0,
@@ -88,6 +93,25 @@ class AcceptancePriors(_Strict):
         description="Logit taken off a head's acceptance where it was trained on a sibling checkpoint (another "
         "post-training of the same architecture and tokenizer) rather than the target it is used with.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _borrowed_priors(cls, data: Any) -> Any:
+        """Fill each ``prior_from`` method from the method it names, so a borrowed prior follows that method's fit."""
+        methods = data.get("methods") if isinstance(data, dict) else None
+        if not isinstance(methods, dict):
+            return data
+        out = dict(methods)
+        for name, row in methods.items():
+            source = row.get("prior_from") if isinstance(row, dict) else None
+            if source is None:
+                continue
+            base = methods.get(source)
+            if not isinstance(base, dict) or base.get("prior_from") is not None:
+                raise ValueError(f"methods.{name}.prior_from: '{source}' is not a method with a prior of its own "
+                                 f"(known: {', '.join(m for m, r in methods.items() if isinstance(r, dict) and not r.get('prior_from'))})")
+            out[name] = {**base, **row}
+        return {**data, "methods": out}
 
 
 class StackFactors(_Strict):

@@ -35,6 +35,8 @@ CASES = {
     # vLLM late-2026: suffix, PARD with parallel drafting (and before the field: autoregressive), a speculators head
     # served as the model (and before overrides merge: the bare form)
     "vllm-0.32.0-suffix": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="suffix", k=8)),
+    "vllm-0.32.0-ngram-gpu": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="ngram_gpu", k=4, prompt_lookup_min=2,
+                                                     prompt_lookup_max=4)),
     "vllm-0.32.0-pard-parallel": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-1.7B", method="draft_model", drafter="amd/PARD-Qwen3-0.6B", k=8)),
     "vllm-0.20.0-pard-autoregressive": ("vllm", "0.20.0", dict(model="Qwen/Qwen3-1.7B", method="draft_model", drafter="amd/PARD-Qwen3-0.6B", k=8)),
     "vllm-0.32.0-speculator": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="eagle3", drafter="RedHatAI/Qwen3-8B-speculator.eagle3", k=4, schedule=SCHEDULE)),

@@ -285,3 +285,46 @@ def test_estimate_without_a_drafter_discounts_and_names_a_sibling_trained_head()
     named = specplug.estimate("llama-3.1-70b", "eagle", gpu="h100", num_gpus=4, batch_size=1,
                               drafter="yuhuili/EAGLE-LLaMA3-Instruct-70B")
     assert e.speedup == pytest.approx(named.speedup) and any("trained on" in w for w in e.warnings)
+
+
+def test_ngram_gpu_borrows_ngrams_prior_follows_its_overrides_and_says_so(tmp_path) -> None:
+    pol = load_policy()
+    assert pol.prior("ngram_gpu").alpha == pol.prior("ngram").alpha and pol.prior("ngram_gpu").prior_from == "ngram"
+    f = tmp_path / "p.yaml"
+    f.write_text("acceptance:\n  methods:\n    ngram:\n      alpha: {chat: 0.5}\n")
+    assert load_policy(str(f)).prior("ngram_gpu").alpha["chat"] == 0.5  # stated once: the lender's fit carries over
+    cfg = Config.model_validate(
+        {"model": "qwen3-8b", "stack": {"name": "vllm", "version": "0.32.0"}, "hardware": {"gpu": "h100", "num_gpus": 1},
+         "speculation": {"method": "ngram_gpu", "num_speculative_tokens": 4}}
+    )
+    p = plan_from_config(cfg)
+    assert p.speculation.method == "ngram_gpu" and p.speculation.prompt_lookup_max
+    assert any("no published result of its own" in r and "ngram's" in r for r in p.reasons)
+
+
+def test_a_prior_borrowed_from_an_unknown_method_is_a_clear_error(tmp_path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("acceptance:\n  methods:\n    ngram_gpu:\n      prior_from: nosuch\n")
+    with pytest.raises(SpecplugError, match="prior_from: 'nosuch' is not a method"):
+        load_policy(str(f))
+
+
+@pytest.mark.parametrize("model,gpus", [("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("llama-3.1-70b", 8), ("qwen3-32b", 1)])
+def test_the_stated_breakeven_is_where_the_schedule_turns_speculation_off(model: str, gpus: int) -> None:
+    p = specplug.recommend(model, gpu="h100", num_gpus=gpus, batch_size=1, stack="vllm")
+    off = [e for e in p.speculation.schedule if e.num_speculative_tokens == 0]
+    b = p.prediction.breakeven_batch_size
+    if not off:
+        assert b is None
+        return
+    assert b is not None and off[0].min_batch == b + 1
+    on = [e for e in p.speculation.schedule if e.num_speculative_tokens and e.min_batch <= b <= (e.max_batch or b)]
+    assert on, p.speculation.schedule
+    # The batch on each side of it, scored at the schedule's k there, gives the answer the schedule states.
+    rule = load_policy().rules.min_speedup
+    k = on[0].num_speculative_tokens
+    at = specplug.estimate(model, p.speculation.method, gpu="h100", num_gpus=gpus, batch_size=b, num_speculative_tokens=k,
+                           drafter=p.speculation.drafter, stack="vllm")
+    above = specplug.estimate(model, p.speculation.method, gpu="h100", num_gpus=gpus, batch_size=b + 1,
+                              num_speculative_tokens=k, drafter=p.speculation.drafter, stack="vllm")
+    assert at.speedup >= rule * 0.98 and above.speedup < rule * 1.02

@@ -91,6 +91,10 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
     text = Path(dp).read_text(encoding="utf-8").replace("dtype: float32}", "dtype: float32, extra_args: [--data-parallel-size, '2']}")
     Path(dp).write_text(text, encoding="utf-8")
     cases["ngram_data_parallel"] = (render("vllm", config_path=dp).spec.argv, False, local)
+    (tmp / "f").mkdir()
+    gpu_ngram = _config(tmp / "f", tiny_model, "  method: ngram_gpu\n  num_speculative_tokens: 3\n  prompt_lookup_min: 2\n"
+                        "  prompt_lookup_max: 3\n")
+    cases["ngram_gpu"] = (render("vllm", config_path=gpu_ngram).spec.argv, True)
     payload = [{"name": n, "argv": c[0], "build": c[1], **(c[2] if len(c) > 2 else {})} for n, c in cases.items()]
     return run_helper(vllm_env / "bin" / "python", "vllm_check.py", payload)
 
@@ -240,3 +244,11 @@ def test_schedule_is_left_out_under_data_parallelism(parsed):
     assert r["ok"], r.get("error")
     assert r["data_parallel_size"] == 2
     assert "num_speculative_tokens_per_batch_size" not in r["speculative_config"]
+
+
+def test_ngram_gpu_builds_as_vllms_gpu_ngram_proposer_with_its_lookup_window(parsed):
+    r = parsed["ngram_gpu"]
+    assert r["ok"], r.get("error")
+    b = r["built"]
+    assert b["method"] == "ngram_gpu" and b["num_speculative_tokens"] == 3
+    assert (b["prompt_lookup_min"], b["prompt_lookup_max"]) == (2, 3)
