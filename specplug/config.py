@@ -36,7 +36,7 @@ DEFAULT_CONFIG = "specplug.yaml"
 
 Method = Literal[
     "none", "ngram", "ngram_gpu", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator",
-    "dflash",
+    "dflash", "dspark",
 ]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 # Spec-Bench's and SpecDecode-Bench's categories and the names people use for mixed/instruction traffic.
@@ -151,9 +151,9 @@ class CopySpeculation(SpeculationSpec):
 
 class DrafterSpeculation(SpeculationSpec):
     """Drafts from a model: a separate draft model, a head trained on the target (EAGLE, Medusa, MLP, a DFlash
-    block-diffusion drafter) or the target's own MTP layers."""
+    block-diffusion drafter, a DSpark block drafter) or the target's own MTP layers."""
 
-    method: Literal["draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp", "dflash"] = Field(
+    method: Literal["draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp", "dflash", "dspark"] = Field(
         description="Speculation technique."
     )
 

@@ -24,6 +24,7 @@ FORMATS_BY_METHOD: dict[str, frozenset[str]] = {
     "mtp": frozenset({"mtp"}),
     "draft_model": frozenset({"draft_model", "pard"}),
     "dflash": frozenset({"dflash"}),
+    "dspark": frozenset({"dspark"}),
 }
 
 # Names the `stacks` column may use: serving stacks plus the research code some heads only run in.

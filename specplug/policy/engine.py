@@ -27,10 +27,13 @@ if TYPE_CHECKING:
     from specplug.policy.calibration import Calibration
     from specplug.traffic import TrafficProfile
 
-HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash")  # drafters trained on one target's features
+HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash", "dspark")  # drafters trained on one target's features
+# Block drafters: decoder layers at the target's width that draft a whole block in one forward (DFlash; DSpark adds a
+# small sequential head over the block).
+BLOCK_METHODS = ("dflash", "dspark")
 COPY_METHODS = ("ngram", "ngram_gpu", "suffix", "lookahead")
 # Candidate order: ties in predicted speedup go to the earlier (simpler to run) method.
-METHOD_ORDER = ("ngram", "ngram_gpu", "suffix", "mtp", "eagle3", "eagle", "draft_model", "dflash", "medusa", "mlp_speculator", "lookahead")
+METHOD_ORDER = ("ngram", "ngram_gpu", "suffix", "mtp", "eagle3", "eagle", "draft_model", "dflash", "dspark", "medusa", "mlp_speculator", "lookahead")
 
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -154,7 +157,7 @@ def local_layers(drafter: str) -> int | None:
 def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, caps: StackCapabilities, kv_bytes: float = 2.0) -> DraftChoice:
     """A user-named drafter: catalog model, catalog head, local folder or unknown HF id (size guessed)."""
     cat = find_drafter(drafter, target.base_model or target.hf_id)
-    if method == "dflash":
+    if method in BLOCK_METHODS:
         layers = local_layers(drafter)
         arch = perf.dflash_arch(target_arch, layers) if layers else None
         return DraftChoice(method, cat.drafter_hf_id if cat else drafter, drafter_arch=arch, catalog=cat)
@@ -197,6 +200,13 @@ def rates_for(c: Context, d: DraftChoice) -> tuple[float, ...] | None:
 
 
 _K_IN_BASIS = re.compile(r"\bk\s*=\s*(\d+)", re.IGNORECASE)
+_T_IN_BASIS = re.compile(r"\btemperature\s*=?\s*(\d+(?:\.\d+)?)|\bT\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
+
+
+def basis_temperature(basis: str | None) -> float:
+    """The sampling temperature a published acceptance was measured at (0 where the basis states none)."""
+    m = _T_IN_BASIS.search(basis or "")
+    return float(m.group(1) or m.group(2)) if m else 0.0
 
 
 def published_alpha(c: Context, d: DraftChoice) -> float | None:
@@ -210,7 +220,9 @@ def published_alpha(c: Context, d: DraftChoice) -> float | None:
         m = _K_IN_BASIS.search(x.acceptance_basis or "")
         if not x.acceptance_length or not m:
             return None
-        return perf.solve_alpha(x.acceptance_length, int(m.group(1)), prior.decay)
+        # Back to temperature 0 by the method's temperature effect, which the workload's is then applied on top of.
+        a = perf.solve_alpha(x.acceptance_length, int(m.group(1)), prior.decay)
+        return perf.sigmoid(perf.logit(a) - prior.temperature_slope * min(basis_temperature(x.acceptance_basis), 1.0))
 
     own = alpha_of(d.catalog) if d.catalog is not None else None
     if own is None and d.catalog is not None and d.catalog.cross_target:
@@ -330,7 +342,7 @@ def memory(
             dw = da.params_b * da.weight_bytes / dtp
             if d.method == "draft_model":
                 dkv = seqs * tokens_per_seq * da.kv_bytes_per_token / dtp / 1e9
-            elif d.method in ("eagle", "eagle3", "mtp", "dflash"):
+            elif d.method in ("eagle", "eagle3", "mtp", *BLOCK_METHODS):
                 # One (EAGLE, MTP) or a few (DFlash) layers' KV cache at the target's shape.
                 dkv = seqs * tokens_per_seq * target.kv_bytes_per_token / max(target.layers, 1) * da.layers / kv_split / 1e9
     rules = policy.rules.memory

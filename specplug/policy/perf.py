@@ -191,7 +191,8 @@ class StepCost:
 
 # DFlash drafters (vLLM's qwen3_dflash.py, SGLang's DFlash model): decoder layers at the target's width that attend
 # over the target's hidden states captured at as many target layers (an fc fuses them), drafting a block through
-# the target's LM head in one forward. z-lab's b16 drafters (e.g. Qwen3-8B-DFlash-b16) have 5 layers.
+# the target's LM head in one forward. z-lab's b16 drafters (e.g. Qwen3-8B-DFlash-b16) have 5 layers. DSpark drafters
+# are the same backbone (5 layers in DeepSeek's Qwen3 ones) plus a low-rank sequential head, costed as DFlash.
 DFLASH_LAYERS = 5
 
 
@@ -206,7 +207,7 @@ def draft_arch(method: str, target: Arch, drafter: Arch | None) -> Arch | None:
     """The network the drafter runs per draft pass (None for copy-based methods)."""
     if method == "draft_model":
         return drafter
-    if method == "dflash":
+    if method in ("dflash", "dspark"):
         return drafter or dflash_arch(target)
     if method in ("eagle", "eagle3"):
         # One decoder layer at the target's width plus an LM head (EAGLE-3 drafts over a 32k vocabulary).

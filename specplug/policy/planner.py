@@ -617,8 +617,8 @@ def _schedule_and_speculation(s: Planning) -> None:
             cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
         if explicit is None:
             s.reasons.append(_why(c, d, alpha, o, s.scored, s.n))
-        if (lender := c.policy.prior(d.method).prior_from) is not None:
-            s.reasons.append(f"{d.method} has no published result of its own: its acceptance and cost are {lender}'s.")
+        if (note := borrowed_note(c.policy, d.method)) is not None:
+            s.reasons.append(note)
         if pred.breakeven_batch_size is not None and spec.schedule:
             s.reasons.append(
                 f"Speculation stops paying (gaining {c.policy.rules.min_speedup:.2f}x or more) above batch size "
@@ -748,6 +748,17 @@ def _validate(plan: Plan) -> None:
     except ImportError:  # pragma: no cover - the validator module lands with the adapters' checks
         return
     validate_plan(plan)
+
+
+def borrowed_note(policy: Any, method: str) -> str | None:
+    """What a plan says when its method's prior is borrowed (``prior_from``) in whole or in part."""
+    lender = policy.prior(method).prior_from
+    if lender is None:
+        return None
+    if policy.prior(method).alpha == policy.prior(lender).alpha:
+        return f"{method} has no published result of its own: its acceptance and cost are {lender}'s."
+    return (f"{method} has no fitted prior: its acceptance is {lender}'s moved by a published same-harness comparison "
+            f"(the shipped policy's comment names it), and its cost is {lender}'s.")
 
 
 def _traffic_reason(c: E.Context, prof: Any, path: str | None) -> str:

@@ -57,6 +57,7 @@ DRAFTERS = {
     "medusa": "x/medusa-heads",
     "mlp_speculator": "x/mlp-speculator",
     "dflash": "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat",
+    "dspark": "x/dspark-drafter",
 }
 SCHEDULE = [
     {"min_batch": 1, "max_batch": 8, "num_speculative_tokens": 4},

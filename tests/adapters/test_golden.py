@@ -21,6 +21,7 @@ DS = "deepseek-ai/DeepSeek-V3"
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
 E3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 DFLASH = "z-lab/Qwen3-8B-DFlash-b16"
+DSPARK = "deepseek-ai/dspark_qwen3_8b_block7"
 
 CASES = {
     # vLLM: legacy flags before --speculative-config; JSON after, with method always explicit
@@ -44,12 +45,17 @@ CASES = {
     # DFlash block diffusion: vLLM method dflash, SGLang DFLASH with its block, TensorRT-LLM DFlash, llama.cpp draft-dflash
     "vllm-0.32.0-dflash": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15)),
     "sglang-0.5.23-dflash": ("sglang", "0.5.23", dict(model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15)),
+    # DSpark: vLLM method dspark with adaptive verification (and without, under pipeline parallelism), SGLang DSPARK
+    "vllm-0.32.0-dspark": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="dspark", drafter=DSPARK, k=7)),
+    "vllm-0.32.0-dspark-pp": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="dspark", drafter=DSPARK, k=7, pp=2)),
+    "sglang-0.5.23-dspark": ("sglang", "0.5.23", dict(model="Qwen/Qwen3-8B", method="dspark", drafter=DSPARK, k=7)),
     "trtllm-1.3.0rc8-dflash": ("trtllm", "1.3.0rc8", dict(model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15)),
     "llamacpp-b10576-dflash": ("llamacpp", "b10576", dict(model="/models/qwen3-8b-q4_k_m.gguf", method="dflash",
                                                           drafter="/models/qwen3-8b-dflash-b16-q8_0.gguf", k=15)),
     # SGLang: algorithm names by version, all three knobs, steps+1 with topk 1, trees get an attention backend
     "sglang-0.5.2-ngram-lookahead": ("sglang", "0.5.2", dict(method="ngram", k=8)),
     "sglang-0.5.23-ngram": ("sglang", "0.5.23", dict(method="ngram", k=8)),
+    "sglang-0.5.23-ngram-trie-depth": ("sglang", "0.5.23", dict(method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=3)),
     "sglang-0.5.23-eagle3-chain": ("sglang", "0.5.23", dict(model=L8, method="eagle3", drafter=E3, k=3)),
     "sglang-0.5.23-eagle-tree": ("sglang", "0.5.23", dict(model=L8, method="eagle", drafter="lmsys/sglang-EAGLE-LLaMA3-Instruct-8B", k=3, tree=TREE, serve={"max_num_seqs": 64})),
     # SGLang: the schedule as adaptive-steps slots; the n-gram match window where the version has one

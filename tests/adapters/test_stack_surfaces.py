@@ -95,12 +95,16 @@ def test_sglang_without_adaptive_steps_says_why(kw, why):
     assert any(why in n for n in r.spec.notes), r.spec.notes
 
 
-def test_sglang_ngram_match_window_only_where_the_version_has_one():
+def test_sglang_ngram_lookup_window_in_each_versions_own_flags():
     old = spec_of("sglang", "0.5.3", method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=6)
     assert old.argv[old.argv.index("--speculative-ngram-max-match-window-size") + 1] == "6"
+    assert "--speculative-ngram-max-trie-depth" not in old.argv
+    # 0.5.23 has no match window: its trie paths hold the match and the drafts, so the depth is their sum.
     new = spec_of("sglang", "0.5.23", method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=6)
     assert not any("match-window" in a for a in new.argv)
-    assert any("no n-gram match window" in n for n in new.notes)
+    assert new.argv[new.argv.index("--speculative-ngram-max-trie-depth") + 1] == "14"
+    assert new.argv[new.argv.index("--speculative-num-draft-tokens") + 1] == "9"  # the root plus k=8 drafts
+    assert any("prompt_lookup_min is not rendered" in n for n in new.notes)
 
 
 @pytest.mark.parametrize("method,drafter", [("ngram", None), ("draft_model", "x/small")])

@@ -12,7 +12,8 @@ def main() -> None:
     fields = ("model_path", "host", "port", "tp_size", "max_running_requests", "speculative_algorithm",
               "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
               "speculative_num_draft_tokens", "attention_backend", "context_length", "speculative_adaptive",
-              "speculative_adaptive_config", "speculative_ngram_max_bfs_breadth", "enable_dp_attention")
+              "speculative_adaptive_config", "speculative_ngram_max_bfs_breadth", "enable_dp_attention",
+              "speculative_dspark_block_size", "speculative_ngram_max_trie_depth")
     out = []
     for case in cases:
         argv = case["argv"]

@@ -57,6 +57,7 @@ def checked(sglang_env, tiny_model, run_cli_module, tmp_path_factory):
     cases["eagle"] = (render("sglang", method="eagle", drafter=m, num_speculative_tokens=3, **common).spec.argv, True)
     # DFLASH resolves on CUDA/NPU/XPU only: the check's CPU device stops inside SGLang's own DFLASH handler.
     cases["dflash"] = (render("sglang", method="dflash", drafter=m, num_speculative_tokens=15, **common).spec.argv, True)
+    cases["dspark"] = (render("sglang", method="dspark", drafter=m, num_speculative_tokens=7, **common).spec.argv, True)
     # specplug refuses NGRAM and STANDALONE with DP attention; the same argv with it added shows SGLang does too.
     dp = ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2"]
     cases["ngram_dp_attention"] = (cases["ngram"][0] + dp, True)
@@ -78,7 +79,10 @@ def test_ngram_resolves_with_ngram_algorithm(checked):
     r = checked["ngram"]
     assert r["ok"], r.get("error")
     assert r["resolved"]["speculative_algorithm"] == "NGRAM"
-    assert r["resolved"]["speculative_num_draft_tokens"] == 4
+    # k=4 drafted after the trie's root (the last token): 5 tokens verified per step.
+    assert r["resolved"]["speculative_num_draft_tokens"] == 5
+    # The trie is deep enough for the plan's longest match (prompt_lookup_max 4) and its k=4 drafts.
+    assert r["resolved"]["speculative_ngram_max_trie_depth"] == 8
     assert r["parsed"]["max_running_requests"] == 48  # explicit, not SGLang's silent cap
     assert r["parsed"]["host"] == "127.0.0.1" and r["parsed"]["port"] == 30001
 
@@ -157,3 +161,13 @@ def test_dflash_parses_as_sglangs_dflash_algorithm_with_its_block(checked, tiny_
     assert r["parsed"]["speculative_num_draft_tokens"] == 16  # the anchor plus k=15 masks: one z-lab b16 block
     # Resolution reached SGLang's DFLASH handler (the algorithm and flags were accepted) and stopped at the device.
     assert not r["ok"] and "DFLASH speculative decoding is not supported" in r["error"], r.get("error")
+
+
+def test_dspark_parses_as_sglangs_dspark_algorithm_with_its_block(checked, tiny_model):
+    r = checked["dspark"]
+    assert r["parsed"]["speculative_algorithm"] == "DSPARK"
+    assert r["parsed"]["speculative_draft_model_path"] == str(tiny_model)
+    assert r["parsed"]["speculative_dspark_block_size"] == 7
+    # steps, topk and draft tokens are left to SGLang, which forces them (an explicit different value is an error).
+    assert r["parsed"]["speculative_num_draft_tokens"] is None and r["parsed"]["speculative_num_steps"] is None
+    assert not r["ok"] and "DSpark speculative decoding only supports CUDA" in r["error"], r.get("error")

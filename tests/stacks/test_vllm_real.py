@@ -95,6 +95,10 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
     gpu_ngram = _config(tmp / "f", tiny_model, "  method: ngram_gpu\n  num_speculative_tokens: 3\n  prompt_lookup_min: 2\n"
                         "  prompt_lookup_max: 3\n")
     cases["ngram_gpu"] = (render("vllm", config_path=gpu_ngram).spec.argv, True)
+    dspark = render("vllm", model="qwen3-8b", gpu="h100", method="dspark", drafter=DSPARK, num_speculative_tokens=7,
+                    stack_version=VERSION)
+    cases["dspark"] = (dspark.spec.argv, True, {"replace": {DSPARK: str(_dspark_drafter(tmp / "dspark", tiny_model)),
+                                                            "Qwen/Qwen3-8B": str(tiny_model)}})
     payload = [{"name": n, "argv": c[0], "build": c[1], **(c[2] if len(c) > 2 else {})} for n, c in cases.items()]
     return run_helper(vllm_env / "bin" / "python", "vllm_check.py", payload)
 
@@ -112,6 +116,20 @@ def _dflash_drafter(folder: Path, target: Path) -> Path:
     cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
     cfg.update(architectures=["DFlashDraftModel"], model_type="qwen3", num_hidden_layers=1, block_size=16,
                dflash_config={"target_layer_ids": [1], "mask_token_id": 2})
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
+
+
+DSPARK = "deepseek-ai/dspark_qwen3_8b_block7"
+
+
+def _dspark_drafter(folder: Path, target: Path) -> Path:
+    """A DSpark drafter for the tiny model laid out as DeepSeek's Qwen3 ones (config only): Qwen3DSparkModel, block 7."""
+    import json
+
+    folder.mkdir()
+    cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    cfg.update(architectures=["Qwen3DSparkModel"], model_type="qwen3", num_hidden_layers=1, block_size=7, markov_rank=16)
     (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
     return folder
 
@@ -252,3 +270,11 @@ def test_ngram_gpu_builds_as_vllms_gpu_ngram_proposer_with_its_lookup_window(par
     b = r["built"]
     assert b["method"] == "ngram_gpu" and b["num_speculative_tokens"] == 3
     assert (b["prompt_lookup_min"], b["prompt_lookup_max"]) == (2, 3)
+
+
+def test_dspark_builds_with_adaptive_verification(parsed, tiny_model):
+    r = parsed["dspark"]
+    assert r["ok"], r.get("error")
+    b = r["built"]
+    assert b["method"] == "dspark" and b["num_speculative_tokens"] == 7 and b["model"].endswith("dspark")
+    assert b["enable_adaptive_verification"] is True and b["parallel_drafting"] is True

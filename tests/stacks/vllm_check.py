@@ -70,6 +70,7 @@ def main() -> None:
                     "draft_tensor_parallel_size": sc.draft_tensor_parallel_size,
                     "parallel_drafting": sc.parallel_drafting,
                     "rejection_sample_method": sc.rejection_sample_method,
+                    "enable_adaptive_verification": sc.enable_adaptive_verification,
                     "num_speculative_tokens_per_batch_size": [
                         list(e) for e in (sc.num_speculative_tokens_per_batch_size or [])
                     ] or None,
