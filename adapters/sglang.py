@@ -27,6 +27,7 @@ from specplug.adapters._common import (
 )
 
 from specplug.adapter import (
+    BLOCK_VERIFICATION,
     BaseAdapter,
     Gauges,
     LaunchSpec,
@@ -129,7 +130,10 @@ FLAGS: dict[str, tuple[Window, ...]] = {
     # Adaptive steps: --speculative-adaptive with a JSON file of per-batch-size slots {"<min batch>":
     # {"candidate_steps": [...]}}; a batch uses the slot with the largest key not above it (sglang#21599).
     "adaptive": (Window("--speculative-adaptive", "0.5.23", source="spec.py; adaptive_spec_params.py; release inferred"),),
+    # _handle_block_verification (0.5.23): EAGLE/EAGLE3/NEXTN/DFLASH/DSPARK on CUDA/ROCm; turns rejection sampling on.
+    BLOCK_VERIFICATION: (Window("--speculative-use-block-verification", "0.5.23", source="spec.py; speculative_hook.py"),),
 }
+BLOCK_VERIFICATION_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
 ADAPTIVE_CONFIG_FILE = "sglang-adaptive.json"
 # adaptive_unsupported_reason (0.5.23): EAGLE/EAGLE3 with topk 1 only, and not with these server flags.
 ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -219,6 +223,13 @@ class SGLangAdapter(BaseAdapter):
                 "Fit the model on one pipeline stage (more or larger GPUs in tensor parallel), or use EAGLE3/MTP.",
                 key="parallelism.pipeline_parallel_size",
             ))
+        if (w is not None and plan.speculation.verification == "block" and spelling(FLAGS, BLOCK_VERIFICATION, version)
+                and w.value not in BLOCK_VERIFICATION_ALGORITHMS):
+            out.append(Problem(
+                f"SGLang verifies blocks for {', '.join(BLOCK_VERIFICATION_ALGORITHMS)} only, not {w.value}.",
+                "Leave speculation.verification unset for this method, or use EAGLE-3, MTP, DFlash or DSpark.",
+                key="speculation.verification",
+            ))
         tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD", "DFLASH", "DSPARK")
         if tree is not None and tree_algorithm and tree.topk > 1 and tree.num_draft_tokens > tree.steps * tree.topk + 1:
             most = tree.steps * tree.topk + 1
@@ -239,6 +250,10 @@ class SGLangAdapter(BaseAdapter):
             w = self.require_method(c.method, version)
             assert w is not None
             argv += self._spec_args(plan, c, w.value, version, files)
+            if plan.speculation.verification == "block" and (b := spelling(FLAGS, BLOCK_VERIFICATION, version)):
+                argv.append(b.value)
+                c.notes.append("Block verification (CUDA/ROCm only): SGLang samples EAGLE drafts for it (rejection "
+                               "sampling on). The prediction does not count its gain.")
         argv += c.extra_args
         return LaunchSpec(
             stack=self.name,

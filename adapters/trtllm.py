@@ -56,10 +56,11 @@ METHODS: dict[str, tuple[Window, ...]] = {
     # DFlashDecodingConfig is in the 1.3.0rc8 generation's recorded field list; the release that added it is not
     # confirmed, so specplug renders it from that generation on.
     "dflash": (Window("DFlash", "1.3.0rc8", source="trtllm_fields.yaml 1.3.0rc8"),),
+    # Suffix decoding as the suffix automaton (SADecodingConfig, PR #11434; a request's own automaton, or every active
+    # request's with enable_global_pool, PR #12130): in the same recorded generation, first release not confirmed.
+    "suffix": (Window("SA", "1.3.0rc8", source="trtllm_fields.yaml 1.3.0rc8; PR #11434"),),
 }
 UNSUPPORTED = {
-    "suffix": "TensorRT-LLM's suffix automaton (SA) is not rendered by specplug: the release that added SADecodingConfig "
-              "is not confirmed; use ngram.",
     "dspark": "TensorRT-LLM's DSparkDecodingConfig (PR #15808) is not rendered by specplug: the first release that has it "
               "is not confirmed (its docs show it from 1.3.0rc27); use dflash or eagle3.",
     "ngram_gpu": "TensorRT-LLM has no GPU n-gram proposer (vLLM's ngram_gpu); use ngram (NGram).",
@@ -76,6 +77,7 @@ BACKEND = {
     "medusa": "tensorrt",
     "lookahead": "tensorrt",
     "dflash": "pytorch",
+    "suffix": "pytorch",
 }
 SERVE_FLAGS = {
     "host": "--host",
@@ -343,6 +345,10 @@ class TRTLLMAdapter(BaseAdapter):
             cfg["max_matching_ngram_size"] = s.prompt_lookup_max or 2
             if s.prompt_lookup_min not in (None, s.prompt_lookup_max):
                 c.notes.append("TensorRT-LLM's NGram has no minimum match length; prompt_lookup_min is not rendered.")
+        elif dtype == "SA":
+            # -1: the longest suffix the automaton matches; a plan's prompt_lookup_max fixes the match length instead.
+            cfg["max_draft_len"] = c.k
+            cfg["max_matching_ngram_size"] = s.prompt_lookup_max or -1
         elif dtype == "MTP":
             for key in gen.get("mtp_draft_len_keys", ["num_nextn_predict_layers"]):
                 cfg[key] = c.k

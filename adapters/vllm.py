@@ -27,6 +27,7 @@ from specplug.adapters._common import (
 )
 
 from specplug.adapter import (
+    BLOCK_VERIFICATION,
     BaseAdapter,
     Counters,
     LaunchSpec,
@@ -74,6 +75,9 @@ FIELDS: dict[str, tuple[Window, ...]] = {
     # DSpark drafter's confidence head, else an online acceptance estimate). VllmConfig needs Model Runner V2 and full
     # CUDA graphs, and refuses LoRA and pipeline parallelism (config/vllm.py).
     "adaptive_verification": (Window("enable_adaptive_verification", "0.32.0", source="speculative.py; config/vllm.py"),),
+    # rejection_sample_method 'block' (Sun et al.'s block verification, PR #46781): implemented in Model Runner V2's
+    # sampler; greedy rows keep exact matching. Read in 0.32.0; the first release is not confirmed.
+    BLOCK_VERIFICATION: (Window("rejection_sample_method", "0.32.0", source="speculative.py 0.32.0; PR #46781"),),
 }
 # The API name of a model served through its speculator (app_state.py: served names default to args.model).
 SERVED_NAME_FLAG = "--served-model-name"
@@ -82,9 +86,9 @@ SERVED_NAME_FLAG = "--served-model-name"
 ADAPTIVE_VERIFICATION_METHODS = ("dspark",)
 # What keeps it off: LoRA (--enable-lora) and pipeline parallelism.
 LORA_FLAG = "--enable-lora"
-# Read in 0.32.0 and deliberately not rendered (nothing in a plan asks for them yet):
-# - rejection_sample_method (standard | synthetic | block) and draft_sample_method (greedy | probabilistic): the
-#   policy's acceptance priors assume the defaults (standard, greedy).
+# Read in 0.32.0 and deliberately not rendered: rejection_sample_method 'synthetic' (a benchmarking aid that accepts
+# at set rates, not lossless) and draft_sample_method (greedy | probabilistic), which the policy's acceptance priors
+# assume at its default (greedy).
 # What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
 PER_REQUEST_METRICS = "summary"
 # VllmConfig._maybe_disable_dynamic_sd_for_data_parallel (0.32.0): a schedule is dropped with a warning when
@@ -474,6 +478,10 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
         cfg["num_speculative_tokens"] = c.k
     if c.method in ADAPTIVE_VERIFICATION_METHODS:
         cfg.update(_adaptive_verification(plan, c, version))
+    if s.verification == "block" and (w := spelling(FIELDS, BLOCK_VERIFICATION, version)) is not None:
+        cfg[w.value] = "block"
+        c.notes.append("Block verification: vLLM runs it in Model Runner V2 (Model Runner V1 verifies token by token); "
+                       "greedy requests are unaffected. The prediction does not count its gain.")
     d = _draft_tp(plan, c)
     if d is not None:
         cfg["draft_tensor_parallel_size"] = d

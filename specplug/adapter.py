@@ -156,6 +156,8 @@ DEFAULT_COST_PROFILE = "stack_default"
 DEFAULT_VOCAB_MISMATCH = "the stack needs the draft and target models to share token ids"
 # Seconds from start to healthy that ``specplug tune`` budgets before it has measured a launch of the stack.
 DEFAULT_LAUNCH_PRIOR_S = 180.0
+# The control_table entry that says a stack verifies drafts as a block (speculation.verification: block).
+BLOCK_VERIFICATION = "block_verification"
 
 
 @runtime_checkable
@@ -425,6 +427,7 @@ class BaseAdapter:
     method_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
     # Stack-specific controls specplug renders (name -> the stack's spelling per version range), listed by
     # 'specplug stacks' beside the schedule/cutoff/tree capabilities every adapter declares.
+    # Controls the stack renders, with their windows; BLOCK_VERIFICATION is checked here for every adapter.
     control_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
     unsupported: ClassVar[dict[str, str]] = {}  # method -> why this stack can never do it
     oldest: ClassVar[str]  # oldest version this adapter renders for
@@ -594,6 +597,15 @@ class BaseAdapter:
         if method:
             return method  # the stack's own checks assume a method it runs
         out = canon_problems(plan, self.display_name)
+        if plan.speculation.verification == "block" and spelling(self.control_table, BLOCK_VERIFICATION, version) is None:
+            ws = self.control_table.get(BLOCK_VERIFICATION)
+            out.append(Problem(
+                f"{self.display_name} {version or '(newest)'} verifies drafts token by token only"
+                + (f" (block verification needs {describe_windows(ws)})." if ws else "."),
+                "Leave speculation.verification unset (or 'standard')"
+                + (", or render for a version that has it." if ws else ", or use vLLM or SGLang, which verify blocks."),
+                key="speculation.verification",
+            ))
         try:
             out += self.stack_problems(plan, version)
         except StackError as exc:  # a stack check that needs the canonical fields sane: they are reported above

@@ -118,6 +118,11 @@ class SpeculationSpec(Strict):
     prompt_lookup_max: int | None = Field(None, ge=1, le=64)
     schedule: list[ScheduleEntry] | None = None
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    verification: Literal["standard", "block"] | None = Field(
+        None,
+        description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still "
+        "lossless, accepts more at temperature > 0, the same at 0). Default: the stack's own (standard).",
+    )
 
     @model_validator(mode="after")
     def _as_its_method(self) -> SpeculationSpec:

@@ -6,6 +6,8 @@ lock, check, bench comparisons) consumes it. No stack-specific spelling appears 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.config import Method, ScheduleEntry, ServeOptions, StackName, TreeSpec, WorkloadSpec
@@ -53,6 +55,11 @@ class Speculation(PlanModel):
         default_factory=list, description="k per range of running batch sizes; k=0 turns speculation off there."
     )
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    verification: Literal["standard", "block"] | None = Field(
+        None,
+        description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still "
+        "lossless, accepts more at temperature > 0, the same at 0). Default: the stack's own (standard).",
+    )
 
     @property
     def enabled(self) -> bool:

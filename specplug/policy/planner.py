@@ -601,6 +601,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             num_speculative_tokens=k,
             tree=tree,
             schedule=explicit.schedule if explicit and explicit.schedule else sched,
+            verification=explicit.verification if explicit else None,
         )
         if d.method in ("ngram", "ngram_gpu"):
             lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)

@@ -50,6 +50,7 @@ CASES = {
     "vllm-0.32.0-dspark-pp": ("vllm", "0.32.0", dict(model="Qwen/Qwen3-8B", method="dspark", drafter=DSPARK, k=7, pp=2)),
     "sglang-0.5.23-dspark": ("sglang", "0.5.23", dict(model="Qwen/Qwen3-8B", method="dspark", drafter=DSPARK, k=7)),
     "trtllm-1.3.0rc8-dflash": ("trtllm", "1.3.0rc8", dict(model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15)),
+    "trtllm-1.3.0rc8-suffix-sa": ("trtllm", "1.3.0rc8", dict(model="Qwen/Qwen3-8B", method="suffix", k=4, schedule=SCHEDULE)),
     "llamacpp-b10576-dflash": ("llamacpp", "b10576", dict(model="/models/qwen3-8b-q4_k_m.gguf", method="dflash",
                                                           drafter="/models/qwen3-8b-dflash-b16-q8_0.gguf", k=15)),
     # SGLang: algorithm names by version, all three knobs, steps+1 with topk 1, trees get an attention backend

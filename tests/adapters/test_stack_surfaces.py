@@ -186,3 +186,20 @@ def test_vllm_per_request_acceptance_is_kept_from_the_last_streamed_chunk_and_re
     acc = read_acceptance(None, None, timings=[res.timings], stack="vllm")
     assert acc is not None and acc.source == "vLLM per-request spec-decode metrics"
     assert acc.draft_tokens == 8 and acc.accepted_tokens == 3 and acc.acceptance_rate == pytest.approx(0.375)
+
+
+@pytest.mark.parametrize("stack,version", [("trtllm", "1.3.0rc8"), ("llamacpp", "b10576"), ("tgi", "3.3.7"),
+                                           ("vllm", "0.27.1"), ("sglang", "0.5.3")])
+def test_block_verification_is_refused_where_a_stack_verifies_token_by_token(stack, version):
+    method, drafter = ("ngram", None) if stack == "tgi" else ("draft_model", "x/small")
+    with pytest.raises(StackError, match="verifies drafts token by token only"):
+        spec_of(stack, version, method=method, drafter=drafter, verification="block")
+
+
+def test_block_verification_renders_per_stack_and_sglang_refuses_it_for_ngram():
+    v = spec_of("vllm", "0.32.0", method="ngram", k=4, verification="block")
+    assert json.loads(v.argv[v.argv.index("--speculative-config") + 1])["rejection_sample_method"] == "block"
+    s = spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", k=3, verification="block")
+    assert "--speculative-use-block-verification" in s.argv
+    with pytest.raises(StackError, match="verifies blocks for EAGLE"):
+        spec_of("sglang", "0.5.23", method="ngram", k=4, verification="block")

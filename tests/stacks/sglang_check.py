@@ -13,7 +13,8 @@ def main() -> None:
               "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
               "speculative_num_draft_tokens", "attention_backend", "context_length", "speculative_adaptive",
               "speculative_adaptive_config", "speculative_ngram_max_bfs_breadth", "enable_dp_attention",
-              "speculative_dspark_block_size", "speculative_ngram_max_trie_depth")
+              "speculative_dspark_block_size", "speculative_ngram_max_trie_depth",
+              "speculative_use_block_verification")
     out = []
     for case in cases:
         argv = case["argv"]

@@ -95,6 +95,10 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
     gpu_ngram = _config(tmp / "f", tiny_model, "  method: ngram_gpu\n  num_speculative_tokens: 3\n  prompt_lookup_min: 2\n"
                         "  prompt_lookup_max: 3\n")
     cases["ngram_gpu"] = (render("vllm", config_path=gpu_ngram).spec.argv, True)
+    (tmp / "g").mkdir()
+    block = _config(tmp / "g", tiny_model, f"  method: draft_model\n  drafter: {tiny_model}\n  num_speculative_tokens: 3\n"
+                    "  verification: block\n")
+    cases["block_verification"] = (render("vllm", config_path=block).spec.argv, True)
     dspark = render("vllm", model="qwen3-8b", gpu="h100", method="dspark", drafter=DSPARK, num_speculative_tokens=7,
                     stack_version=VERSION)
     cases["dspark"] = (dspark.spec.argv, True, {"replace": {DSPARK: str(_dspark_drafter(tmp / "dspark", tiny_model)),
@@ -278,3 +282,9 @@ def test_dspark_builds_with_adaptive_verification(parsed, tiny_model):
     b = r["built"]
     assert b["method"] == "dspark" and b["num_speculative_tokens"] == 7 and b["model"].endswith("dspark")
     assert b["enable_adaptive_verification"] is True and b["parallel_drafting"] is True
+
+
+def test_block_verification_builds_as_vllms_block_rejection_sampler(parsed):
+    r = parsed["block_verification"]
+    assert r["ok"], r.get("error")
+    assert r["built"]["rejection_sample_method"] == "block" and r["built"]["method"] == "draft_model"
