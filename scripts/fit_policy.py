@@ -199,6 +199,16 @@ class Row:
         return kw
 
 
+def _named_head(text: str, model: str, method: str) -> str | None:
+    """The catalog head for ``model`` whose repository name the row's text names (a row may name its head without
+    its organisation), else None."""
+    from specplug.catalog.drafters import drafters_for
+
+    low = text.lower()
+    hits = [d.drafter_hf_id for d in drafters_for(model, method) if d.drafter_hf_id.split("/")[-1].lower() in low]
+    return hits[0] if len(hits) == 1 else None
+
+
 def _num(text: str) -> float | None:
     m = re.fullmatch(r"\s*~?\s*(\d+(?:\.\d+)?)\s*(\(.*\))?\s*", text or "")
     return float(m.group(1)) if m else None
@@ -311,7 +321,7 @@ def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[s
             skip("batch or temperature unclear")
             continue
         text = f"{r['method']} {r['config']}"
-        drafter = _first(DRAFTERS, text, None) if method == "draft_model" else None
+        drafter = _first(DRAFTERS, text, None) if method == "draft_model" else _named_head(text, model, method)
         if method == "draft_model" and drafter is None:
             skip("draft model not named")
             continue

@@ -84,8 +84,36 @@ def test_every_published_row_is_scored_through_estimate(monkeypatch) -> None:
     from specplug.policy import engine
     from specplug.policy.data import load_policy
 
-    monkeypatch.setattr(engine, "published_alpha", engine.published_alpha)  # accuracy.predict replaces it
+    from specplug.catalog.drafters import find_drafter
+
+    before = engine.published_alpha, find_drafter("AngelSlim/Qwen3-8B_eagle3").acceptance_length
     rows = [r for r in fit_policy.parse_rows()[0] if r.speedup]
     preds = accuracy.predict(rows, load_policy())
+    # The benchmark's view of the catalog (independent figures only) does not outlive it.
+    assert (engine.published_alpha, find_drafter("AngelSlim/Qwen3-8B_eagle3").acceptance_length) == before
+    assert find_drafter("yuhuili/EAGLE-Vicuna-7B-v1.3").acceptance_length is not None
     errs = sorted(abs(math.log(p / r.speedup)) for p, r in zip(preds, rows, strict=True))
     assert len(preds) == len(rows) > 600 and errs[len(errs) // 2] < 0.2
+
+
+def test_a_row_that_names_its_head_is_scored_with_that_heads_independent_figure_only() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import accuracy
+    import fit_policy as F
+
+    from specplug import estimate
+    from specplug.catalog.drafters import find_drafter
+
+    assert F._named_head("EAGLE-3 (AngelSlim Qwen3-a3B_eagle3 draft) steps 3", "Qwen/Qwen3-30B-A3B", "eagle3") == (
+        "AngelSlim/Qwen3-a3B_eagle3")
+    assert F._named_head("EAGLE-3 (zhuyksir/EAGLE3-Qwen3-30B-A3B-DenseHead)", "Qwen/Qwen3-30B-A3B", "eagle3") is None
+    kw = dict(gpu="h100", num_gpus=2, stack="sglang", num_speculative_tokens=3)
+    with accuracy.independent_acceptance() as named:
+        named[0] = "AngelSlim/Qwen3-a3B_eagle3"
+        own = estimate("qwen3-30b-a3b", "eagle3", drafter="AngelSlim/Qwen3-a3B_eagle3", **kw).acceptance_length
+        named[0] = None  # a row that does not say which head: the method prior
+        unnamed = estimate("qwen3-30b-a3b", "eagle3", **kw).acceptance_length
+        # Figures read from the scored sources are withheld inside.
+        assert find_drafter("yuhuili/EAGLE-Vicuna-7B-v1.3").acceptance_length is None
+    assert own < unnamed  # AngelSlim's published 2.01 tokens/step is below the EAGLE-3 prior
