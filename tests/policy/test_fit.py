@@ -81,10 +81,9 @@ def test_every_published_row_is_scored_through_estimate(monkeypatch) -> None:
     import accuracy
     import fit_policy
 
+    from specplug.catalog.drafters import find_drafter
     from specplug.policy import engine
     from specplug.policy.data import load_policy
-
-    from specplug.catalog.drafters import find_drafter
 
     before = engine.published_alpha, find_drafter("AngelSlim/Qwen3-8B_eagle3").acceptance_length
     rows = [r for r in fit_policy.parse_rows()[0] if r.speedup]
