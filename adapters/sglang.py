@@ -28,6 +28,7 @@ from specplug.adapters._common import (
 
 from specplug.adapter import (
     BLOCK_VERIFICATION,
+    PROBABILISTIC_DRAFTING,
     BaseAdapter,
     Gauges,
     LaunchSpec,
@@ -132,8 +133,13 @@ FLAGS: dict[str, tuple[Window, ...]] = {
     "adaptive": (Window("--speculative-adaptive", "0.5.23", source="spec.py; adaptive_spec_params.py; release inferred"),),
     # _handle_block_verification (0.5.23): EAGLE/EAGLE3/NEXTN/DFLASH/DSPARK on CUDA/ROCm; turns rejection sampling on.
     BLOCK_VERIFICATION: (Window("--speculative-use-block-verification", "0.5.23", source="spec.py; speculative_hook.py"),),
+    # Drafts sampled and verified by rejection sampling against their distribution (EAGLE heads with topk 1);
+    # earlier releases unconfirmed.
+    PROBABILISTIC_DRAFTING: (Window("--speculative-use-rejection-sampling", "0.5.23", source="spec.py; speculative_hook.py"),),
 }
 BLOCK_VERIFICATION_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
+# --speculative-use-rejection-sampling (0.5.23 speculative_hook.py): EAGLE/EAGLE3 (NEXTN, MTP) with topk 1 only.
+REJECTION_SAMPLING_ALGORITHMS = ("EAGLE", "EAGLE3")
 ADAPTIVE_CONFIG_FILE = "sglang-adaptive.json"
 # adaptive_unsupported_reason (0.5.23): EAGLE/EAGLE3 with topk 1 only, and not with these server flags.
 ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -230,6 +236,20 @@ class SGLangAdapter(BaseAdapter):
                 "Leave speculation.verification unset for this method, or use EAGLE-3, MTP, DFlash or DSpark.",
                 key="speculation.verification",
             ))
+        if w is not None and plan.speculation.draft_sampling == "probabilistic" and spelling(FLAGS, PROBABILISTIC_DRAFTING, version):
+            if w.value not in REJECTION_SAMPLING_ALGORITHMS:
+                out.append(Problem(
+                    f"SGLang samples drafts for rejection sampling with {'/'.join(REJECTION_SAMPLING_ALGORITHMS)} heads only, "
+                    f"not {w.value}.",
+                    "Leave speculation.draft_sampling unset for this method, or use EAGLE-3 or MTP.",
+                    key="speculation.draft_sampling",
+                ))
+            elif tree is not None and tree.topk > 1:
+                out.append(Problem(
+                    f"SGLang's rejection sampling needs a chain (topk 1), not a tree with topk {tree.topk}.",
+                    "Set speculation.tree.topk to 1 (or drop the tree), or leave draft_sampling unset.",
+                    key="speculation.draft_sampling",
+                ))
         tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD", "DFLASH", "DSPARK")
         if tree is not None and tree_algorithm and tree.topk > 1 and tree.num_draft_tokens > tree.steps * tree.topk + 1:
             most = tree.steps * tree.topk + 1
@@ -250,6 +270,10 @@ class SGLangAdapter(BaseAdapter):
             w = self.require_method(c.method, version)
             assert w is not None
             argv += self._spec_args(plan, c, w.value, version, files)
+            if plan.speculation.draft_sampling == "probabilistic" and (r := spelling(FLAGS, PROBABILISTIC_DRAFTING, version)):
+                argv.append(r.value)
+                c.notes.append("Probabilistic drafting: SGLang samples the EAGLE drafts and verifies them by rejection "
+                               "sampling. The prediction does not count its gain.")
             if plan.speculation.verification == "block" and (b := spelling(FLAGS, BLOCK_VERIFICATION, version)):
                 argv.append(b.value)
                 c.notes.append("Block verification (CUDA/ROCm only): SGLang samples EAGLE drafts for it (rejection "

@@ -28,6 +28,7 @@ from specplug.adapters._common import (
 
 from specplug.adapter import (
     BLOCK_VERIFICATION,
+    PROBABILISTIC_DRAFTING,
     BaseAdapter,
     Counters,
     LaunchSpec,
@@ -78,6 +79,9 @@ FIELDS: dict[str, tuple[Window, ...]] = {
     # rejection_sample_method 'block' (Sun et al.'s block verification, PR #46781): implemented in Model Runner V2's
     # sampler; greedy rows keep exact matching. Read in 0.32.0; the first release is not confirmed.
     BLOCK_VERIFICATION: (Window("rejection_sample_method", "0.32.0", source="speculative.py 0.32.0; PR #46781"),),
+    # draft_sample_method 'probabilistic': drafts sampled and their logits kept ([max_num_seqs, k, vocab]) for the ratio
+    # test. Read in 0.32.0; the first release is not confirmed.
+    PROBABILISTIC_DRAFTING: (Window("draft_sample_method", "0.32.0", source="speculative.py 0.32.0"),),
 }
 # The API name of a model served through its speculator (app_state.py: served names default to args.model).
 SERVED_NAME_FLAG = "--served-model-name"
@@ -87,8 +91,7 @@ ADAPTIVE_VERIFICATION_METHODS = ("dspark",)
 # What keeps it off: LoRA (--enable-lora) and pipeline parallelism.
 LORA_FLAG = "--enable-lora"
 # Read in 0.32.0 and deliberately not rendered: rejection_sample_method 'synthetic' (a benchmarking aid that accepts
-# at set rates, not lossless) and draft_sample_method (greedy | probabilistic), which the policy's acceptance priors
-# assume at its default (greedy).
+# at set rates, not lossless).
 # What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
 PER_REQUEST_METRICS = "summary"
 # VllmConfig._maybe_disable_dynamic_sd_for_data_parallel (0.32.0): a schedule is dropped with a warning when
@@ -478,6 +481,12 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
         cfg["num_speculative_tokens"] = c.k
     if c.method in ADAPTIVE_VERIFICATION_METHODS:
         cfg.update(_adaptive_verification(plan, c, version))
+    if s.draft_sampling == "probabilistic":
+        w = spelling(FIELDS, PROBABILISTIC_DRAFTING, version)
+        assert w is not None  # the base adapter refused it otherwise
+        cfg[w.value] = "probabilistic"
+        c.notes.append("Probabilistic drafting: vLLM keeps each draft's logits (max_num_seqs x k x vocab floats) for the "
+                       "rejection test; the prediction does not count its gain.")
     if s.verification == "block" and (w := spelling(FIELDS, BLOCK_VERIFICATION, version)) is not None:
         cfg[w.value] = "block"
         c.notes.append("Block verification: vLLM runs it in Model Runner V2 (Model Runner V1 verifies token by token); "

@@ -156,8 +156,16 @@ DEFAULT_COST_PROFILE = "stack_default"
 DEFAULT_VOCAB_MISMATCH = "the stack needs the draft and target models to share token ids"
 # Seconds from start to healthy that ``specplug tune`` budgets before it has measured a launch of the stack.
 DEFAULT_LAUNCH_PRIOR_S = 180.0
-# The control_table entry that says a stack verifies drafts as a block (speculation.verification: block).
-BLOCK_VERIFICATION = "block_verification"
+# control_table entries for speculation fields that change how drafts are proposed or verified; the base adapter
+# refuses such a value wherever the stack's table has no window for it.
+BLOCK_VERIFICATION = "block_verification"  # speculation.verification: block
+PROBABILISTIC_DRAFTING = "probabilistic_drafting"  # speculation.draft_sampling: probabilistic
+# field, value -> (control, what the stack does instead, who does it)
+SPEC_CONTROLS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("verification", "block"): (BLOCK_VERIFICATION, "verifies drafts token by token only", "vLLM or SGLang"),
+    ("draft_sampling", "probabilistic"): (
+        PROBABILISTIC_DRAFTING, "scores drafts as the drafter's argmax only", "vLLM (or SGLang for EAGLE heads)"),
+}
 
 
 @runtime_checkable
@@ -427,7 +435,7 @@ class BaseAdapter:
     method_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
     # Stack-specific controls specplug renders (name -> the stack's spelling per version range), listed by
     # 'specplug stacks' beside the schedule/cutoff/tree capabilities every adapter declares.
-    # Controls the stack renders, with their windows; BLOCK_VERIFICATION is checked here for every adapter.
+    # Controls the stack renders, with their windows; the SPEC_CONTROLS ones are checked here for every adapter.
     control_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
     unsupported: ClassVar[dict[str, str]] = {}  # method -> why this stack can never do it
     oldest: ClassVar[str]  # oldest version this adapter renders for
@@ -597,14 +605,16 @@ class BaseAdapter:
         if method:
             return method  # the stack's own checks assume a method it runs
         out = canon_problems(plan, self.display_name)
-        if plan.speculation.verification == "block" and spelling(self.control_table, BLOCK_VERIFICATION, version) is None:
-            ws = self.control_table.get(BLOCK_VERIFICATION)
+        for (name, value), (control, instead, who) in SPEC_CONTROLS.items():
+            if getattr(plan.speculation, name) != value or spelling(self.control_table, control, version) is not None:
+                continue
+            ws = self.control_table.get(control)
             out.append(Problem(
-                f"{self.display_name} {version or '(newest)'} verifies drafts token by token only"
-                + (f" (block verification needs {describe_windows(ws)})." if ws else "."),
-                "Leave speculation.verification unset (or 'standard')"
-                + (", or render for a version that has it." if ws else ", or use vLLM or SGLang, which verify blocks."),
-                key="speculation.verification",
+                f"{self.display_name} {version or '(newest)'} {instead}"
+                + (f" ({name}: {value} needs {describe_windows(ws)})." if ws else f" (no {name}: {value})."),
+                f"Leave speculation.{name} unset"
+                + (", or render for a version that has it." if ws else f", or use {who}."),
+                key=f"speculation.{name}",
             ))
         try:
             out += self.stack_problems(plan, version)

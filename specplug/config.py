@@ -118,6 +118,12 @@ class SpeculationSpec(Strict):
     prompt_lookup_max: int | None = Field(None, ge=1, le=64)
     schedule: list[ScheduleEntry] | None = None
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    draft_sampling: Literal["greedy", "probabilistic"] | None = Field(
+        None,
+        description="How the drafter proposes: 'greedy' (its argmax, scored as certain) or 'probabilistic' (sampled, "
+        "its whole distribution used in the rejection test: more accepted at temperature > 0, more memory). "
+        "Default: the stack's own (greedy).",
+    )
     verification: Literal["standard", "block"] | None = Field(
         None,
         description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still "
@@ -151,6 +157,9 @@ class CopySpeculation(SpeculationSpec):
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"prompt_lookup_min ({lo}) must not exceed prompt_lookup_max ({hi})")
+        if self.draft_sampling is not None:
+            raise ValueError(f"draft_sampling applies to drafters; {self.method} copies its drafts from text (no "
+                             "distribution to sample): remove it")
         return self
 
 

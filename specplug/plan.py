@@ -55,6 +55,12 @@ class Speculation(PlanModel):
         default_factory=list, description="k per range of running batch sizes; k=0 turns speculation off there."
     )
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    draft_sampling: Literal["greedy", "probabilistic"] | None = Field(
+        None,
+        description="How the drafter proposes: 'greedy' (its argmax, scored as certain) or 'probabilistic' (sampled, "
+        "its whole distribution used in the rejection test: more accepted at temperature > 0, more memory). "
+        "Default: the stack's own (greedy).",
+    )
     verification: Literal["standard", "block"] | None = Field(
         None,
         description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still "

@@ -126,3 +126,10 @@ def test_every_committed_example_still_parses():
 
     files = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*/specplug.yaml"))
     assert files and all(parse_config(f.read_text(), str(f)) for f in files)
+
+
+def test_sampled_drafts_are_for_drafters_not_copy_methods():
+    with pytest.raises(ConfigError, match="draft_sampling applies to drafters; ngram copies"):
+        parse_config("model: m\nspeculation: {method: ngram, draft_sampling: probabilistic}\n")
+    cfg = parse_config("model: m\nspeculation: {method: eagle3, drafter: x, draft_sampling: probabilistic}\n")
+    assert cfg.speculation.draft_sampling == "probabilistic"

@@ -602,6 +602,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             tree=tree,
             schedule=explicit.schedule if explicit and explicit.schedule else sched,
             verification=explicit.verification if explicit else None,
+            draft_sampling=explicit.draft_sampling if explicit else None,
         )
         if d.method in ("ngram", "ngram_gpu"):
             lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)

@@ -203,3 +203,21 @@ def test_block_verification_renders_per_stack_and_sglang_refuses_it_for_ngram():
     assert "--speculative-use-block-verification" in s.argv
     with pytest.raises(StackError, match="verifies blocks for EAGLE"):
         spec_of("sglang", "0.5.23", method="ngram", k=4, verification="block")
+
+
+@pytest.mark.parametrize("stack,version", [("trtllm", "1.3.0rc8"), ("llamacpp", "b10576"), ("vllm", "0.27.1")])
+def test_sampled_drafts_are_refused_where_a_stack_scores_only_the_argmax(stack, version):
+    with pytest.raises(StackError, match="scores drafts as the drafter's argmax only"):
+        spec_of(stack, version, method="draft_model", drafter="x/small", draft_sampling="probabilistic")
+
+
+def test_sampled_drafts_render_per_stack_and_sglang_holds_them_to_eagle_chains():
+    v = spec_of("vllm", "0.32.0", method="eagle3", drafter="x/eagle3", k=3, draft_sampling="probabilistic")
+    assert vllm_cfg(v)["draft_sample_method"] == "probabilistic"
+    s = spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", k=3, draft_sampling="probabilistic")
+    assert "--speculative-use-rejection-sampling" in s.argv
+    with pytest.raises(StackError, match="EAGLE/EAGLE3 heads only, not DFLASH"):
+        spec_of("sglang", "0.5.23", method="dflash", drafter=DFLASH, k=15, draft_sampling="probabilistic")
+    with pytest.raises(StackError, match="needs a chain"):
+        spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", k=3, draft_sampling="probabilistic",
+                tree={"steps": 3, "topk": 4, "num_draft_tokens": 8})

@@ -14,7 +14,7 @@ def main() -> None:
               "speculative_num_draft_tokens", "attention_backend", "context_length", "speculative_adaptive",
               "speculative_adaptive_config", "speculative_ngram_max_bfs_breadth", "enable_dp_attention",
               "speculative_dspark_block_size", "speculative_ngram_max_trie_depth",
-              "speculative_use_block_verification")
+              "speculative_use_block_verification", "speculative_use_rejection_sampling")
     out = []
     for case in cases:
         argv = case["argv"]

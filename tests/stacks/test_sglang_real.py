@@ -58,7 +58,7 @@ def checked(sglang_env, tiny_model, run_cli_module, tmp_path_factory):
     # DFLASH resolves on CUDA/NPU/XPU only: the check's CPU device stops inside SGLang's own DFLASH handler.
     cases["dflash"] = (render("sglang", method="dflash", drafter=m, num_speculative_tokens=15, **common).spec.argv, True)
     block = _config(tmp / "block", tiny_model, f"  method: eagle3\n  drafter: {m}\n  num_speculative_tokens: 3\n"
-                    "  verification: block\n")
+                    "  verification: block\n  draft_sampling: probabilistic\n")
     cases["eagle3_block"] = (render("sglang", config_path=block).spec.argv, True)
     cases["dspark"] = (render("sglang", method="dspark", drafter=m, num_speculative_tokens=7, **common).spec.argv, True)
     # specplug refuses NGRAM and STANDALONE with DP attention; the same argv with it added shows SGLang does too.
@@ -179,5 +179,6 @@ def test_dspark_parses_as_sglangs_dspark_algorithm_with_its_block(checked, tiny_
 def test_block_verification_reaches_sglangs_own_rule(checked):
     r = checked["eagle3_block"]
     assert r["parsed"]["speculative_use_block_verification"] is True
+    assert r["parsed"]["speculative_use_rejection_sampling"] is True
     # SGLang accepted the flag for EAGLE3 and stopped only at its CUDA/ROCm requirement (this check runs on a CPU).
     assert not r["ok"] and "block-verification only supports CUDA or ROCm" in r["error"], r.get("error")

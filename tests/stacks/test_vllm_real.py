@@ -97,7 +97,7 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
     cases["ngram_gpu"] = (render("vllm", config_path=gpu_ngram).spec.argv, True)
     (tmp / "g").mkdir()
     block = _config(tmp / "g", tiny_model, f"  method: draft_model\n  drafter: {tiny_model}\n  num_speculative_tokens: 3\n"
-                    "  verification: block\n")
+                    "  verification: block\n  draft_sampling: probabilistic\n")
     cases["block_verification"] = (render("vllm", config_path=block).spec.argv, True)
     dspark = render("vllm", model="qwen3-8b", gpu="h100", method="dspark", drafter=DSPARK, num_speculative_tokens=7,
                     stack_version=VERSION)
@@ -284,7 +284,8 @@ def test_dspark_builds_with_adaptive_verification(parsed, tiny_model):
     assert b["enable_adaptive_verification"] is True and b["parallel_drafting"] is True
 
 
-def test_block_verification_builds_as_vllms_block_rejection_sampler(parsed):
+def test_block_verification_and_sampled_drafts_build_as_vllms_own_fields(parsed):
     r = parsed["block_verification"]
     assert r["ok"], r.get("error")
     assert r["built"]["rejection_sample_method"] == "block" and r["built"]["method"] == "draft_model"
+    assert r["built"]["draft_sample_method"] == "probabilistic"
