@@ -27,7 +27,7 @@ def init(model, stack, stack_version, gpu, num_gpus, workload, concurrency, inpu
     """Write a commented specplug.yaml for MODEL on STACK (refuses to overwrite without --force)."""
     from specplug import __version__
     from specplug.catalog import get_gpu, get_model
-    from specplug.config import SCHEMA_VERSION, parse_config
+    from specplug.config import METHODS, SCHEMA_VERSION, parse_config
     from specplug.errors import SpecplugError
     from specplug.fileio import write_atomic
     from specplug.templating import render_template
@@ -53,6 +53,7 @@ def init(model, stack, stack_version, gpu, num_gpus, workload, concurrency, inpu
         temperature=temperature,
         schema_version=SCHEMA_VERSION,
         specplug_version=__version__,
+        methods=", ".join(METHODS),
     )
     parse_config(text, str(target))  # never write a file specplug itself would reject
     write_atomic(target, text)
