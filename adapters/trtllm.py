@@ -53,16 +53,15 @@ METHODS: dict[str, tuple[Window, ...]] = {
     "mtp": (Window("MTP", "0.17.0"),),
     "medusa": (Window("Medusa", "0.17.0", TENSORRT_BACKEND_UNTIL, "TensorRT backend; removed after v1.3.0rc20"),),
     "lookahead": (Window("Lookahead", "0.17.0", TENSORRT_BACKEND_UNTIL, "TensorRT backend; removed after v1.3.0rc20"),),
-    # DFlashDecodingConfig is in the 1.3.0rc8 generation's recorded field list; the release that added it is not
-    # confirmed, so specplug renders it from that generation on.
-    "dflash": (Window("DFlash", "1.3.0rc8", source="trtllm_fields.yaml 1.3.0rc8"),),
-    # Suffix decoding as the suffix automaton (SADecodingConfig, PR #11434; a request's own automaton, or every active
-    # request's with enable_global_pool, PR #12130): in the same recorded generation, first release not confirmed.
-    "suffix": (Window("SA", "1.3.0rc8", source="trtllm_fields.yaml 1.3.0rc8; PR #11434"),),
+    # DFlashDecodingConfig (PR #12794) and DSparkDecodingConfig (PR #15808): first in 1.3.0rc14 and 1.3.0rc22
+    # (the versioned docs' llm_args; see trtllm_fields.yaml).
+    "dflash": (Window("DFlash", "1.3.0rc14", source="PR #12794; 1.3.0rc14 llm_args"),),
+    "dspark": (Window("DSpark", "1.3.0rc22", source="PR #15808; 1.3.0rc22 llm_args"),),
+    # Suffix decoding as the suffix automaton (SADecodingConfig, PR #11434): in 1.3.0rc7's API reference, not rc4's
+    # (rc5/rc6 unread); rendered from the 1.3.0rc8 field list, the first recorded with it.
+    "suffix": (Window("SA", "1.3.0rc8", source="PR #11434; 1.3.0rc7 API reference"),),
 }
 UNSUPPORTED = {
-    "dspark": "TensorRT-LLM's DSparkDecodingConfig (PR #15808) is not rendered by specplug: the first release that has it "
-              "is not confirmed (its docs show it from 1.3.0rc27); use dflash or eagle3.",
     "ngram_gpu": "TensorRT-LLM has no GPU n-gram proposer (vLLM's ngram_gpu); use ngram (NGram).",
     "mlp_speculator": "TensorRT-LLM has no MLP speculators; use EAGLE-3, MTP or a DraftTarget draft model.",
 }
@@ -77,6 +76,7 @@ BACKEND = {
     "medusa": "tensorrt",
     "lookahead": "tensorrt",
     "dflash": "pytorch",
+    "dspark": "pytorch",
     "suffix": "pytorch",
 }
 SERVE_FLAGS = {
@@ -94,7 +94,7 @@ OPEN_END = 1 << 20
 PREQUANTIZED = ("fp8", "nvfp4", "int4-awq", "mxfp4", "int8")
 # canonical serve.kv_cache_dtype -> kv_cache_config.dtype (TensorRT-LLM's FP8 KV cache is e4m3)
 KV_CACHE_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8"}
-DRAFTER_METHODS = ("draft_model", "eagle3", "eagle", "medusa", "dflash")
+DRAFTER_METHODS = ("draft_model", "eagle3", "eagle", "medusa", "dflash", "dspark")
 
 
 @cache
@@ -105,7 +105,23 @@ def field_lists() -> dict[str, Any]:
     import yaml
 
     text = resources.files("specplug.adapters").joinpath("data/trtllm_fields.yaml").read_text(encoding="utf-8")
-    return {g["since"]: g for g in yaml.safe_load(text)["generations"]}
+    out: dict[str, Any] = {}
+    prev: dict[str, Any] | None = None
+    for g in yaml.safe_load(text)["generations"]:
+        if g.pop("from_previous", False):
+            assert prev is not None, "the first generation must be complete"
+            g = _changed(prev, g)
+        out[g["since"]] = prev = g
+    return out
+
+
+def _changed(prev: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    """A generation stated as its changes from the one before (see the field list's header)."""
+    g = {**prev, **{k: v for k, v in delta.items() if k not in ("base_add", "base_remove", "decoding_types", "fields")}}
+    g["base"] = [f for f in prev["base"] if f not in delta.get("base_remove", [])] + list(delta.get("base_add", []))
+    g["decoding_types"] = {**prev["decoding_types"], **delta.get("decoding_types", {})}
+    g["fields"] = {**prev["fields"], **delta.get("fields", {})}
+    return g
 
 
 def generation(version: str | None) -> dict[str, Any]:

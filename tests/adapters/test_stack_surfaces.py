@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from specplug.errors import StackError
 from specplug.rendering import render_plan
@@ -143,7 +144,7 @@ def test_sglang_dflash_drafts_a_block_and_keeps_one_pipeline_stage():
 @pytest.mark.parametrize("stack,version,needs", [
     ("vllm", "0.19.0", "vLLM 0.20.0"),
     ("sglang", "0.5.3", "SGLang 0.5.23"),
-    ("trtllm", "1.3.0rc7", "TensorRT-LLM 1.3.0rc8"),
+    ("trtllm", "1.3.0rc13", "TensorRT-LLM 1.3.0rc14"),
 ])
 def test_dflash_before_a_stack_ships_it_is_refused_with_what_works(stack, version, needs):
     with pytest.raises(StackError) as err:
@@ -151,10 +152,24 @@ def test_dflash_before_a_stack_ships_it_is_refused_with_what_works(stack, versio
     assert needs in str(err.value) and "Supported there: ngram" in str(err.value)
 
 
-def test_dflash_needs_a_drafter_on_every_stack_that_runs_it():
-    for stack, version in (("vllm", "0.32.0"), ("sglang", "0.5.23"), ("trtllm", "1.3.0rc8"), ("llamacpp", "b10576")):
+@pytest.mark.parametrize("method,stacks", [
+    ("dflash", (("vllm", "0.32.0"), ("sglang", "0.5.23"), ("trtllm", "1.3.0rc14"), ("llamacpp", "b10576"))),
+    ("dspark", (("vllm", "0.32.0"), ("sglang", "0.5.23"), ("trtllm", "1.3.0rc22"))),
+])
+def test_block_drafters_need_a_drafter_on_every_stack_that_runs_them(method, stacks):
+    for stack, version in stacks:
         with pytest.raises(StackError, match="(?i)drafter"):
-            spec_of(stack, version, model="Qwen/Qwen3-8B", method="dflash", k=7)
+            spec_of(stack, version, model="Qwen/Qwen3-8B", method=method, k=7)
+
+
+def test_tensorrt_llm_ships_dspark_from_1_3_0rc22_and_dflash_from_rc14():
+    new = spec_of("trtllm", "1.3.0rc22", model="Qwen/Qwen3-8B", method="dspark", drafter="x/dspark", k=7)
+    cfg = yaml.safe_load(new.files["trtllm-config.yaml"])["speculative_config"]
+    assert cfg == {"decoding_type": "DSpark", "max_draft_len": 7, "speculative_model": "x/dspark"}
+    with pytest.raises(StackError, match="'dspark' needs TensorRT-LLM 1.3.0rc22"):
+        spec_of("trtllm", "1.3.0rc21", model="Qwen/Qwen3-8B", method="dspark", drafter="x/dspark", k=7)
+    with pytest.raises(StackError, match="'dflash' needs TensorRT-LLM 1.3.0rc14"):
+        spec_of("trtllm", "1.3.0rc13", model="Qwen/Qwen3-8B", method="dflash", drafter="x/dflash", k=7)
 
 
 def test_vllm_per_request_acceptance_is_kept_from_the_last_streamed_chunk_and_read_as_vllms():

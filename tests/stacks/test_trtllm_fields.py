@@ -16,8 +16,10 @@ from specplug.errors import StackError
 from specplug.rendering import render_plan
 from tests.adapters.conftest import make_plan
 
-DRAFTERS = {"draft_model": "x/small", "eagle3": "x/eagle3", "eagle": "x/eagle", "medusa": "x/medusa"}
-VERSIONS = ["0.17.0", "0.21.0", "1.0.0", "1.1.0", "1.2.0", "1.3.0rc7", "1.3.0rc8", "1.3.0rc20", "1.3.0rc21", "1.3.0"]
+DRAFTERS = {"draft_model": "x/small", "eagle3": "x/eagle3", "eagle": "x/eagle", "medusa": "x/medusa", "dflash": "x/dflash",
+            "dspark": "x/dspark"}
+VERSIONS = ["0.17.0", "0.21.0", "1.0.0", "1.1.0", "1.2.0", "1.3.0rc7", "1.3.0rc8", "1.3.0rc13", "1.3.0rc14", "1.3.0rc20",
+            "1.3.0rc21", "1.3.0rc22", "1.3.0"]
 SCHEDULE = [
     {"min_batch": 1, "max_batch": 4, "num_speculative_tokens": 4},
     {"min_batch": 5, "max_batch": 16, "num_speculative_tokens": 2},
@@ -28,14 +30,15 @@ SCHEDULE = [
 
 def test_every_generation_cites_its_source():
     for since, gen in field_lists().items():
-        assert "tensorrt_llm/llmapi/llm_args.py" in gen["source"], since
+        assert "tensorrt_llm/llmapi/llm_args.py" in gen["source"], since  # a commit or a release's docs build
         assert gen["model_key"] in gen["base"]
         if "draft_len_schedule" in gen["base"]:
             assert gen["draft_len_schedule"] in ("at_least", "up_to"), since
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle3", "eagle", "mtp", "medusa", "lookahead"])
+@pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle3", "eagle", "mtp", "medusa", "lookahead", "suffix", "dflash",
+                                    "dspark"])
 def test_rendered_yaml_uses_only_recorded_fields(version, method):
     plan = make_plan("trtllm", version, method=method, drafter=DRAFTERS.get(method), k=3)
     if get_adapter("trtllm").method_reason(method, version) is not None:
