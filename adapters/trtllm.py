@@ -24,6 +24,7 @@ from specplug.adapters._common import (
 )
 
 from specplug.adapter import (
+    ACCEPTANCE_GATE,
     BaseAdapter,
     IterationStats,
     LaunchSpec,
@@ -197,7 +198,18 @@ CONTROLS: dict[str, tuple[Window, ...]] = {
                  Window("draft_len_schedule (batch <= key)", "1.3.0rc8", source="PR #10860, v1.3.0rc8")),
     "cutoff": (Window("max_concurrency", "1.0.0", source="trtllm_fields.yaml 1.0.0"),),
     "pard": (Window("decoding_type PARD", PARD_SINCE, source="v1.3.0rc7 release notes (#11438)"),),
+    # The acceptance gate turns speculation off for the server's life once a rolling average falls below a threshold:
+    # accepted draft tokens per iteration over completed requests (PR #7283), then the rate accepted / drafted over
+    # speculating iterations (PR #12905). The same boundaries as trtllm_fields.yaml's base fields.
+    ACCEPTANCE_GATE: (
+        Window("acceptance_window + acceptance_length_threshold", "1.2.0", "1.3.0rc21", source="PR #7283"),
+        Window("acceptance_rate_window_size + acceptance_rate_threshold", "1.3.0rc21", source="PR #12905"),
+    ),
 }
+# The gate's windows, set without data: long enough that a few hard requests or a warm-up do not end speculation for
+# good (the old gate counts completed requests, the new one speculating iterations, one sample per batch).
+GATE_WINDOW_REQUESTS = 100
+GATE_WINDOW_ITERATIONS = 1000
 
 
 
@@ -382,6 +394,8 @@ class TRTLLMAdapter(BaseAdapter):
                 cfg["dynamic_tree_max_topK"] = s.tree.topk
                 total = min(max(s.tree.num_draft_tokens, s.tree.steps), s.tree.topk * s.tree.steps)
                 cfg["max_total_draft_tokens"] = total
+        if s.acceptance_floor is not None:
+            cfg.update(acceptance_gate(s.acceptance_floor, cfg.get("max_draft_len", c.k), gen, c))
         if s.schedule:
             semantics = gen.get("draft_len_schedule")
             max_draft_len = cfg.get("max_draft_len", c.k)
@@ -405,6 +419,20 @@ SEMANTICS = {
     "at_least": "the smallest batch size each k applies to (batch >= key)",
     "up_to": "the largest batch size each k applies to (batch <= key; none above the last key)",
 }
+
+
+def acceptance_gate(floor: float, max_draft_len: int, gen: dict[str, Any], c: Canon) -> dict[str, Any]:
+    """The acceptance gate's fields in the generation's spelling and unit (the base check refused versions without)."""
+    if "acceptance_rate_threshold" in gen["base"]:
+        c.notes.append(f"Acceptance gate: speculation stops for the server's life once the acceptance rate (accepted / "
+                       f"drafted) averages below {floor:.3f} over {GATE_WINDOW_ITERATIONS} speculating iterations.")
+        return {"acceptance_rate_window_size": GATE_WINDOW_ITERATIONS, "acceptance_rate_threshold": round(floor, 3)}
+    if "acceptance_length_threshold" not in gen["base"]:
+        return {}
+    tokens = round(floor * max_draft_len, 3)
+    c.notes.append(f"Acceptance gate: speculation stops for the server's life once accepted draft tokens per step average "
+                   f"below {tokens} ({floor:.3f} of k={max_draft_len}) over {GATE_WINDOW_REQUESTS} completed requests.")
+    return {"acceptance_window": GATE_WINDOW_REQUESTS, "acceptance_length_threshold": tokens}
 
 
 def speculation_cutoff(plan: Plan) -> int | None:

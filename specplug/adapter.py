@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from specplug.capabilities import ACCEPTANCE_GATE, BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.errors import StackError
 
 if TYPE_CHECKING:
@@ -158,10 +159,10 @@ DEFAULT_VOCAB_MISMATCH = "the stack needs the draft and target models to share t
 DEFAULT_LAUNCH_PRIOR_S = 180.0
 # control_table entries for speculation fields that change how drafts are proposed or verified; the base adapter
 # refuses such a value wherever the stack's table has no window for it.
-BLOCK_VERIFICATION = "block_verification"  # speculation.verification: block
-PROBABILISTIC_DRAFTING = "probabilistic_drafting"  # speculation.draft_sampling: probabilistic
+SET = "*"  # in SPEC_CONTROLS: the field set to any value
 # field, value -> (control, what the stack does instead, who does it)
 SPEC_CONTROLS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("acceptance_floor", SET): (ACCEPTANCE_GATE, "has no acceptance gate that turns speculation off", "TensorRT-LLM"),
     ("verification", "block"): (BLOCK_VERIFICATION, "verifies drafts token by token only", "vLLM or SGLang"),
     ("draft_sampling", "probabilistic"): (
         PROBABILISTIC_DRAFTING, "scores drafts as the drafter's argmax only", "vLLM (or SGLang for EAGLE heads)"),
@@ -606,8 +607,10 @@ class BaseAdapter:
             return method  # the stack's own checks assume a method it runs
         out = canon_problems(plan, self.display_name)
         for (name, value), (control, instead, who) in SPEC_CONTROLS.items():
-            if getattr(plan.speculation, name) != value or spelling(self.control_table, control, version) is not None:
+            given = getattr(plan.speculation, name)
+            if (given is None if value == SET else given != value) or spelling(self.control_table, control, version):
                 continue
+            value = given
             ws = self.control_table.get(control)
             out.append(Problem(
                 f"{self.display_name} {version or '(newest)'} {instead}"

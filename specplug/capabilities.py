@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# Control names shared by adapters' control tables and the planner (which reads them from ``controls``).
+BLOCK_VERIFICATION = "block_verification"  # speculation.verification: block
+PROBABILISTIC_DRAFTING = "probabilistic_drafting"  # speculation.draft_sampling: probabilistic
+ACCEPTANCE_GATE = "acceptance_gate"  # speculation.acceptance_floor: speculation off for good under it
+
 
 @dataclass(frozen=True)
 class StackCapabilities:
@@ -31,6 +36,8 @@ class StackCapabilities:
     # nothing to add), and the largest vocab-size difference it takes for one tokenizer (None: any).
     vocab_mismatch: str = ""
     vocab_slack: int | None = None
+    # Controls the stack renders at this version (the adapter's control table and its schedule/cutoff/trees).
+    controls: frozenset[str] = frozenset()
 
     def costed_as(self, rows: Iterable[str]) -> str:
         """The policy row that costs this stack: its own, else the one its adapter declares."""
@@ -102,4 +109,5 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         adapter.schedule_methods(version),
         adapter.vocab_mismatch,
         adapter.vocab_slack,
+        frozenset(name for name, why in adapter.controls(version).items() if why is None),
     )

@@ -118,6 +118,13 @@ class SpeculationSpec(Strict):
     prompt_lookup_max: int | None = Field(None, ge=1, le=64)
     schedule: list[ScheduleEntry] | None = None
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    acceptance_floor: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Acceptance rate (accepted / drafted tokens) under which speculation stops for good, on stacks with an "
+        "acceptance gate (TensorRT-LLM); the planner sets it to where speculation stops paying when acceptance is a prior.",
+    )
     draft_sampling: Literal["greedy", "probabilistic"] | None = Field(
         None,
         description="How the drafter proposes: 'greedy' (its argmax, scored as certain) or 'probabilistic' (sampled, "

@@ -55,6 +55,13 @@ class Speculation(PlanModel):
         default_factory=list, description="k per range of running batch sizes; k=0 turns speculation off there."
     )
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    acceptance_floor: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Acceptance rate (accepted / drafted tokens) under which speculation stops for good, on stacks with an "
+        "acceptance gate (TensorRT-LLM); the planner sets it to where speculation stops paying when acceptance is a prior.",
+    )
     draft_sampling: Literal["greedy", "probabilistic"] | None = Field(
         None,
         description="How the drafter proposes: 'greedy' (its argmax, scored as certain) or 'probabilistic' (sampled, "
@@ -98,6 +105,11 @@ class Prediction(PlanModel):
     acceptance_length: float = Field(1.0, description="Mean tokens per verification step, bonus token included.")
     acceptance_rate: float | None = Field(None, description="Per-token acceptance alpha.")
     curve: list[CurvePoint] = Field(default_factory=list)
+    breakeven_acceptance_rate: float | None = Field(
+        None,
+        description="Acceptance rate (accepted / drafted tokens) under which the plan's drafts lose at its batch size "
+        "(None: not speculating, or a tree or copy method, where drafted tokens per step vary).",
+    )
     breakeven_batch_size: int | None = Field(
         None, description="Largest batch size the schedule still speculates at, where the predicted gain reaches the "
         "policy's min_speedup (None: across the whole curve; 0: not even at batch 1)."

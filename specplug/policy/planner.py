@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specplug.capabilities import ACCEPTANCE_GATE
 from specplug.catalog import Model, get_gpu
 from specplug.config import Config, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
@@ -128,6 +129,28 @@ def _tree(c: E.Context, method: str, shape: Shape) -> TreeSpec | None:
     if shape.steps:
         return TreeSpec(steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.tokens)
     return TreeSpec(steps=shape.k, topk=1, num_draft_tokens=shape.k + 1)
+
+
+def _breakeven_rate(c: E.Context, d: E.DraftChoice, o: Outcome, batch: int) -> float | None:
+    """Acceptance rate (accepted / drafted tokens) under which the plan's chain of learned drafts loses at ``batch``;
+    None for trees and copy methods (their drafted tokens per step vary) or where no acceptance pays."""
+    shape = o.shape
+    if c.policy.prior(d.method).kind != "model" or shape.topk > 1 or shape.depth < 1:
+        return None
+
+    def pays(a: float) -> bool:
+        return E.score(c, d, a, batch, [shape]).speedup >= 1.0
+
+    lo, hi = 0.01, c.policy.acceptance.max_alpha
+    if not pays(hi):
+        return None
+    if pays(lo):
+        return None  # pays whatever is accepted: no floor to guard
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if pays(mid) else (mid, hi)
+    tau = E.score(c, d, hi, batch, [shape]).acceptance_length
+    return round((tau - 1) / shape.depth, 3)
 
 
 def _schedule(
@@ -578,6 +601,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             acceptance_rate=round(alpha, 3),
             curve=curve,
             breakeven_batch_size=last_on,
+            breakeven_acceptance_rate=_breakeven_rate(c, d, o, seqs),
         )
         k = explicit.num_speculative_tokens if explicit and explicit.num_speculative_tokens is not None else o.shape.depth
         shape = o.shape
@@ -629,6 +653,16 @@ def _schedule_and_speculation(s: Planning) -> None:
         source = E.alpha_for(c, d)[1]
         if source == "calibrated":
             s.reasons.append("Acceptance comes from the calibration file, not the prior.")
+        if explicit is not None:
+            spec.acceptance_floor = explicit.acceptance_floor
+        elif ACCEPTANCE_GATE in s.caps.controls and source is None and pred.breakeven_acceptance_rate:
+            # Unmeasured acceptance: the stack's own gate ends speculation if the real one turns out below what pays.
+            spec.acceptance_floor = pred.breakeven_acceptance_rate
+            s.reasons.append(
+                f"The acceptance here is a prior, not measured: {s.stack}'s acceptance gate turns speculation off for the "
+                f"server's life if the measured acceptance rate averages below {spec.acceptance_floor:.2f}, where it stops "
+                f"paying at batch size {seqs} (PyTorch backend; calibrate with bench to replace the prior)."
+            )
         if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(d.method):
             s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
     if s.prof is not None:

@@ -236,3 +236,18 @@ def test_sampled_drafts_render_per_stack_and_sglang_holds_them_to_eagle_chains()
     with pytest.raises(StackError, match="needs a chain"):
         spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", k=3, draft_sampling="probabilistic",
                 tree={"steps": 3, "topk": 4, "num_draft_tokens": 8})
+
+
+def test_the_acceptance_gate_renders_in_each_tensorrt_llm_generations_names_and_units():
+    def gate(version):
+        spec = spec_of("trtllm", version, method="eagle3", drafter="x/eagle3", k=4, acceptance_floor=0.3)
+        cfg = yaml.safe_load(spec.files["trtllm-config.yaml"])["speculative_config"]
+        return {k: v for k, v in cfg.items() if k.startswith("acceptance")}
+
+    # Before PR #12905: accepted draft tokens per step (0.3 of k=4) over completed requests.
+    assert gate("1.3.0rc20") == {"acceptance_window": 100, "acceptance_length_threshold": 1.2}
+    # From 1.3.0rc21: the acceptance rate itself, over speculating iterations.
+    assert gate("1.3.0rc21") == {"acceptance_rate_window_size": 1000, "acceptance_rate_threshold": 0.3}
+    for stack, version in (("trtllm", "1.1.0"), ("vllm", "0.32.0"), ("sglang", "0.5.23")):
+        with pytest.raises(StackError, match="has no acceptance gate"):
+            spec_of(stack, version, method="eagle3", drafter="x/eagle3", k=4, acceptance_floor=0.3)

@@ -328,3 +328,25 @@ def test_the_stated_breakeven_is_where_the_schedule_turns_speculation_off(model:
     above = specplug.estimate(model, p.speculation.method, gpu="h100", num_gpus=gpus, batch_size=b + 1,
                               num_speculative_tokens=k, drafter=p.speculation.drafter, stack="vllm")
     assert at.speedup >= rule * 0.98 and above.speedup < rule * 1.02
+
+
+def test_an_unmeasured_plan_on_a_stack_with_an_acceptance_gate_sets_it_where_speculation_stops_paying(tmp_path) -> None:
+    kw = dict(gpu="h100", num_gpus=1, batch_size=32, stack="trtllm")
+    p = specplug.recommend("llama-3.1-8b", stack_version="1.3.0rc22", **kw)
+    floor = p.prediction.breakeven_acceptance_rate
+    assert p.speculation.method == "eagle3" and floor is not None and 0 < floor < p.prediction.acceptance_rate
+    assert p.speculation.acceptance_floor == floor and any("acceptance gate" in r for r in p.reasons)
+    k = p.speculation.num_speculative_tokens
+
+    def at(rate: float) -> float:
+        # The plan's shape scored with a measured acceptance rate (a calibration entry) instead of the prior.
+        cal = tmp_path / f"c{rate}.yaml"
+        cal.write_text("version: 1\nentries:\n  - {model: meta-llama/Llama-3.1-8B-Instruct, method: eagle3, workload: chat, "
+                       f"acceptance_length: {1 + rate * k}, num_speculative_tokens: {k}}}\n")
+        return specplug.estimate("llama-3.1-8b", "eagle3", drafter=p.speculation.drafter, num_speculative_tokens=k,
+                                 calibration=str(cal), **kw).speedup
+
+    assert at(floor) == pytest.approx(1.0, abs=0.03) and at(floor + 0.1) > 1.02
+    # A stack without a gate reports the figure but sets nothing.
+    v = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, batch_size=32, stack="vllm", stack_version="0.32.0")
+    assert v.prediction.breakeven_acceptance_rate is not None and v.speculation.acceptance_floor is None
