@@ -89,6 +89,24 @@ class WorkloadSpec(Strict):
     )
 
 
+# Speculation fields the config and the Plan both hold, stated once.
+AcceptanceFloor = Annotated[float | None, Field(
+    gt=0.0,
+    lt=1.0,
+    description="Acceptance rate (accepted / drafted tokens) under which speculation stops for good, on stacks with an "
+    "acceptance gate (TensorRT-LLM); the planner sets it to where speculation stops paying when acceptance is a prior.",
+)]
+DraftSampling = Annotated[Literal["greedy", "probabilistic"] | None, Field(
+    description="How the drafter proposes: 'greedy' (its argmax, scored as certain) or 'probabilistic' (sampled, its "
+    "whole distribution used in the rejection test: more accepted at temperature > 0, more memory). Default: the "
+    "stack's own (greedy).",
+)]
+Verification = Annotated[Literal["standard", "block"] | None, Field(
+    description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still lossless, "
+    "accepts more at temperature > 0, the same at 0). Default: the stack's own (standard).",
+)]
+
+
 class TreeSpec(Strict):
     steps: int = Field(ge=1, le=64)
     topk: int = Field(ge=1, le=64)
@@ -118,24 +136,9 @@ class SpeculationSpec(Strict):
     prompt_lookup_max: int | None = Field(None, ge=1, le=64)
     schedule: list[ScheduleEntry] | None = None
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
-    acceptance_floor: float | None = Field(
-        None,
-        gt=0.0,
-        lt=1.0,
-        description="Acceptance rate (accepted / drafted tokens) under which speculation stops for good, on stacks with an "
-        "acceptance gate (TensorRT-LLM); the planner sets it to where speculation stops paying when acceptance is a prior.",
-    )
-    draft_sampling: Literal["greedy", "probabilistic"] | None = Field(
-        None,
-        description="How the drafter proposes: 'greedy' (its argmax, scored as certain) or 'probabilistic' (sampled, "
-        "its whole distribution used in the rejection test: more accepted at temperature > 0, more memory). "
-        "Default: the stack's own (greedy).",
-    )
-    verification: Literal["standard", "block"] | None = Field(
-        None,
-        description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still "
-        "lossless, accepts more at temperature > 0, the same at 0). Default: the stack's own (standard).",
-    )
+    acceptance_floor: AcceptanceFloor = None
+    draft_sampling: DraftSampling = None
+    verification: Verification = None
 
     @model_validator(mode="after")
     def _as_its_method(self) -> SpeculationSpec:

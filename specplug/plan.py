@@ -6,11 +6,19 @@ lock, check, bench comparisons) consumes it. No stack-specific spelling appears 
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from specplug.config import Method, ScheduleEntry, ServeOptions, StackName, TreeSpec, WorkloadSpec
+from specplug.config import (
+    AcceptanceFloor,
+    DraftSampling,
+    Method,
+    ScheduleEntry,
+    ServeOptions,
+    StackName,
+    TreeSpec,
+    Verification,
+    WorkloadSpec,
+)
 from specplug.probe import Hardware
 
 PLAN_VERSION = 1
@@ -55,24 +63,9 @@ class Speculation(PlanModel):
         default_factory=list, description="k per range of running batch sizes; k=0 turns speculation off there."
     )
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
-    acceptance_floor: float | None = Field(
-        None,
-        gt=0.0,
-        lt=1.0,
-        description="Acceptance rate (accepted / drafted tokens) under which speculation stops for good, on stacks with an "
-        "acceptance gate (TensorRT-LLM); the planner sets it to where speculation stops paying when acceptance is a prior.",
-    )
-    draft_sampling: Literal["greedy", "probabilistic"] | None = Field(
-        None,
-        description="How the drafter proposes: 'greedy' (its argmax, scored as certain) or 'probabilistic' (sampled, "
-        "its whole distribution used in the rejection test: more accepted at temperature > 0, more memory). "
-        "Default: the stack's own (greedy).",
-    )
-    verification: Literal["standard", "block"] | None = Field(
-        None,
-        description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still "
-        "lossless, accepts more at temperature > 0, the same at 0). Default: the stack's own (standard).",
-    )
+    acceptance_floor: AcceptanceFloor = None
+    draft_sampling: DraftSampling = None
+    verification: Verification = None
 
     @property
     def enabled(self) -> bool:
