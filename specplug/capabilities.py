@@ -38,6 +38,8 @@ class StackCapabilities:
     vocab_slack: int | None = None
     # Controls the stack renders at this version (the adapter's control table and its schedule/cutoff/trees).
     controls: frozenset[str] = frozenset()
+    # How a separate draft model is sharded: "own" (a draft TP of 1 or the target's), "target" (the target's) or None.
+    draft_tp: str | None = None
 
     def costed_as(self, rows: Iterable[str]) -> str:
         """The policy row that costs this stack: its own, else the one its adapter declares."""
@@ -110,4 +112,5 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         adapter.vocab_mismatch,
         adapter.vocab_slack,
         frozenset(name for name, why in adapter.controls(version).items() if why is None),
+        adapter.draft_tp,
     )

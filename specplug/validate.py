@@ -224,7 +224,7 @@ def _draft_tp_problems(plan: Plan, tp: int, adapter: Adapter) -> list[Problem]:
     if dtp == 1 or draft is None or not draft.num_attention_heads:
         return []
     heads, kv = draft.num_attention_heads, draft.num_kv_heads
-    if heads % dtp == 0 and (not kv or draft.uses_mla or kv % dtp == 0 or dtp % kv == 0):
+    if draft.splits_heads(dtp):
         return []
     hint = ("Set speculation.draft_tensor_parallel_size: 1 (the drafter on one GPU)" if own
             else "Pick a drafter whose heads divide by the tensor parallel size")

@@ -64,6 +64,14 @@ class Model:
         arch = self.architecture.lower()
         return any(a in arch for a in _MLA_ARCHITECTURES)
 
+    def splits_heads(self, tp: int) -> bool:
+        """Whether tensor parallel size ``tp`` shards the attention: it divides the heads, and the KV heads split
+        evenly or replicate (tp a multiple of them); MLA's latent is replicated whole. Unknown heads: assumed so."""
+        heads, kv = self.num_attention_heads, self.num_kv_heads
+        if tp == 1 or not heads:
+            return True
+        return heads % tp == 0 and (not kv or self.uses_mla or kv % tp == 0 or tp % kv == 0)
+
     def kv_bytes_per_token(self, dtype_bytes: float = 2.0) -> float:
         """KV-cache bytes one token occupies across all layers (MLA: 512-d latent + 64-d rope key)."""
         layers = self.num_layers or 0

@@ -373,15 +373,9 @@ def check_model(name: str | None) -> Model:
 def split_gpus(n: int, policy: Policy, per_node: int, model: Model | None = None) -> tuple[int, int]:
     """Tensor x pipeline sizes for ``n`` GPUs: the largest tensor group within a node that divides ``n``
     and the attention heads (and whose KV heads split evenly or replicate), pipeline stages for the rest."""
-    heads = (model.num_attention_heads if model else None) or 0
-    kv = (model.num_kv_heads if model else None) or heads
 
     def ok(tp: int) -> bool:
-        if n % tp:
-            return False
-        if heads and heads % tp:
-            return False
-        return not kv or kv % tp == 0 or tp % kv == 0
+        return n % tp == 0 and (model is None or model.splits_heads(tp))
 
     tp = min(n, policy.rules.tp_max, per_node)
     while tp > 1 and not ok(tp):

@@ -119,8 +119,26 @@ def _draft_models(c: E.Context, model: Model, caps: StackCapabilities, kvb: floa
         d = E.resolve_drafter("draft_model", i, model, c.target, c.policy, caps, kvb)
         issue = c.policy.rules.known_issue(d.drafter_id, stack, version)
         d.ruled_out = d.ruled_out or reason or (f"known problem in {stack}: {issue.reason}" if issue else None)
+        if d.ruled_out is None and (why := _unsharded(d, caps, c.tp)):
+            d.ruled_out = why
         out.append(d)
     return out
+
+
+def _unsharded(d: E.DraftChoice, caps: StackCapabilities, tp: int) -> str | None:
+    """Why a draft model cannot be sharded the way the stack runs it at target tensor parallel size ``tp``."""
+    from specplug.catalog import get_model
+    from specplug.errors import SpecplugError
+
+    dtp = tp if caps.draft_tp == "target" else E.draft_tp(d, tp) if caps.draft_tp == "own" else 1
+    try:
+        m = get_model(d.drafter_id or "")
+    except SpecplugError:
+        return None
+    if m.splits_heads(dtp):
+        return None
+    return (f"{caps.name} runs it at tensor parallel size {dtp}, which does not split its {m.num_attention_heads} "
+            f"attention heads ({m.num_kv_heads} KV heads)")
 
 
 def _tree(c: E.Context, method: str, shape: Shape) -> TreeSpec | None:
@@ -129,6 +147,14 @@ def _tree(c: E.Context, method: str, shape: Shape) -> TreeSpec | None:
     if shape.steps:
         return TreeSpec(steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.tokens)
     return TreeSpec(steps=shape.k, topk=1, num_draft_tokens=shape.k + 1)
+
+
+def _off_below(c: E.Context, d: E.DraftChoice, alpha: float, batch: int) -> int | None:
+    """The first batch size of the schedule's walk, up to ``batch``, where ``d`` stops paying (None: on up to it)."""
+    _, curve, last_on = _schedule(c, d, alpha, E.shapes(c, d.method))
+    if last_on is None or last_on >= batch:
+        return None
+    return last_on + 1
 
 
 def _breakeven_rate(c: E.Context, d: E.DraftChoice, o: Outcome, batch: int) -> float | None:
@@ -509,6 +535,9 @@ def _score_candidates(s: Planning) -> None:
             cand.ruled_out = d.unconfirmed
         elif o.speedup < pol.rules.min_speedup:
             cand.ruled_out = f"loses at batch size {seqs} (predicted {fmt(o.speedup)})"
+        elif seqs > 1 and (off := _off_below(c, d, alpha, seqs)) is not None:
+            # Gains fade as batches grow: a technique that does not pay at a smaller batch is off at this one too.
+            cand.ruled_out = f"does not pay at batch size {off} (the schedule keeps it off above)"
         else:
             s.scored.append((d, alpha, o))
         s.candidates.append(cand)

@@ -105,3 +105,24 @@ def test_fp8_kv_cache_halves_the_cache_and_quantization_shrinks_weights() -> Non
     assert b.memory.kv_cache_gb == pytest.approx(a.memory.kv_cache_gb / 2, rel=0.01)
     assert c.memory.target_weights_gb == pytest.approx(a.memory.target_weights_gb / 2, rel=0.05)
     assert c.serve.quantization == "fp8"
+
+
+STACKS = [("vllm", "0.32.0"), ("sglang", "0.5.23"), ("trtllm", "1.3.0rc22"), ("llamacpp", "b10576"), ("tgi", "3.3.7")]
+
+
+@pytest.mark.parametrize("stack,version", STACKS)
+def test_recommend_never_plans_what_its_own_validator_refuses(stack: str, version: str) -> None:
+    # Across the catalog: a plan recommend returns renders (the validator behind render and check agrees with the
+    # planner), e.g. no schedule that is off at every batch and no drafter the stack cannot shard. Batch 64 over the
+    # whole catalog, batch 1 over every fourth model, to keep the run short.
+    from specplug.rendering import render_plan
+
+    for i, m in enumerate(models()):
+        for batch in (1, 64) if i % 4 == 0 else (64,):
+            try:
+                p = specplug.recommend(m.hf_id, stack=stack, stack_version=version, batch_size=batch)
+            except SpecplugError as exc:
+                assert "does not fit" in exc.message, (m.hf_id, batch, exc.message)
+                continue
+            if p.speculation.method != "none":
+                render_plan(p)  # raises InvalidPlan on any refusal
