@@ -126,7 +126,8 @@ FLAGS: dict[str, tuple[Window, ...]] = {
     "ngram_match_window": (Window("--speculative-ngram-{}-match-window-size", "0.5.3", "0.5.23",
                                   "PR #11010 ServerArgs (min 1, max 12); absent in 0.5.23"),),
     # 0.5.23's trie holds every window of up to max-trie-depth tokens (default 18) and matches each suffix length of
-    # the context up to it, so one path is the match plus its draft (kernels/jit/csrc/ngram_corpus/trie.cpp).
+    # the context up to it, so one path is the match plus its draft (kernels/jit/csrc/ngram_corpus/trie.cpp): it is
+    # raised where the plan's longest match plus its drafts need more, never lowered.
     "ngram_trie_depth": (Window("--speculative-ngram-max-trie-depth", "0.5.23", source="spec.py; trie.cpp 0.5.23"),),
     # Adaptive steps: --speculative-adaptive with a JSON file of per-batch-size slots {"<min batch>":
     # {"candidate_steps": [...]}}; a batch uses the slot with the largest key not above it (sglang#21599).
@@ -138,7 +139,8 @@ FLAGS: dict[str, tuple[Window, ...]] = {
     PROBABILISTIC_DRAFTING: (Window("--speculative-use-rejection-sampling", "0.5.23", source="spec.py; speculative_hook.py"),),
 }
 BLOCK_VERIFICATION_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
-# --speculative-use-rejection-sampling (0.5.23 speculative_hook.py): EAGLE/EAGLE3 (NEXTN, MTP) with topk 1 only.
+# --speculative-use-rejection-sampling (0.5.23): EAGLE/EAGLE3 (NEXTN, MTP) only (speculative_hook.py), and chains only
+# (eagle_worker_v2.py: "Chain speculative sampling supports only topk=1").
 REJECTION_SAMPLING_ALGORITHMS = ("EAGLE", "EAGLE3")
 ADAPTIVE_CONFIG_FILE = "sglang-adaptive.json"
 # adaptive_unsupported_reason (0.5.23): EAGLE/EAGLE3 with topk 1 only, and not with these server flags.
@@ -147,6 +149,7 @@ ADAPTIVE_BLOCKERS = ("--enable-dp-attention", "--enable-multi-layer-eagle", "--e
 # _handle_ngram / _handle_eagle_family (0.5.23): NGRAM and STANDALONE refuse DP attention.
 DP_ATTENTION_FLAG = "--enable-dp-attention"
 NO_DP_ATTENTION = ("NGRAM", "STANDALONE")
+NGRAM_TRIE_DEPTH_DEFAULT = 18  # spec.py 0.5.23 speculative_ngram_max_trie_depth
 
 
 class SGLangAdapter(BaseAdapter):
@@ -236,20 +239,25 @@ class SGLangAdapter(BaseAdapter):
                 "Leave speculation.verification unset for this method, or use EAGLE-3, MTP, DFlash or DSpark.",
                 key="speculation.verification",
             ))
-        if w is not None and plan.speculation.draft_sampling == "probabilistic" and spelling(FLAGS, PROBABILISTIC_DRAFTING, version):
-            if w.value not in REJECTION_SAMPLING_ALGORITHMS:
-                out.append(Problem(
-                    f"SGLang samples drafts for rejection sampling with {'/'.join(REJECTION_SAMPLING_ALGORITHMS)} heads only, "
-                    f"not {w.value}.",
-                    "Leave speculation.draft_sampling unset for this method, or use EAGLE-3 or MTP.",
-                    key="speculation.draft_sampling",
-                ))
-            elif tree is not None and tree.topk > 1:
-                out.append(Problem(
-                    f"SGLang's rejection sampling needs a chain (topk 1), not a tree with topk {tree.topk}.",
-                    "Set speculation.tree.topk to 1 (or drop the tree), or leave draft_sampling unset.",
-                    key="speculation.draft_sampling",
-                ))
+        if (w is not None and plan.speculation.draft_sampling == "probabilistic"
+                and spelling(FLAGS, PROBABILISTIC_DRAFTING, version) and w.value not in REJECTION_SAMPLING_ALGORITHMS):
+            out.append(Problem(
+                f"SGLang samples drafts for rejection sampling with {'/'.join(REJECTION_SAMPLING_ALGORITHMS)} heads only, "
+                f"not {w.value}.",
+                "Leave speculation.draft_sampling unset for this method, or use EAGLE-3 or MTP.",
+                key="speculation.draft_sampling",
+            ))
+        # Rejection sampling (asked for, or switched on by block verification of EAGLE drafts) verifies chains only.
+        sampled = (plan.speculation.draft_sampling == "probabilistic" and spelling(FLAGS, PROBABILISTIC_DRAFTING, version)) or (
+            plan.speculation.verification == "block" and spelling(FLAGS, BLOCK_VERIFICATION, version))
+        if w is not None and w.value in REJECTION_SAMPLING_ALGORITHMS and sampled and tree is not None and tree.topk > 1:
+            field = "draft_sampling" if plan.speculation.draft_sampling == "probabilistic" else "verification"
+            out.append(Problem(
+                f"SGLang's rejection sampling (which {field} turns on for {w.value}) needs a chain (topk 1), not a tree "
+                f"with topk {tree.topk}.",
+                f"Set speculation.tree.topk to 1 (or drop the tree), or leave speculation.{field} unset.",
+                key=f"speculation.{field}",
+            ))
         tree_algorithm = w is not None and w.value not in ("NGRAM", "LOOKAHEAD", "DFLASH", "DSPARK")
         if tree is not None and tree_algorithm and tree.topk > 1 and tree.num_draft_tokens > tree.steps * tree.topk + 1:
             most = tree.steps * tree.topk + 1
@@ -276,8 +284,9 @@ class SGLangAdapter(BaseAdapter):
                                "sampling. The prediction does not count its gain.")
             if plan.speculation.verification == "block" and (b := spelling(FLAGS, BLOCK_VERIFICATION, version)):
                 argv.append(b.value)
-                c.notes.append("Block verification (CUDA/ROCm only): SGLang samples EAGLE drafts for it (rejection "
-                               "sampling on). The prediction does not count its gain.")
+                c.notes.append("Block verification (CUDA/ROCm only)" + (": SGLang samples the EAGLE drafts for it (rejection "
+                               "sampling on)" if c.method in ("eagle", "eagle3", "mtp") else "") +
+                               ". The prediction does not count its gain.")
         argv += c.extra_args
         return LaunchSpec(
             stack=self.name,
@@ -370,14 +379,15 @@ class SGLangAdapter(BaseAdapter):
         w = spelling(FLAGS, "ngram_match_window", version)
         depth_flag = spelling(FLAGS, "ngram_trie_depth", version)
         if w is None and depth_flag is not None:
-            # The longest match plus the deepest draft: a path no deeper cannot hold both.
+            # A trie path holds a match and the drafts after it: deep enough for the plan's longest match and its k.
             longest = s.prompt_lookup_max or s.prompt_lookup_min
             assert longest is not None
-            drafted = s.tree.num_draft_tokens - 1 if s.tree else c.k
-            c.notes.append(f"The trie matches context suffixes of 1 to {longest} tokens (prompt_lookup_max) and drafts up "
-                           f"to {drafted} more: --speculative-ngram-max-trie-depth {longest + drafted}"
-                           + ("; it has no minimum match length, so prompt_lookup_min is not rendered." if s.prompt_lookup_min else "."))
-            return [depth_flag.value, str(longest + drafted)]
+            need = longest + (s.tree.num_draft_tokens - 1 if s.tree else c.k)
+            if need <= NGRAM_TRIE_DEPTH_DEFAULT:
+                return []  # SGLang's own depth holds it; it matches suffixes up to that depth, longer than asked
+            c.notes.append(f"The trie is made {need} deep (SGLang's default {NGRAM_TRIE_DEPTH_DEFAULT}) so a path holds a "
+                           f"match of up to {longest} tokens and the drafts after it; SGLang has no minimum match length.")
+            return [depth_flag.value, str(need)]
         if w is None:
             c.notes.append(f"SGLang {version or '(newest)'} has no n-gram match window; prompt_lookup_min/max are not rendered.")
             return []

@@ -25,6 +25,7 @@ from specplug.adapters._common import (
 
 from specplug.adapter import (
     ACCEPTANCE_GATE,
+    ACCEPTANCE_RATE_GATE,
     BaseAdapter,
     IterationStats,
     LaunchSpec,
@@ -205,6 +206,7 @@ CONTROLS: dict[str, tuple[Window, ...]] = {
         Window("acceptance_window + acceptance_length_threshold", "1.2.0", "1.3.0rc21", source="PR #7283"),
         Window("acceptance_rate_window_size + acceptance_rate_threshold", "1.3.0rc21", source="PR #12905"),
     ),
+    ACCEPTANCE_RATE_GATE: (Window("acceptance_rate_threshold", "1.3.0rc21", source="PR #12905"),),
 }
 # The gate's windows, set without data: long enough that a few hard requests or a warm-up do not end speculation for
 # good (the old gate counts completed requests, the new one speculating iterations, one sample per batch).
@@ -395,7 +397,8 @@ class TRTLLMAdapter(BaseAdapter):
                 total = min(max(s.tree.num_draft_tokens, s.tree.steps), s.tree.topk * s.tree.steps)
                 cfg["max_total_draft_tokens"] = total
         if s.acceptance_floor is not None:
-            cfg.update(acceptance_gate(s.acceptance_floor, cfg.get("max_draft_len", c.k), gen, c))
+            varies = len({e.num_speculative_tokens for e in s.schedule}) > 1
+            cfg.update(acceptance_gate(s.acceptance_floor, cfg.get("max_draft_len", c.k), gen, c, varies))
         if s.schedule:
             semantics = gen.get("draft_len_schedule")
             max_draft_len = cfg.get("max_draft_len", c.k)
@@ -421,7 +424,7 @@ SEMANTICS = {
 }
 
 
-def acceptance_gate(floor: float, max_draft_len: int, gen: dict[str, Any], c: Canon) -> dict[str, Any]:
+def acceptance_gate(floor: float, max_draft_len: int, gen: dict[str, Any], c: Canon, varies: bool) -> dict[str, Any]:
     """The acceptance gate's fields in the generation's spelling and unit (the base check refused versions without)."""
     if "acceptance_rate_threshold" in gen["base"]:
         c.notes.append(f"Acceptance gate: speculation stops for the server's life once the acceptance rate (accepted / "
@@ -429,6 +432,12 @@ def acceptance_gate(floor: float, max_draft_len: int, gen: dict[str, Any], c: Ca
         return {"acceptance_rate_window_size": GATE_WINDOW_ITERATIONS, "acceptance_rate_threshold": round(floor, 3)}
     if "acceptance_length_threshold" not in gen["base"]:
         return {}
+    # Per completed request, over all its steps: a schedule that lowers k (or stops drafting) at larger batches lowers
+    # the average too, and can end speculation that still pays.
+    if varies:
+        c.notes.append("The acceptance gate of this version averages whole requests: under a schedule that lowers k at "
+                       "larger batches it may end speculation that still pays; TensorRT-LLM 1.3.0rc21+ averages "
+                       "speculating steps only.")
     tokens = round(floor * max_draft_len, 3)
     c.notes.append(f"Acceptance gate: speculation stops for the server's life once accepted draft tokens per step average "
                    f"below {tokens} ({floor:.3f} of k={max_draft_len}) over {GATE_WINDOW_REQUESTS} completed requests.")

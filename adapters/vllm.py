@@ -40,6 +40,7 @@ from specplug.adapter import (
     spelling,
     version_at_least,
 )
+from specplug.config import LOOKUP_METHODS
 from specplug.errors import StackError
 from specplug.plan import Plan
 
@@ -88,8 +89,9 @@ SERVED_NAME_FLAG = "--served-model-name"
 # Adaptive verification is rendered for DSpark, whose confidence head was trained to set that budget; for other
 # methods it runs on an online estimate that no published result measures.
 ADAPTIVE_VERIFICATION_METHODS = ("dspark",)
-# What keeps it off: LoRA (--enable-lora) and pipeline parallelism.
+# What keeps it off: LoRA, pipeline parallelism, and eager mode (it needs full CUDA graphs).
 LORA_FLAG = "--enable-lora"
+EAGER_FLAG = "--enforce-eager"
 # Read in 0.32.0 and deliberately not rendered: rejection_sample_method 'synthetic' (a benchmarking aid that accepts
 # at set rates, not lossless).
 # What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
@@ -494,7 +496,7 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     d = _draft_tp(plan, c)
     if d is not None:
         cfg["draft_tensor_parallel_size"] = d
-    if c.method in ("ngram", "ngram_gpu"):
+    if c.method in LOOKUP_METHODS:
         lo, hi = s.prompt_lookup_min, s.prompt_lookup_max
         if hi is None and lo is not None:
             hi = max(lo, c.k)
@@ -523,7 +525,8 @@ def _adaptive_verification(plan: Plan, c: Canon, version: str | None) -> dict:
     why_not = (
         f"vLLM {version} has no enable_adaptive_verification" if w is None
         else "pipeline parallelism" if plan.parallelism.pipeline_parallel_size > 1
-        else "LoRA (--enable-lora)" if has_flag(c.extra_args, LORA_FLAG) else None
+        else "LoRA (--enable-lora)" if has_flag(c.extra_args, LORA_FLAG)
+        else "eager mode (--enforce-eager: no CUDA graphs)" if has_flag(c.extra_args, EAGER_FLAG) else None
     )
     if why_not is not None:
         c.notes.append(f"Adaptive verification is off ({why_not} rules it out): each request verifies k={c.k} every step.")
@@ -531,7 +534,7 @@ def _adaptive_verification(plan: Plan, c: Canon, version: str | None) -> dict:
     c.notes.append(
         f"Adaptive verification is on: {c.method}'s confidence head cuts each request's verify length per step below "
         f"k={c.k} when later drafts are unlikely to be accepted. vLLM needs Model Runner V2 and full CUDA graphs for it "
-        "(no LoRA, no pipeline parallelism); the prediction assumes a fixed k."
+        "(no LoRA, no pipeline parallelism, no --enforce-eager); the prediction assumes a fixed k."
     )
     return {w.value: True}
 

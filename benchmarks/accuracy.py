@@ -32,6 +32,10 @@ def _spearman(a: list[float], b: list[float]) -> float:
     return float(spearmanr(a, b).statistic) if len(a) > 2 else float("nan")
 
 
+# Bases of drafters.csv acceptance figures that come from no source of the scored rows (shared/data and
+# benchmarks/data list theirs): AngelSlim's own benchmark page, DeepSeek's DSpark paper.
+INDEPENDENT_BASES = ("AngelSlim docs", "DSpark paper")
+
 def predict(rows: list[F.Row], policy) -> list[float]:
     from specplug import estimate
 
@@ -76,10 +80,6 @@ def independent_acceptance() -> Iterator[list[str | None]]:
         D.drafters, engine.published_alpha = catalog, published  # type: ignore[assignment]
         D._by_target.cache_clear()
 
-
-# Bases of drafters.csv acceptance figures that come from no source of the scored rows (shared/data and
-# benchmarks/data list theirs): AngelSlim's own benchmark page, DeepSeek's DSpark paper.
-INDEPENDENT_BASES = ("AngelSlim docs", "DSpark paper")
 
 TIE = 0.03  # measured speedups within 3% are one result: SDB figures are read off plots to about +-0.05
 

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from specplug.capabilities import ACCEPTANCE_GATE, BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
+from specplug.capabilities import (  # noqa: F401
+    ACCEPTANCE_GATE,
+    ACCEPTANCE_RATE_GATE,
+    BLOCK_VERIFICATION,
+    PROBABILISTIC_DRAFTING,
+)
 from specplug.errors import StackError
 
 if TYPE_CHECKING:
@@ -435,8 +440,8 @@ class BaseAdapter:
     executables: ClassVar[tuple[str, ...]] = ()  # programs that start the server, looked up on PATH
     method_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
     # Stack-specific controls specplug renders (name -> the stack's spelling per version range), listed by
-    # 'specplug stacks' beside the schedule/cutoff/tree capabilities every adapter declares.
-    # Controls the stack renders, with their windows; the SPEC_CONTROLS ones are checked here for every adapter.
+    # 'specplug stacks' beside the schedule/cutoff/tree capabilities every adapter declares; the base adapter checks
+    # the SPEC_CONTROLS ones for every stack.
     control_table: ClassVar[dict[str, tuple[Window, ...]]] = {}
     unsupported: ClassVar[dict[str, str]] = {}  # method -> why this stack can never do it
     oldest: ClassVar[str]  # oldest version this adapter renders for
@@ -610,11 +615,10 @@ class BaseAdapter:
             given = getattr(plan.speculation, name)
             if (given is None if value == SET else given != value) or spelling(self.control_table, control, version):
                 continue
-            value = given
             ws = self.control_table.get(control)
             out.append(Problem(
                 f"{self.display_name} {version or '(newest)'} {instead}"
-                + (f" ({name}: {value} needs {describe_windows(ws)})." if ws else f" (no {name}: {value})."),
+                + (f" ({name}: {given} needs {describe_windows(ws)})." if ws else f" (no {name}: {given})."),
                 f"Leave speculation.{name} unset"
                 + (", or render for a version that has it." if ws else f", or use {who}."),
                 key=f"speculation.{name}",

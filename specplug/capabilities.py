@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 BLOCK_VERIFICATION = "block_verification"  # speculation.verification: block
 PROBABILISTIC_DRAFTING = "probabilistic_drafting"  # speculation.draft_sampling: probabilistic
 ACCEPTANCE_GATE = "acceptance_gate"  # speculation.acceptance_floor: speculation off for good under it
+# The gate averages the acceptance rate over speculating steps only, so a schedule's smaller or zero k is no trip.
+ACCEPTANCE_RATE_GATE = "acceptance_rate_gate"
 
 
 @dataclass(frozen=True)

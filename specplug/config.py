@@ -39,6 +39,8 @@ Method = Literal[
     "dflash", "dspark",
 ]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+# Prompt-lookup n-gram proposers, on the host or the GPU: they take the prompt_lookup_min/max match window.
+LOOKUP_METHODS = ("ngram", "ngram_gpu")
 # Spec-Bench's and SpecDecode-Bench's categories and the names people use for mixed/instruction traffic.
 Workload = Literal[
     "chat", "code", "code-edit", "rag", "summarization", "math", "reasoning", "translation", "qa", "creative", "agent",
@@ -154,6 +156,14 @@ class NoSpeculation(SpeculationSpec):
     """Plain decoding."""
 
     method: Literal["none"] = Field(description="Speculation technique.")
+
+    @model_validator(mode="after")
+    def _nothing_to_control(self) -> NoSpeculation:
+        given = [f for f in ("acceptance_floor", "draft_sampling", "verification") if getattr(self, f) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} shape speculation, and method 'none' does not speculate: remove "
+                             f"{'it' if len(given) == 1 else 'them'} or pick a method")
+        return self
 
 
 class CopySpeculation(SpeculationSpec):

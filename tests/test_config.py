@@ -133,3 +133,8 @@ def test_sampled_drafts_are_for_drafters_not_copy_methods():
         parse_config("model: m\nspeculation: {method: ngram, draft_sampling: probabilistic}\n")
     cfg = parse_config("model: m\nspeculation: {method: eagle3, drafter: x, draft_sampling: probabilistic}\n")
     assert cfg.speculation.draft_sampling == "probabilistic"
+
+
+def test_method_none_refuses_the_controls_that_shape_speculation():
+    with pytest.raises(ConfigError, match="verification, acceptance_floor|acceptance_floor, verification"):
+        parse_config("model: m\nspeculation: {method: none, verification: block, acceptance_floor: 0.3}\n")

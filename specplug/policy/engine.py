@@ -28,9 +28,7 @@ if TYPE_CHECKING:
     from specplug.traffic import TrafficProfile
 
 HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash", "dspark")  # drafters trained on one target's features
-# Block drafters: decoder layers at the target's width that draft a whole block in one forward (DFlash; DSpark adds a
-# small sequential head over the block).
-BLOCK_METHODS = ("dflash", "dspark")
+BLOCK_METHODS = perf.BLOCK_METHODS
 COPY_METHODS = ("ngram", "ngram_gpu", "suffix", "lookahead")
 # Candidate order: ties in predicted speedup go to the earlier (simpler to run) method.
 METHOD_ORDER = ("ngram", "ngram_gpu", "suffix", "mtp", "eagle3", "eagle", "draft_model", "dflash", "dspark", "medusa", "mlp_speculator", "lookahead")

@@ -194,6 +194,9 @@ class StepCost:
 # the target's LM head in one forward. z-lab's b16 drafters (e.g. Qwen3-8B-DFlash-b16) have 5 layers. DSpark drafters
 # are the same backbone (5 layers in DeepSeek's Qwen3 ones) plus a low-rank sequential head, costed as DFlash.
 DFLASH_LAYERS = 5
+# Block drafters: decoder layers at the target's width that draft a whole block in one forward (DFlash; DSpark adds a
+# small sequential head over the block).
+BLOCK_METHODS = ("dflash", "dspark")
 
 
 def dflash_arch(target: Arch, layers: int = DFLASH_LAYERS) -> Arch:
@@ -207,7 +210,7 @@ def draft_arch(method: str, target: Arch, drafter: Arch | None) -> Arch | None:
     """The network the drafter runs per draft pass (None for copy-based methods)."""
     if method == "draft_model":
         return drafter
-    if method in ("dflash", "dspark"):
+    if method in BLOCK_METHODS:
         return drafter or dflash_arch(target)
     if method in ("eagle", "eagle3"):
         # One decoder layer at the target's width plus an LM head (EAGLE-3 drafts over a 32k vocabulary).

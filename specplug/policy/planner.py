@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specplug.capabilities import ACCEPTANCE_GATE
+from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
-from specplug.config import Config, SpeculationSpec, TreeSpec
+from specplug.config import LOOKUP_METHODS, Config, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
 from specplug.plan import (
     Candidate,
@@ -657,7 +657,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             verification=explicit.verification if explicit else None,
             draft_sampling=explicit.draft_sampling if explicit else None,
         )
-        if d.method in ("ngram", "ngram_gpu"):
+        if d.method in LOOKUP_METHODS:
             lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
             spec.prompt_lookup_min, spec.prompt_lookup_max = lo or NGRAM_LOOKUP[0], hi or NGRAM_LOOKUP[1]
         if d.method == "draft_model":
@@ -672,19 +672,26 @@ def _schedule_and_speculation(s: Planning) -> None:
             cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
         if explicit is None:
             s.reasons.append(_why(c, d, alpha, o, s.scored, s.n))
-        if (note := borrowed_note(c.policy, d.method)) is not None:
+        source = E.alpha_for(c, d)[1]
+        published = E.published_alpha(c, d) if source is None else None
+        if published is not None and d.catalog is not None and d.catalog.acceptance_length:
+            s.reasons.append(f"{d.drafter_id}'s acceptance is its own published figure, {d.catalog.acceptance_length:g} "
+                             f"tokens per step ({d.catalog.acceptance_basis}), moved to this workload and temperature.")
+        elif published is not None:
+            s.reasons.append(f"Acceptance is the median of the published figures of {d.method} heads for this model.")
+        elif source is None and (note := borrowed_note(c.policy, d.method)) is not None:
             s.reasons.append(note)
-        if pred.breakeven_batch_size is not None and spec.schedule:
+        if pred.breakeven_batch_size is not None and spec.schedule and spec.schedule == sched:
             s.reasons.append(
                 f"Speculation stops paying (gaining {c.policy.rules.min_speedup:.2f}x or more) above batch size "
                 f"{pred.breakeven_batch_size}; the schedule turns it off (k=0) from {pred.breakeven_batch_size + 1}."
             )
-        source = E.alpha_for(c, d)[1]
         if source == "calibrated":
             s.reasons.append("Acceptance comes from the calibration file, not the prior.")
         if explicit is not None:
             spec.acceptance_floor = explicit.acceptance_floor
-        elif ACCEPTANCE_GATE in s.caps.controls and source is None and pred.breakeven_acceptance_rate:
+        elif (ACCEPTANCE_GATE in s.caps.controls and source is None and pred.breakeven_acceptance_rate
+              and (ACCEPTANCE_RATE_GATE in s.caps.controls or len({e.num_speculative_tokens for e in spec.schedule}) <= 1)):
             # Unmeasured acceptance: the stack's own gate ends speculation if the real one turns out below what pays.
             spec.acceptance_floor = pred.breakeven_acceptance_rate
             s.reasons.append(
@@ -822,8 +829,8 @@ def borrowed_note(policy: Any, method: str) -> str | None:
         return None
     if policy.prior(method).alpha == policy.prior(lender).alpha:
         return f"{method} has no published result of its own: its acceptance and cost are {lender}'s."
-    return (f"{method} has no fitted prior: its acceptance is {lender}'s moved by a published same-harness comparison "
-            f"(the shipped policy's comment names it), and its cost is {lender}'s.")
+    return (f"{method} has no fitted prior: its acceptance is the policy's own table for it (see 'specplug policy "
+            f"show'), and its cost and decay are {lender}'s.")
 
 
 def _traffic_reason(c: E.Context, prof: Any, path: str | None) -> str:

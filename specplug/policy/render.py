@@ -34,7 +34,7 @@ def plan_tables(plan: Plan) -> list[Any]:
         ("predicted speedup", f"{p.speedup:.2f}x at batch size {wl.concurrency}" if s.method != "none" else "1.00x (off)"),
         ("acceptance length", f"{p.acceptance_length:.2f} tokens/step" + (f" (alpha {p.acceptance_rate:.2f})" if p.acceptance_rate else "")),
         ("stops paying above batch", "never (up to 256)" if p.breakeven_batch_size is None else str(p.breakeven_batch_size)),
-        *([("stops paying below", f"{p.breakeven_acceptance_rate:.0%} of drafted tokens accepted (at batch {wl.concurrency})")]
+        *([("loses below", f"{p.breakeven_acceptance_rate:.0%} of drafted tokens accepted (at batch {wl.concurrency})")]
           if p.breakeven_acceptance_rate is not None else []),
         ("model", f"{plan.model.name} ({plan.model.hf_id})"),
         ("hardware", f"{hw.num_gpus} x {hw.gpu} ({hw.memory_gb:g} GB, {hw.source}); TP {plan.parallelism.tensor_parallel_size}"

@@ -57,7 +57,7 @@ CASES = {
     # SGLang: algorithm names by version, all three knobs, steps+1 with topk 1, trees get an attention backend
     "sglang-0.5.2-ngram-lookahead": ("sglang", "0.5.2", dict(method="ngram", k=8)),
     "sglang-0.5.23-ngram": ("sglang", "0.5.23", dict(method="ngram", k=8)),
-    "sglang-0.5.23-ngram-trie-depth": ("sglang", "0.5.23", dict(method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=3)),
+    "sglang-0.5.23-ngram-trie-depth": ("sglang", "0.5.23", dict(method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=16)),
     "sglang-0.5.23-eagle3-chain": ("sglang", "0.5.23", dict(model=L8, method="eagle3", drafter=E3, k=3)),
     "sglang-0.5.23-eagle-tree": ("sglang", "0.5.23", dict(model=L8, method="eagle", drafter="lmsys/sglang-EAGLE-LLaMA3-Instruct-8B", k=3, tree=TREE, serve={"max_num_seqs": 64})),
     # SGLang: the schedule as adaptive-steps slots; the n-gram match window where the version has one

@@ -100,12 +100,13 @@ def test_sglang_ngram_lookup_window_in_each_versions_own_flags():
     old = spec_of("sglang", "0.5.3", method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=6)
     assert old.argv[old.argv.index("--speculative-ngram-max-match-window-size") + 1] == "6"
     assert "--speculative-ngram-max-trie-depth" not in old.argv
-    # 0.5.23 has no match window: its trie paths hold the match and the drafts, so the depth is their sum.
+    # 0.5.23 has no match window: its trie paths hold the match and the drafts, raised past the default 18 where a
+    # plan's longest match and its drafts need more, never lowered.
     new = spec_of("sglang", "0.5.23", method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=6)
-    assert not any("match-window" in a for a in new.argv)
-    assert new.argv[new.argv.index("--speculative-ngram-max-trie-depth") + 1] == "14"
+    assert not any("match-window" in a or "trie-depth" in a for a in new.argv)
     assert new.argv[new.argv.index("--speculative-num-draft-tokens") + 1] == "9"  # the root plus k=8 drafts
-    assert any("prompt_lookup_min is not rendered" in n for n in new.notes)
+    deep = spec_of("sglang", "0.5.23", method="ngram", k=8, prompt_lookup_min=2, prompt_lookup_max=16)
+    assert deep.argv[deep.argv.index("--speculative-ngram-max-trie-depth") + 1] == "24"
 
 
 @pytest.mark.parametrize("method,drafter", [("ngram", None), ("draft_model", "x/small")])
@@ -251,3 +252,28 @@ def test_the_acceptance_gate_renders_in_each_tensorrt_llm_generations_names_and_
     for stack, version in (("trtllm", "1.1.0"), ("vllm", "0.32.0"), ("sglang", "0.5.23")):
         with pytest.raises(StackError, match="has no acceptance gate"):
             spec_of(stack, version, method="eagle3", drafter="x/eagle3", k=4, acceptance_floor=0.3)
+
+
+def test_sglang_refuses_an_eagle_tree_under_the_rejection_sampling_block_verification_turns_on():
+    tree = {"steps": 4, "topk": 4, "num_draft_tokens": 8}
+    with pytest.raises(StackError, match="which verification turns on for EAGLE3\\) needs a chain"):
+        spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", k=4, verification="block", tree=tree)
+    chain = spec_of("sglang", "0.5.23", method="eagle3", drafter="x/eagle3", k=4, verification="block")
+    assert "--speculative-use-block-verification" in chain.argv
+    # DFlash drafts are sampled with their distributions already: no chain rule there.
+    spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15, verification="block")
+
+
+def test_vllm_leaves_adaptive_verification_off_in_eager_mode_and_says_why():
+    spec = spec_of("vllm", "0.32.0", model="Qwen/Qwen3-8B", method="dspark", drafter="x/dspark", k=7,
+                   serve={"extra_args": ["--enforce-eager"]})
+    assert "enable_adaptive_verification" not in vllm_cfg(spec)
+    assert any("eager mode" in n for n in spec.notes)
+
+
+def test_an_old_acceptance_gate_warns_when_the_schedule_lowers_k():
+    sched = [{"min_batch": 1, "max_batch": 8, "num_speculative_tokens": 4}, {"min_batch": 9, "num_speculative_tokens": 2}]
+    old = spec_of("trtllm", "1.3.0rc20", method="eagle3", drafter="x/eagle3", k=4, acceptance_floor=0.3, schedule=sched)
+    assert any("averages whole requests" in n for n in old.notes)
+    new = spec_of("trtllm", "1.3.0rc21", method="eagle3", drafter="x/eagle3", k=4, acceptance_floor=0.3, schedule=sched)
+    assert not any("averages whole requests" in n for n in new.notes)

@@ -33,11 +33,13 @@ def test_a_published_acceptance_measured_at_temperature_1_is_read_back_to_greedy
     assert greedy.acceptance_length > hot.acceptance_length and greedy.acceptance_rate > raw
 
 
-def test_dsparks_prior_is_dflashs_moved_by_the_published_gain_and_the_plan_says_so() -> None:
+def test_dsparks_prior_is_dflashs_moved_by_the_published_gain_and_a_plan_names_its_acceptance_source() -> None:
     pol = load_policy()
     ds, df = pol.prior("dspark"), pol.prior("dflash")
     assert ds.prior_from == "dflash" and ds.decay == df.decay and ds.draft_forwards == "one"
     assert all(ds.alpha_for(w) > df.alpha_for(w) for w in ("chat", "code", "math"))
+    # A plan that uses a drafter's own published figure says so, with its basis (not the borrowed prior).
     p = specplug.recommend("qwen3-4b", gpu="h100", num_gpus=1, batch_size=1, stack="vllm", stack_version="0.32.0")
     assert p.speculation.method == "dspark"
-    assert any("dspark has no fitted prior" in r for r in p.reasons)
+    assert any("its own published figure, 3.64" in r and "temperature 1.0" in r for r in p.reasons)
+    assert not any("no fitted prior" in r for r in p.reasons)

@@ -350,3 +350,13 @@ def test_an_unmeasured_plan_on_a_stack_with_an_acceptance_gate_sets_it_where_spe
     # A stack without a gate reports the figure but sets nothing.
     v = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, batch_size=32, stack="vllm", stack_version="0.32.0")
     assert v.prediction.breakeven_acceptance_rate is not None and v.speculation.acceptance_floor is None
+
+
+def test_the_planner_sets_an_old_style_gate_only_where_the_schedule_cannot_trip_it() -> None:
+    # Before 1.3.0rc21 the gate averages whole requests: a schedule that lowers k at larger batches would read as low
+    # acceptance, so the plan sets no floor there; from 1.3.0rc21 it averages speculating steps and does.
+    old = specplug.recommend("qwen3-30b-a3b", gpu="h100", num_gpus=1, batch_size=32, stack="trtllm", stack_version="1.3.0rc20")
+    new = specplug.recommend("qwen3-30b-a3b", gpu="h100", num_gpus=1, batch_size=32, stack="trtllm", stack_version="1.3.0rc21")
+    assert len({e.num_speculative_tokens for e in old.speculation.schedule}) > 1
+    assert old.speculation.acceptance_floor is None
+    assert new.speculation.acceptance_floor == new.prediction.breakeven_acceptance_rate is not None
