@@ -379,6 +379,9 @@ class TRTLLMAdapter(BaseAdapter):
             # -1: the longest suffix the automaton matches; a plan's prompt_lookup_max fixes the match length instead.
             cfg["max_draft_len"] = c.k
             cfg["max_matching_ngram_size"] = s.prompt_lookup_max or -1
+            c.notes.append("Suffix decoding runs as TensorRT-LLM's suffix automaton over each request's own text (no "
+                           "global pool); specplug's suffix prior comes from suffix-tree decoding, a close but other "
+                           "proposer.")
         elif dtype == "MTP":
             for key in gen.get("mtp_draft_len_keys", ["num_nextn_predict_layers"]):
                 cfg[key] = c.k

@@ -695,9 +695,10 @@ def _schedule_and_speculation(s: Planning) -> None:
             # Unmeasured acceptance: the stack's own gate ends speculation if the real one turns out below what pays.
             spec.acceptance_floor = pred.breakeven_acceptance_rate
             s.reasons.append(
-                f"The acceptance here is a prior, not measured: {s.stack}'s acceptance gate turns speculation off for the "
-                f"server's life if the measured acceptance rate averages below {spec.acceptance_floor:.2f}, where it stops "
-                f"paying at batch size {seqs} (PyTorch backend; calibrate with bench to replace the prior)."
+                f"The acceptance here is not measured on this deployment (a prior or a published figure): {s.stack}'s "
+                f"acceptance gate turns speculation off for the server's life if the measured acceptance rate averages "
+                f"below {spec.acceptance_floor:.2f}, where it stops paying at batch size {seqs} (PyTorch backend; "
+                "calibrate with bench to replace the estimate)."
             )
         if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(d.method):
             s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
