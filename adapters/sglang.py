@@ -27,8 +27,6 @@ from specplug.adapters._common import (
 )
 
 from specplug.adapter import (
-    BLOCK_VERIFICATION,
-    PROBABILISTIC_DRAFTING,
     BaseAdapter,
     Gauges,
     LaunchSpec,
@@ -39,6 +37,7 @@ from specplug.adapter import (
     describe_windows,
     spelling,
 )
+from specplug.capabilities import BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.plan import Plan
 
 DIST_PORT = 20000  # where the nodes of a multi-node group rendezvous

@@ -24,8 +24,6 @@ from specplug.adapters._common import (
 )
 
 from specplug.adapter import (
-    ACCEPTANCE_GATE,
-    ACCEPTANCE_RATE_GATE,
     BaseAdapter,
     IterationStats,
     LaunchSpec,
@@ -37,6 +35,7 @@ from specplug.adapter import (
     raise_problems,
     version_at_least,
 )
+from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.errors import StackError
 from specplug.plan import Plan
 

@@ -27,8 +27,6 @@ from specplug.adapters._common import (
 )
 
 from specplug.adapter import (
-    BLOCK_VERIFICATION,
-    PROBABILISTIC_DRAFTING,
     BaseAdapter,
     Counters,
     LaunchSpec,
@@ -40,6 +38,7 @@ from specplug.adapter import (
     spelling,
     version_at_least,
 )
+from specplug.capabilities import BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.config import LOOKUP_METHODS
 from specplug.errors import StackError
 from specplug.plan import Plan

@@ -19,12 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from specplug.capabilities import (  # noqa: F401
-    ACCEPTANCE_GATE,
-    ACCEPTANCE_RATE_GATE,
-    BLOCK_VERIFICATION,
-    PROBABILISTIC_DRAFTING,
-)
+from specplug.capabilities import ACCEPTANCE_GATE, BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.errors import StackError
 
 if TYPE_CHECKING:
