@@ -33,6 +33,7 @@ from specplug.adapter import (
     Window,
     pick_floor,
     raise_problems,
+    spelling,
     version_at_least,
 )
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
@@ -242,19 +243,28 @@ class TRTLLMAdapter(BaseAdapter):
     ))
 
     def supports_schedule(self, version: str | None) -> bool:
-        """draft_len_schedule is in the version's recorded DecodingBaseConfig (with the version's key semantics)."""
+        """draft_len_schedule is in the version's recorded DecodingBaseConfig and takes effect for every decoding type."""
         try:
-            return "draft_len_schedule" in generation(version)["base"]
+            gen = generation(version)
         except StackError:
             return False
+        return "draft_len_schedule" in gen["base"] and "dynamic_draft_len" not in gen
+
+    def schedule_methods(self, version: str | None) -> frozenset[str]:
+        try:
+            gen = generation(version)
+        except StackError:
+            return frozenset()
+        if "draft_len_schedule" not in gen["base"]:
+            return frozenset()
+        return frozenset(m for m in self.supported_methods(version) if schedules(gen, spelling(METHODS, m, version)))
 
     def schedule_cutoff(self, version: str | None) -> bool:
-        """max_concurrency without draft_len_schedule (1.0.x): speculation off above the schedule's last drafting batch."""
+        """max_concurrency: speculation off above the schedule's last drafting batch, for any decoding type."""
         try:
-            base = generation(version)["base"]
+            return "max_concurrency" in generation(version)["base"]
         except StackError:
             return False
-        return "max_concurrency" in base and "draft_len_schedule" not in base
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out: list[Problem] = []
@@ -404,14 +414,15 @@ class TRTLLMAdapter(BaseAdapter):
         if s.schedule:
             semantics = gen.get("draft_len_schedule")
             max_draft_len = cfg.get("max_draft_len", c.k)
-            if semantics is not None and "draft_len_schedule" in gen["base"]:
+            if semantics is not None and "draft_len_schedule" in gen["base"] and schedules(gen, dtype):
                 cfg["draft_len_schedule"] = draft_len_schedule(plan, max_draft_len, semantics)
                 c.notes.append(f"draft_len_schedule keys are {SEMANTICS[semantics]} (TensorRT-LLM {version or '(newest)'}).")
             elif "max_concurrency" in gen["base"] and (cutoff := speculation_cutoff(plan)) is not None:
                 # Only an on/off threshold here: speculation stops above the last batch size that drafts.
                 cfg["max_concurrency"] = cutoff
-                c.notes.append(f"TensorRT-LLM {version} has no draft_len_schedule: k={c.k} up to {cutoff} running "
-                               f"requests (max_concurrency), no speculation above.")
+                why = "no draft_len_schedule" if "draft_len_schedule" not in gen["base"] else f"no draft_len_schedule for {dtype}"
+                c.notes.append(f"TensorRT-LLM {version} has {why}: k={c.k} up to {cutoff} running requests "
+                               f"(max_concurrency), no speculation above.")
             else:
                 c.notes.append(
                     f"TensorRT-LLM {version} has no draft_len_schedule; k={c.k} is used at every batch size."
@@ -424,6 +435,12 @@ SEMANTICS = {
     "at_least": "the smallest batch size each k applies to (batch >= key)",
     "up_to": "the largest batch size each k applies to (batch <= key; none above the last key)",
 }
+
+
+def schedules(gen: dict[str, Any], decoding_type: Any) -> bool:
+    """Whether a draft_len_schedule takes effect for ``decoding_type`` (a name or its Window) in generation ``gen``."""
+    name = getattr(decoding_type, "value", decoding_type)
+    return "draft_len_schedule" in gen["base"] and name in gen.get("dynamic_draft_len", [name])
 
 
 def acceptance_gate(floor: float, max_draft_len: int, gen: dict[str, Any], c: Canon, varies: bool) -> dict[str, Any]:

@@ -532,7 +532,8 @@ class BaseAdapter:
     def controls(self, version: str | None) -> dict[str, str | None]:
         """Controls specplug renders for this stack -> None when available at ``version``, else why not."""
         out: dict[str, str | None] = {
-            "schedule": None if self.supports_schedule(version) else "no per-batch-size draft length",
+            "schedule": None if self.supports_schedule(version) or self.schedule_methods(version)
+            else "no per-batch-size draft length",
             "cutoff": None if self.schedule_cutoff(version) or self.supports_schedule(version)
             else "no batch-size threshold that stops speculation",
             "trees": None if self.trees else "drafts chains only",

@@ -613,6 +613,11 @@ def _schedule_and_speculation(s: Planning) -> None:
             # The plan's own batch follows the schedule (k never grows with batch).
             o = E.score(c, d, alpha, seqs, [x for x in cand_shapes if x.depth <= at.num_speculative_tokens])
             s.chosen = (d, alpha, o)
+        if explicit is None and not s.caps.schedules_for(d.method):
+            # The stack runs one k at every batch: the plan's shape along the curve, on until it stops paying.
+            fixed = _schedule(c, d, alpha, [o.shape])
+            if any(e.num_speculative_tokens for e in fixed[0]):
+                sched, curve, last_on = fixed
         if explicit is not None and not any(e.num_speculative_tokens for e in sched):
             # The user chose this technique: honour it rather than render a schedule that never drafts.
             s.warnings.append(
@@ -700,7 +705,8 @@ def _schedule_and_speculation(s: Planning) -> None:
                 f"below {spec.acceptance_floor:.2f}, where it stops paying at batch size {seqs} (PyTorch backend; "
                 "calibrate with bench to replace the estimate)."
             )
-        if any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(d.method):
+        if (any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(d.method)
+                and "cutoff" not in s.caps.controls):
             s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
     if s.prof is not None:
         s.reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))

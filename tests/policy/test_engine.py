@@ -360,3 +360,17 @@ def test_the_planner_sets_an_old_style_gate_only_where_the_schedule_cannot_trip_
     assert len({e.num_speculative_tokens for e in old.speculation.schedule}) > 1
     assert old.speculation.acceptance_floor is None
     assert new.speculation.acceptance_floor == new.prediction.breakeven_acceptance_rate is not None
+
+
+@pytest.mark.parametrize("model,gpus,stack,version", [("deepseek-v3", 8, "trtllm", "1.3.0rc22"),
+                                                      ("llama-3.1-8b", 1, "llamacpp", "b10576")])
+def test_where_the_stack_runs_one_k_the_schedule_and_curve_are_that_k_until_it_stops_paying(model, gpus, stack, version):
+    # TensorRT-LLM ignores a schedule for MTP (one-model dynamic draft length is Eagle3's), llama.cpp has none: the
+    # plan must not promise a smaller k at larger batches, and its curve is the one k it runs.
+    gpu = "h200" if gpus == 8 else "h100"
+    p = specplug.recommend(model, gpu=gpu, num_gpus=gpus, batch_size=16, stack=stack, stack_version=version)
+    k = p.speculation.num_speculative_tokens
+    assert {e.num_speculative_tokens for e in p.speculation.schedule} <= {k, 0}
+    assert all(c.num_speculative_tokens in (k, 0) for c in p.prediction.curve)
+    at16 = next(c for c in p.prediction.curve if c.batch_size == 16)
+    assert at16.speedup == pytest.approx(p.prediction.speedup, abs=0.01)

@@ -94,7 +94,7 @@ def _planned(batch: int) -> int:
                                                ("1.3.0rc8", "up_to"), ("1.3.0", "up_to")])
 def test_schedule_means_the_plan_on_both_sides_of_the_semantics_change(version, semantics):
     assert generation(version)["draft_len_schedule"] == semantics
-    assert get_adapter("trtllm").supports_schedule(version)
+    assert "eagle3" in get_adapter("trtllm").schedule_methods(version)
     spec, notes = _schedule(version)
     _validate(spec, semantics)
     # The stack's own lookup gives the plan's k at every batch size.
@@ -137,3 +137,18 @@ def test_done_means_trtllm_dry_run_yaml_checks_out(run_cli):
         text = "\n".join(ln[4:] for ln in body[1].splitlines() if ln.startswith("    "))
         spec = yaml.safe_load(text)["speculative_config"]
         check_against_fields(spec, argv[argv.index("--backend") + 1], None)
+
+
+def test_the_one_model_path_schedules_eagle3_only_and_cuts_the_rest_off_with_max_concurrency():
+    # SpeculativeDecodingMode.support_dynamic_draft_len() is Eagle3 one-model only in the releases recorded: a schedule
+    # for another decoding type would be ignored without a word, so specplug renders its on/off cutoff instead.
+    a = get_adapter("trtllm")
+    assert a.schedule_methods("1.3.0rc8") == {"eagle3"} and not a.supports_schedule("1.3.0rc8")
+    assert a.supports_schedule("1.2.0")  # the two-model path's schedule reads the same for every type
+    plan = make_plan("trtllm", "1.3.0rc14", model="Qwen/Qwen3-8B", method="dflash", drafter="x/dflash", k=4,
+                     schedule=SCHEDULE)
+    r = render_plan(plan)
+    spec = yaml.safe_load(r.spec.files["trtllm-config.yaml"])["speculative_config"]
+    assert "draft_len_schedule" not in spec and spec["max_concurrency"] == 48
+    check_against_fields(spec, "pytorch", "1.3.0rc14")
+    assert any("no draft_len_schedule for DFlash" in n for n in r.spec.notes)
