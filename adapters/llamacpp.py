@@ -25,7 +25,6 @@ from specplug.adapters._common import (
 
 from specplug.adapter import (
     BaseAdapter,
-    Counters,
     LaunchSpec,
     Problem,
     ResponseTimings,
@@ -33,6 +32,7 @@ from specplug.adapter import (
     StackMetrics,
     Window,
     program_output,
+    spec_decode_counters,
     spelling,
     version_at_least,
 )
@@ -202,13 +202,7 @@ class LlamaCppAdapter(BaseAdapter):
     # vLLM's counter names under llamacpp: with --metrics (rendered); each response's timings say it too.
     metrics = StackMetrics(
         markers=("llamacpp:",),
-        acceptance=Counters(
-            source="llama.cpp counters",
-            drafts="llamacpp:spec_decode_num_drafts_total",
-            draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
-            accepted="llamacpp:spec_decode_num_accepted_tokens_total",
-            per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
-        ),
+        acceptance=spec_decode_counters("llamacpp", "llama.cpp counters"),
         timings=ResponseTimings("llama.cpp response timings", "draft_n", "draft_n_accepted"),
     )
 

@@ -28,13 +28,13 @@ from specplug.adapters._common import (
 
 from specplug.adapter import (
     BaseAdapter,
-    Counters,
     LaunchSpec,
     Problem,
     ResponseTimings,
     StackImage,
     StackMetrics,
     Window,
+    spec_decode_counters,
     spelling,
     version_at_least,
 )
@@ -183,14 +183,7 @@ SERVE_FLAGS = {
 }
 
 # Speculative-decoding counters on /metrics (vllm/v1/spec_decode/metrics.py); V0 had no draft count.
-COUNTERS = Counters(
-    source="vllm counters",
-    drafts="vllm:spec_decode_num_drafts_total",
-    draft_tokens="vllm:spec_decode_num_draft_tokens_total",
-    accepted="vllm:spec_decode_num_accepted_tokens_total",
-    per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total",
-    without_drafts="V0: no draft count",
-)
+COUNTERS = spec_decode_counters("vllm", "vllm counters", without_drafts="V0: no draft count")
 
 
 def has_schedule(version: str | None) -> bool:

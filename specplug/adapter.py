@@ -92,6 +92,18 @@ class Counters:
     without_drafts: str = "no draft count"  # said when the draft counter is absent (no acceptance length then)
 
 
+def spec_decode_counters(prefix: str, source: str, **kw: str) -> Counters:
+    """vLLM's speculative-decoding counter names under ``prefix`` (llama-server publishes the same set as llamacpp:)."""
+    return Counters(
+        source=source,
+        drafts=f"{prefix}:spec_decode_num_drafts_total",
+        draft_tokens=f"{prefix}:spec_decode_num_draft_tokens_total",
+        accepted=f"{prefix}:spec_decode_num_accepted_tokens_total",
+        per_position=f"{prefix}:spec_decode_num_accepted_tokens_per_pos_total",
+        **kw,
+    )
+
+
 @dataclass(frozen=True)
 class Gauges:
     """Gauges holding the latest batch's acceptance: sampled while a run goes on, then averaged."""
@@ -160,12 +172,11 @@ DEFAULT_LAUNCH_PRIOR_S = 180.0
 # control_table entries for speculation fields that change how drafts are proposed or verified; the base adapter
 # refuses such a value wherever the stack's table has no window for it.
 SET = "*"  # in SPEC_CONTROLS: the field set to any value
-# field, value -> (control, what the stack does instead, who does it)
-SPEC_CONTROLS: dict[tuple[str, str], tuple[str, str, str]] = {
-    ("acceptance_floor", SET): (ACCEPTANCE_GATE, "has no acceptance gate that turns speculation off", "TensorRT-LLM"),
-    ("verification", "block"): (BLOCK_VERIFICATION, "verifies drafts token by token only", "vLLM or SGLang"),
-    ("draft_sampling", "probabilistic"): (
-        PROBABILISTIC_DRAFTING, "scores drafts as the drafter's argmax only", "vLLM (or SGLang for EAGLE heads)"),
+# field, value -> (control, what a stack without it does instead)
+SPEC_CONTROLS: dict[tuple[str, str], tuple[str, str]] = {
+    ("acceptance_floor", SET): (ACCEPTANCE_GATE, "has no acceptance gate that turns speculation off"),
+    ("verification", "block"): (BLOCK_VERIFICATION, "verifies drafts token by token only"),
+    ("draft_sampling", "probabilistic"): (PROBABILISTIC_DRAFTING, "scores drafts as the drafter's argmax only"),
 }
 
 
@@ -307,6 +318,19 @@ def _builtin(name: str) -> Adapter | None:
     except Exception:
         return None  # the entry-point scan below reports why
     return obj if isinstance(obj, Adapter) else None
+
+
+def _stacks_with(control: str) -> str:
+    """The stacks whose adapters render ``control`` at some version, for a message."""
+    names = []
+    for name in stack_names():
+        try:
+            a = get_adapter(name)
+        except StackError:
+            continue
+        if control in getattr(a, "control_table", {}):
+            names.append(a.display_name)
+    return " or ".join(names) or "another stack"
 
 
 def stack_names() -> tuple[str, ...]:
@@ -607,7 +631,7 @@ class BaseAdapter:
         if method:
             return method  # the stack's own checks assume a method it runs
         out = canon_problems(plan, self.display_name)
-        for (name, value), (control, instead, who) in SPEC_CONTROLS.items():
+        for (name, value), (control, instead) in SPEC_CONTROLS.items():
             given = getattr(plan.speculation, name)
             if (given is None if value == SET else given != value) or spelling(self.control_table, control, version):
                 continue
@@ -616,7 +640,7 @@ class BaseAdapter:
                 f"{self.display_name} {version or '(newest)'} {instead}"
                 + (f" ({name}: {given} needs {describe_windows(ws)})." if ws else f" (no {name}: {given})."),
                 f"Leave speculation.{name} unset"
-                + (", or render for a version that has it." if ws else f", or use {who}."),
+                + (", or render for a version that has it." if ws else f", or use {_stacks_with(control)}."),
                 key=f"speculation.{name}",
             ))
         try:
