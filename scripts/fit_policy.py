@@ -420,7 +420,7 @@ def _x0(base: dict[str, Any]) -> list[float]:
         x[FIT_METHODS.index(hi)] = math.log(math.expm1(gap))
     x += [0.0] * (len(KINDS) * len(FIT_WORKLOADS))
     x += [-0.3] * len(FIT_METHODS)  # temperature slopes, one per method
-    x += [base["acceptance"]["draft_model"]["size_slope"], base["acceptance"]["tree"]["gain"]]
+    x += [base["acceptance"]["draft_model"]["size_slope"], base["acceptance"]["tree"]["gain"], base["acceptance"]["draft_model"]["params_slope"]]
     x += [_logit(base["acceptance"]["methods"][m]["match_accept"]) for m in MATCHED]
     x += [math.log(max(base["stacks"][s].get(f, 0.1) or 0.1, lo)) for s, f, lo, _ in STACK_PARAMS]
     return x
@@ -447,8 +447,8 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
             i += 1
     tslope = {m: x[i + j] for j, m in enumerate(FIT_METHODS)}
     i += len(FIT_METHODS)
-    size_slope, gain = x[i], x[i + 1]
-    i += 2
+    size_slope, gain, params_slope = x[i], x[i + 1], x[i + 2]
+    i += 3
     match = {m: round(min(max(_sig(x[i + j]), 0.3), 0.95), 4) for j, m in enumerate(MATCHED)}
     i += len(MATCHED)
     methods: dict[str, Any] = {}
@@ -480,7 +480,7 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
     return {
         "acceptance": {
             "methods": methods,
-            "draft_model": {"size_slope": round(min(max(size_slope, 0.0), 2.0), 4)},
+            "draft_model": {"size_slope": round(min(max(size_slope, 0.0), 2.0), 4), "params_slope": round(min(max(params_slope, 0.0), 2.0), 4)},
             "tree": {"gain": round(min(max(gain, 0.0), 1.0), 4)},
         },
         "stacks": stacks,
@@ -585,7 +585,7 @@ class Features:
         self.rows = rows
         self.stacks = sorted(pol.stacks)
         cols: dict[str, list[float]] = {k: [] for k in (
-            "row", "m", "wl", "temp", "lratio", "decay", "depth", "width", "lt", "stack", "passes", "ld", "ntok",
+            "row", "m", "wl", "temp", "lratio", "lparams", "decay", "depth", "width", "lt", "stack", "passes", "ld", "ntok",
             "step", "pertok", "isdm", "e0", "src", "batch", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
         maxd = 1
         self.sources = srcs = sorted({r.src for r in rows})
@@ -604,10 +604,11 @@ class Features:
                 cands = [Shape(r.k)]
             else:
                 cands = perf.shapes_for(pol, r.method, capabilities.resolve(r.stack).trees)
-            lratio = 0.0
+            lratio = lparams = 0.0
             if r.method == "draft_model" and d.drafter_arch is not None:
                 ratio = d.drafter_arch.params_b / max(target.params_b, 1e-3)
                 lratio = math.log(ratio / pol.acceptance.draft_model.reference_ratio)
+                lparams = math.log(d.drafter_arch.params_b / pol.acceptance.draft_model.reference_params_b)
             b = r.batch
             gbase = _gpu_parts(target, dev, sf, tp, b, b, ctx)
             da = perf.draft_arch(r.method, target, d.drafter_arch)
@@ -623,7 +624,7 @@ class Features:
                         gd2 = _gpu_parts(da, dev, sf, dtp, b * 2, b, ctx)
                 vals = dict(
                     row=i, m=FIT_METHODS.index(r.method), wl=_WL.index(r.workload) if r.workload in _WL else 0,
-                    temp=min(r.temperature, 1.0), lratio=lratio, decay=prior.decay, depth=s.depth, width=s.width,
+                    temp=min(r.temperature, 1.0), lratio=lratio, lparams=lparams, decay=prior.decay, depth=s.depth, width=s.width,
                     lt=target.layers, stack=self.stacks.index(r.stack), passes=passes, ld=ld,
                     ntok=b * s.verify_tokens, step=sf.step_overhead_ms, pertok=sf.spec_overhead_per_token_ms,
                     isdm=float(r.method == "draft_model"), e0=sf.flops_efficiency, src=srcs.index(r.src), batch=b,
@@ -693,7 +694,8 @@ class Features:
         am = p["acceptance"]["methods"]
         tab = np.array([[_logit(am[m]["alpha"][w]) for w in _WL] for m in FIT_METHODS])
         ts = np.array([am[m]["temperature_slope"] for m in FIT_METHODS])
-        z = tab[a["m"], a["wl"]] + ts[a["m"]] * a["temp"] + a["isdm"] * p["acceptance"]["draft_model"]["size_slope"] * a["lratio"]
+        z = tab[a["m"], a["wl"]] + ts[a["m"]] * a["temp"] + a["isdm"] * (
+            p["acceptance"]["draft_model"]["size_slope"] * a["lratio"] + p["acceptance"]["draft_model"]["params_slope"] * a["lparams"])
         alpha = np.minimum(1 / (1 + np.exp(-z)), self.max_alpha)
         ai = alpha[:, None] * a["decay"][:, None] ** self.pos
         w = a["width"][:, None]
@@ -744,7 +746,7 @@ def residuals(x: Any, F: Features, x0: list[float]) -> Any:
     kinds = np.array([F.base["acceptance"]["methods"][m]["kind"] for m in FIT_METHODS])
     tmean = np.array([ts[kinds == k].mean() for k in kinds])
     tr = RIDGE_TEMPERATURE * (ts - tmean)
-    j = nm + nw + nm + 2
+    j = nm + nw + nm + 3
     mr = RIDGE_PRIOR * (np.asarray(x[j : j + len(MATCHED)]) - np.asarray(x0[j : j + len(MATCHED)]))
     return np.concatenate([rs[~np.isnan(rs)], rt[~np.isnan(rt)], pri, wl, tr, mr])
 

@@ -260,10 +260,10 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
             from specplug.policy.calibration import first_alpha_from
 
             return min(first_alpha_from(e, prior.decay), c.policy.acceptance.max_alpha), "calibrated"
-    ratio = None
+    ratio = params = None
     if d.method == "draft_model" and d.drafter_arch is not None:
-        ratio = d.drafter_arch.params_b / max(c.target.params_b, 1e-3)
-    a = published_alpha(c, d) or perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio)
+        ratio, params = d.drafter_arch.params_b / max(c.target.params_b, 1e-3), d.drafter_arch.params_b
+    a = published_alpha(c, d) or perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio, params)
     if d.catalog is not None and d.catalog.cross_target:
         a = perf.sigmoid(perf.logit(a) - c.policy.acceptance.cross_target_logit)
     if c.traffic is not None and prior.kind == "model":

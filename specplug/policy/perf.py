@@ -82,6 +82,7 @@ def first_alpha(
     workload: str,
     temperature: float,
     size_ratio: float | None = None,
+    drafter_params_b: float | None = None,
 ) -> float:
     """Acceptance of the first draft position, from the priors (before any calibration)."""
     prior = policy.prior(method)
@@ -90,6 +91,8 @@ def first_alpha(
     if method == "draft_model" and size_ratio:
         dm = policy.acceptance.draft_model
         x += dm.size_slope * math.log(size_ratio / dm.reference_ratio)
+        if drafter_params_b:
+            x += dm.params_slope * math.log(drafter_params_b / dm.reference_params_b)
     return min(sigmoid(x), policy.acceptance.max_alpha)
 
 

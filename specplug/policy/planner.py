@@ -229,8 +229,23 @@ def _schedule(
         else:
             hi = mid
     at = next(i for i, e in enumerate(sched) if e.min_batch == pts[off])
-    sched[at - 1] = sched[at - 1].model_copy(update={"max_batch": lo})
-    sched[at] = sched[at].model_copy(update={"min_batch": lo + 1})
+    # Near the off point a shallower shape may be what still pays: the k steps down inside this range too.
+    steps: list[ScheduleEntry] = [sched[at - 1].model_copy(update={"max_batch": lo})]
+    while True:
+        allowed = [x for x in cands if x.depth <= steps[-1].num_speculative_tokens]
+        if E.score(c, d, alpha, lo, allowed).shape.depth >= steps[-1].num_speculative_tokens:
+            break
+        a, z = steps[-1].min_batch, lo
+        while z - a > 1:
+            mid = (a + z) // 2
+            if E.score(c, d, alpha, mid, allowed).shape.depth < steps[-1].num_speculative_tokens:
+                z = mid
+            else:
+                a = mid
+        k = E.score(c, d, alpha, z, allowed).shape.depth
+        steps[-1] = steps[-1].model_copy(update={"max_batch": z - 1})
+        steps.append(ScheduleEntry(min_batch=z, max_batch=lo, num_speculative_tokens=k))
+    sched[at - 1 : at + 1] = [*steps, sched[at].model_copy(update={"min_batch": lo + 1})]
     return sched, curve, lo
 
 

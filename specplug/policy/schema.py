@@ -73,6 +73,10 @@ class DraftModelPrior(_Strict):
 
     size_slope: float = Field(0.25, ge=0.0, le=2.0, description="d logit(alpha) / d ln(draft params / target params).")
     reference_ratio: float = Field(0.1, gt=0.0, description="Size ratio at which the table's alpha applies.")
+    params_slope: float = Field(
+        0.0, ge=0.0, le=2.0, description="d logit(alpha) / d ln(draft params): a bigger drafter predicts any target better."
+    )
+    reference_params_b: float = Field(1.0, gt=0.0, description="Drafter size (billions) at which params_slope adds nothing.")
     same_family_bonus: float = Field(0.0, description="Logit bonus when drafter and target are of one family.")
 
 
