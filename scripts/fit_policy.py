@@ -4,7 +4,7 @@
 
 Few, physically meaningful parameters (for generalisation, not for the rows): one acceptance level per
 technique, a workload effect per technique kind (learned drafter vs copy-based), a temperature slope per kind,
-the draft-model size slope, the tree gain, and per-stack host overheads. Everything else (bandwidth, FLOPs,
+the draft-model size slopes (size ratio and the drafter's own size), the tree gain, and per-stack host overheads. Everything else (bandwidth, FLOPs,
 model sizes) comes from the catalogs. Ridge penalties pull workload effects to zero where data are thin.
 Reproducible: deterministic start and solver; writes policies/fitted.yaml (merged over default.yaml).
 
@@ -548,6 +548,7 @@ def moe_fit(rows: list[Row], x: list[float]) -> dict[str, float]:
 # ---- fast path: per-row features computed once with specplug.policy.perf, then numpy over all rows.
 
 _WL = ("chat", *FIT_WORKLOADS)
+_TREE_CACHE: dict[tuple[float, int, int, int], Any] = {}  # tree shape -> tabulated tau (Features._tree_tables)
 GPU_TERMS = ("base", "verify", "draft", "draft2")
 
 
@@ -586,7 +587,7 @@ class Features:
         self.stacks = sorted(pol.stacks)
         cols: dict[str, list[float]] = {k: [] for k in (
             "row", "m", "wl", "temp", "lratio", "lparams", "decay", "depth", "width", "lt", "stack", "passes", "ld", "ntok",
-            "step", "pertok", "isdm", "e0", "src", "batch", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
+            "step", "pertok", "isdm", "e0", "src", "batch", "topk", "nodes", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
         maxd = 1
         self.sources = srcs = sorted({r.src for r in rows})
         for i, r in enumerate(rows):
@@ -627,6 +628,7 @@ class Features:
                     temp=min(r.temperature, 1.0), lratio=lratio, lparams=lparams, decay=prior.decay, depth=s.depth, width=s.width,
                     lt=target.layers, stack=self.stacks.index(r.stack), passes=passes, ld=ld,
                     ntok=b * s.verify_tokens, step=sf.step_overhead_ms, pertok=sf.spec_overhead_per_token_ms,
+                    topk=s.topk if s.steps else 1, nodes=s.verify_tokens - 1,
                     isdm=float(r.method == "draft_model"), e0=sf.flops_efficiency, src=srcs.index(r.src), batch=b,
                 )
                 parts = dict(zip(GPU_TERMS, (gbase, _gpu_parts(target, dev, sf, tp, nv, b, ctx), gd, gd2), strict=True))
@@ -643,6 +645,47 @@ class Features:
         self.speedup = np.array([r.speedup or np.nan for r in rows])
         self.tau = np.array([r.tau or np.nan for r in rows])
         self.max_alpha = pol.acceptance.max_alpha
+        self._tree_tables()
+
+    # Tree acceptance (perf.tree_reach, a best-first search) tabulated per tree shape over logit(alpha) and the
+    # gain, so that the fit interpolates instead of searching per row and evaluation.
+    _TREE_Z = (-5.0, 4.0, 91)
+    _TREE_G = (0.0, 1.0, 41)
+
+    def _tree_tables(self) -> None:
+        import numpy as np
+
+        from specplug.policy.perf import tree_reach
+
+        a = self.a
+        self.tree = (a["topk"] > 1) & (a["nodes"] > a["depth"])
+        keys = sorted({(float(a["decay"][i]), int(a["depth"][i]), int(a["topk"][i]), int(a["nodes"][i])) for i in np.flatnonzero(self.tree)})
+        zs, gs = np.linspace(*self._TREE_Z), np.linspace(*self._TREE_G)
+        for key in keys:
+            if key not in _TREE_CACHE:
+                dec, d, k, n = key
+                _TREE_CACHE[key] = np.array([[1.0 + sum(tree_reach(_sig(z), dec, d, g, k, n)) for g in gs] for z in zs])
+        self.tree_tab = np.array([_TREE_CACHE[key] for key in keys]) if keys else np.zeros((0, len(zs), len(gs)))
+        index = {key: j for j, key in enumerate(keys)}
+        self.a["tree_key"] = np.array([index.get((float(a["decay"][i]), int(a["depth"][i]), int(a["topk"][i]), int(a["nodes"][i])), -1)
+                                       for i in range(len(a["row"]))], dtype=int)
+
+    def _tree_tau(self, alpha: Any, gain: float) -> Any:
+        """Tabulated 1 + sum(tree_reach) for the tree entries, bilinear in (logit alpha, gain)."""
+        import numpy as np
+
+        z0, z1, nz = self._TREE_Z
+        g0, g1, ng = self._TREE_G
+        key = self.a["tree_key"][self.tree]
+        al = np.clip(alpha, 1e-6, 1 - 1e-6)
+        fz = np.clip((np.log(al / (1 - al)) - z0) / (z1 - z0) * (nz - 1), 0, nz - 1 - 1e-9)
+        fg = min(max((gain - g0) / (g1 - g0) * (ng - 1), 0.0), ng - 1 - 1e-9)
+        iz, ig = fz.astype(int), int(fg)
+        tz, tg = fz - iz, fg - ig
+        t = self.tree_tab
+        lo = t[key, iz, ig] * (1 - tg) + t[key, iz, ig + 1] * tg
+        hi = t[key, iz + 1, ig] * (1 - tg) + t[key, iz + 1, ig + 1] * tg
+        return lo * (1 - tz) + hi * tz
 
     def weights(self, power: float) -> Any:
         import numpy as np
@@ -667,6 +710,7 @@ class Features:
         remap[idx] = np.arange(len(idx))
         sel = remap[self.a["row"]] >= 0
         out.a = {k: v[sel] for k, v in self.a.items()}
+        out.tree = self.tree[sel]
         out.a["row"] = remap[self.a["row"][sel]]
         out.rows = [self.rows[i] for i in idx]
         out.n = len(idx)
@@ -698,12 +742,12 @@ class Features:
             p["acceptance"]["draft_model"]["size_slope"] * a["lratio"] + p["acceptance"]["draft_model"]["params_slope"] * a["lparams"])
         alpha = np.minimum(1 / (1 + np.exp(-z)), self.max_alpha)
         ai = alpha[:, None] * a["decay"][:, None] ** self.pos
-        w = a["width"][:, None]
-        ai = np.where(w > 1.0, 1 - (1 - ai) * w ** (-p["acceptance"]["tree"]["gain"]), ai)
         ai = np.where(self.pos < a["depth"][:, None], ai, 0.0)
         mq = np.array([am[m].get("match_accept") or 0.0 for m in FIT_METHODS])[a["m"]]
-        share = np.where(mq > 0, np.minimum(1.0, ai[:, 0] / np.where(mq > 0, mq, 1.0)), 1.0)
+        share = np.where(mq > 0, np.minimum(1.0, alpha / np.where(mq > 0, mq, 1.0)), 1.0)
         tau = 1 + share * np.cumprod(np.minimum(ai / share[:, None], 1.0), axis=1).sum(axis=1)
+        if self.tree.any():
+            tau[self.tree] = 1 + share[self.tree] * (self._tree_tau(alpha[self.tree] / share[self.tree], p["acceptance"]["tree"]["gain"]) - 1)
         st = self._stack_table(p)[a["stack"]]
         scale = a["e0"] / st[:, 3]
 

@@ -98,13 +98,13 @@ class Calibration(BaseModel):
         return best[2] if best else None
 
 
-def first_alpha_from(entry: CalibrationEntry, decay: float) -> float:
-    """Turn a measurement into the first-position alpha the model uses."""
+def first_alpha_from(entry: CalibrationEntry, decay: float, match_accept: float | None = None) -> float:
+    """Turn a measurement into the first-position alpha the model uses (``match_accept``: see perf.solve_alpha)."""
     from specplug.policy.perf import solve_alpha
 
     k = entry.num_speculative_tokens
     if entry.acceptance_length is not None and k:
-        return solve_alpha(entry.acceptance_length, k, decay)
+        return solve_alpha(entry.acceptance_length, k, decay, match_accept)
     rate = float(entry.acceptance_rate or 0.0)
     if not k or decay >= 1.0:
         return rate

@@ -6,7 +6,7 @@ target at batch b, T_verify the target's pass over the b*(k+1) (or tree) tokens,
 passes. A forward pass costs the larger of the GPU time (weights + KV bytes over bandwidth vs FLOPs over
 throughput, per tensor-parallel rank, plus all-reduces) and the host time to launch it (eager stacks launch
 per layer; CUDA-graph stacks barely at all). Acceptance follows Leviathan et al. with a per-position decay;
-a tree of w siblings per level widens each position to 1 - (1 - alpha) * w^-gain.
+a tree holds its likeliest drafts, the j-th ranked sibling adding (1 - alpha) * ((j-1)^-gain - j^-gain).
 """
 
 from __future__ import annotations
@@ -96,14 +96,43 @@ def first_alpha(
     return min(sigmoid(x), policy.acceptance.max_alpha)
 
 
-def position_alphas(alpha: float, decay: float, depth: int, width: float, tree_gain: float) -> list[float]:
-    out = []
-    for i in range(depth):
-        a = alpha * decay**i
-        if width > 1.0:
-            a = 1.0 - (1.0 - a) * width ** (-tree_gain)
-        out.append(a)
-    return out
+def position_alphas(alpha: float, decay: float, depth: int, tree_gain: float = 0.0, topk: int = 1, nodes: int = 0) -> list[float]:
+    """Acceptance at each draft position, conditional on the one before: alpha * decay^i for a chain; for a tree
+    of ``nodes`` drafts (at most ``topk`` siblings per node), the ratio of the chances that the accepted path
+    reaches depth i+1 and depth i (see :func:`tree_reach`)."""
+    if topk <= 1 or nodes <= depth:
+        return [alpha * decay**i for i in range(depth)]
+    reach = tree_reach(alpha, decay, depth, tree_gain, topk, nodes)
+    return [r / prev if prev > 0 else 0.0 for r, prev in zip(reach, (1.0, *reach), strict=False)]
+
+
+def tree_reach(alpha: float, decay: float, depth: int, tree_gain: float, topk: int, nodes: int) -> list[float]:
+    """Chance that the accepted path reaches each depth of a tree holding the ``nodes`` most likely drafts.
+
+    The drafter's j-th ranked guess at depth d is right with chance c(j) - c(j-1), where the top j catch the
+    target's token with c(j) = 1 - (1 - alpha_d) * j^-gain; a node's chance is the product along its path.
+    Tree builders keep the likeliest nodes (EAGLE-2 and SGLang per step, static trees from calibration data),
+    so the tree is the ``nodes`` best, found best-first; a depth's reach is the sum of its nodes' chances."""
+    import heapq
+
+    p = []
+    for d in range(depth):
+        a = alpha * decay**d
+        c = [0.0] + [1.0 - (1.0 - a) * j ** (-tree_gain) for j in range(1, topk + 1)]
+        p.append([c[j] - c[j - 1] for j in range(1, topk + 1)])
+    reach = [0.0] * depth
+    heap = [(-p[0][0], 0, 0, 1.0)]  # (-chance, depth, rank among siblings, parent's chance)
+    for _ in range(nodes):
+        if not heap:
+            break
+        q, d, j, parent = heapq.heappop(heap)
+        q = -q
+        reach[d] += q
+        if j + 1 < topk:
+            heapq.heappush(heap, (-parent * p[d][j + 1], d, j + 1, parent))
+        if d + 1 < depth:
+            heapq.heappush(heap, (-q * p[d + 1][0], d + 1, 0, q))
+    return reach
 
 
 def acceptance_length(alphas: list[float]) -> float:
@@ -115,13 +144,19 @@ def acceptance_length(alphas: list[float]) -> float:
     return tau
 
 
-def solve_alpha(tau: float, k: int, decay: float) -> float:
-    """First-position alpha whose chain of k gives acceptance length ``tau`` (bisection)."""
+def solve_alpha(tau: float, k: int, decay: float, match_accept: float | None = None) -> float:
+    """First-position alpha whose chain of k gives acceptance length ``tau`` (bisection). With ``match_accept`` (a
+    copy method), only a share alpha / match_accept of steps draft, as :func:`evaluate` scores them."""
     tau = min(max(tau, 1.0), k + 1.0)
+
+    def length(a: float) -> float:
+        share = min(1.0, a / match_accept) if match_accept else 1.0
+        return 1.0 + share * (acceptance_length(position_alphas(a / share, decay, k)) - 1.0) if share > 0 else 1.0
+
     lo, hi = 0.0, 0.9999
     for _ in range(50):
         mid = (lo + hi) / 2
-        if acceptance_length(position_alphas(mid, decay, k, 1.0, 0.0)) < tau:
+        if length(mid) < tau:
             lo = mid
         else:
             hi = mid
@@ -318,18 +353,18 @@ def evaluate(
     """Speedup of one shape. ``rates``: measured acceptance per draft position (a traffic replay), which
     replaces the prior's alpha * decay^i chain where given; ``parallel``: see :func:`step_cost`."""
     prior = policy.prior(method)
+    share = prior.drafted_share(rates[0] if rates else alpha) if shape.depth else 1.0
     if rates:
+        # Measured rates past the first position are already conditional on a match.
         alphas = [rates[min(i, len(rates) - 1)] * (prior.decay ** max(0, i - len(rates) + 1)) for i in range(shape.depth)]
+    elif share <= 0.0:
+        alphas = [0.0] * shape.depth  # the proposer never matches: no step drafts
     else:
-        alphas = position_alphas(alpha, prior.decay, shape.depth, shape.width, policy.acceptance.tree.gain)
-    share = prior.drafted_share(alphas[0]) if alphas else 1.0
-    if share <= 0.0:
-        alphas = [0.0] * len(alphas)  # the proposer never matches: no step drafts
-    elif share < 1.0 and not rates:
-        # The prior's alpha * decay^i chain is unconditional; a copy method drafts on a share of steps only, so
-        # past the first position (accepted only after a match) it accepts alpha_i / share. Measured rates past
-        # the first position are already conditional on it.
-        alphas = [alphas[0], *(min(a / share, 1.0) for a in alphas[1:])]
+        # A copy method drafts on a share of steps only: its drafts accept alpha / share once it matched, and the
+        # first position's unconditional rate is share times that.
+        alphas = position_alphas(alpha / share, prior.decay, shape.depth, policy.acceptance.tree.gain, shape.topk if shape.steps else 1,
+                                 shape.verify_tokens - 1)
+        alphas[0] *= share
     tau = acceptance_length(alphas)
     cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx, share=share, parallel=parallel)
     return Outcome(shape, tuple(alphas), tau, tau * cost.baseline_ms / cost.spec_ms, cost)
