@@ -586,7 +586,7 @@ class Features:
         self.rows = rows
         self.stacks = sorted(pol.stacks)
         cols: dict[str, list[float]] = {k: [] for k in (
-            "row", "m", "wl", "temp", "lratio", "lparams", "decay", "depth", "width", "lt", "stack", "passes", "ld", "ntok",
+            "row", "m", "wl", "temp", "lratio", "lparams", "decay", "depth", "lt", "stack", "passes", "ld", "ntok",
             "step", "pertok", "isdm", "e0", "src", "batch", "topk", "nodes", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
         maxd = 1
         self.sources = srcs = sorted({r.src for r in rows})
@@ -625,7 +625,7 @@ class Features:
                         gd2 = _gpu_parts(da, dev, sf, dtp, b * 2, b, ctx)
                 vals = dict(
                     row=i, m=FIT_METHODS.index(r.method), wl=_WL.index(r.workload) if r.workload in _WL else 0,
-                    temp=min(r.temperature, 1.0), lratio=lratio, lparams=lparams, decay=prior.decay, depth=s.depth, width=s.width,
+                    temp=min(r.temperature, 1.0), lratio=lratio, lparams=lparams, decay=prior.decay, depth=s.depth,
                     lt=target.layers, stack=self.stacks.index(r.stack), passes=passes, ld=ld,
                     ntok=b * s.verify_tokens, step=sf.step_overhead_ms, pertok=sf.spec_overhead_per_token_ms,
                     topk=s.topk if s.steps else 1, nodes=s.verify_tokens - 1,

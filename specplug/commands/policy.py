@@ -55,6 +55,7 @@ def show(policy_path, config_path, output) -> None:
                 ("draft_model.size_slope", p.acceptance.draft_model.size_slope),
                 ("draft_model.reference_ratio", p.acceptance.draft_model.reference_ratio),
                 ("draft_model.params_slope", p.acceptance.draft_model.params_slope),
+                ("draft_model.reference_params_b", p.acceptance.draft_model.reference_params_b),
                 ("tree.gain", p.acceptance.tree.gain),
                 ("max_alpha", p.acceptance.max_alpha),
             ],

@@ -49,6 +49,8 @@ class CalibrationEntry(BaseModel):
     stack: str | None = None
     temperature: float | None = Field(None, ge=0.0)
     num_speculative_tokens: int | None = Field(None, ge=1, le=64)
+    tree_topk: int | None = Field(None, ge=2, description="The tree the measurement drafted (topk per node), if not a chain.")
+    num_draft_tokens: int | None = Field(None, ge=2, description="That tree's verified tokens, the root included.")
     acceptance_rate: float | None = Field(None, gt=0.0, lt=1.0)
     acceptance_length: float | None = Field(None, ge=1.0)
     measured_speedup: float | None = Field(None, gt=0.0)
@@ -98,17 +100,20 @@ class Calibration(BaseModel):
         return best[2] if best else None
 
 
-def first_alpha_from(entry: CalibrationEntry, decay: float, match_accept: float | None = None) -> float:
-    """Turn a measurement into the first-position alpha the model uses (``match_accept``: see perf.solve_alpha)."""
+def first_alpha_from(entry: CalibrationEntry, decay: float, match_accept: float | None = None, tree_gain: float = 0.0) -> float:
+    """Turn a measurement into the first-position alpha the model uses (``match_accept``: see perf.solve_alpha). A
+    length measured on a tree is read back through that tree, so the plan's own tree does not count its gain twice."""
     from specplug.policy.perf import solve_alpha
 
     k = entry.num_speculative_tokens
     if entry.acceptance_length is not None and k:
-        return solve_alpha(entry.acceptance_length, k, decay, match_accept)
+        tree = (entry.tree_topk, entry.num_draft_tokens - 1, tree_gain) if entry.tree_topk and entry.num_draft_tokens else None
+        return solve_alpha(entry.acceptance_length, k, decay, match_accept, tree)
     rate = float(entry.acceptance_rate or 0.0)
     if not k or decay >= 1.0:
         return rate
-    # acceptance_rate is accepted/drafted = (tau - 1) / k over the chain; invert that.
+    # acceptance_rate is accepted/drafted = (tau - 1) / k over the chain; invert that. Stacks count the drafts of the
+    # steps that drafted, so a copy method's rate is already conditional on a match: no match_accept share here.
     return solve_alpha(1.0 + rate * k, k, decay)
 
 

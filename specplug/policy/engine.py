@@ -259,7 +259,7 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
         if e is not None:
             from specplug.policy.calibration import first_alpha_from
 
-            return min(first_alpha_from(e, prior.decay, prior.match_accept), c.policy.acceptance.max_alpha), "calibrated"
+            return min(first_alpha_from(e, prior.decay, prior.match_accept, c.policy.acceptance.tree.gain), c.policy.acceptance.max_alpha), "calibrated"
     ratio = params = None
     if d.method == "draft_model" and d.drafter_arch is not None:
         ratio, params = d.drafter_arch.params_b / max(c.target.params_b, 1e-3), d.drafter_arch.params_b

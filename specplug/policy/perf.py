@@ -112,7 +112,8 @@ def tree_reach(alpha: float, decay: float, depth: int, tree_gain: float, topk: i
     The drafter's j-th ranked guess at depth d is right with chance c(j) - c(j-1), where the top j catch the
     target's token with c(j) = 1 - (1 - alpha_d) * j^-gain; a node's chance is the product along its path.
     Tree builders keep the likeliest nodes (EAGLE-2 and SGLang per step, static trees from calibration data),
-    so the tree is the ``nodes`` best, found best-first; a depth's reach is the sum of its nodes' chances."""
+    so the tree is the ``nodes`` best, found best-first with siblings taken in rank order (at a very low alpha a
+    second guess can beat the first; it still joins after it); a depth's reach is the sum of its nodes' chances."""
     import heapq
 
     p = []
@@ -144,14 +145,18 @@ def acceptance_length(alphas: list[float]) -> float:
     return tau
 
 
-def solve_alpha(tau: float, k: int, decay: float, match_accept: float | None = None) -> float:
-    """First-position alpha whose chain of k gives acceptance length ``tau`` (bisection). With ``match_accept`` (a
-    copy method), only a share alpha / match_accept of steps draft, as :func:`evaluate` scores them."""
+def solve_alpha(
+    tau: float, k: int, decay: float, match_accept: float | None = None, tree: tuple[int, int, float] | None = None
+) -> float:
+    """First-position alpha whose chain of k gives acceptance length ``tau`` (bisection), scored as
+    :func:`evaluate` scores it: with ``match_accept`` (a copy method) only a share alpha / match_accept of steps
+    draft; with ``tree`` (topk, drafts, gain) the k levels hold that tree."""
     tau = min(max(tau, 1.0), k + 1.0)
+    topk, nodes, gain = tree or (1, k, 0.0)
 
     def length(a: float) -> float:
         share = min(1.0, a / match_accept) if match_accept else 1.0
-        return 1.0 + share * (acceptance_length(position_alphas(a / share, decay, k)) - 1.0) if share > 0 else 1.0
+        return 1.0 + share * (acceptance_length(position_alphas(a / share, decay, k, gain, topk, nodes)) - 1.0) if share > 0 else 1.0
 
     lo, hi = 0.0, 0.9999
     for _ in range(50):
@@ -364,7 +369,8 @@ def evaluate(
         # first position's unconditional rate is share times that.
         alphas = position_alphas(alpha / share, prior.decay, shape.depth, policy.acceptance.tree.gain, shape.topk if shape.steps else 1,
                                  shape.verify_tokens - 1)
-        alphas[0] *= share
+        if alphas:
+            alphas[0] *= share
     tau = acceptance_length(alphas)
     cost = step_cost(policy, prior, method, shape, target, drafter, dev, sf, tp, batch, ctx, share=share, parallel=parallel)
     return Outcome(shape, tuple(alphas), tau, tau * cost.baseline_ms / cost.spec_ms, cost)

@@ -235,7 +235,7 @@ def _schedule(
         allowed = [x for x in cands if x.depth <= steps[-1].num_speculative_tokens]
         if E.score(c, d, alpha, lo, allowed).shape.depth >= steps[-1].num_speculative_tokens:
             break
-        a, z = steps[-1].min_batch, lo
+        a, z = max(steps[-1].min_batch, pts[off - 1]), lo
         while z - a > 1:
             mid = (a + z) // 2
             if E.score(c, d, alpha, mid, allowed).shape.depth < steps[-1].num_speculative_tokens:

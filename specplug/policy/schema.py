@@ -81,7 +81,7 @@ class DraftModelPrior(_Strict):
 
 
 class TreePrior(_Strict):
-    """Tree drafting: the chance that one of w siblings is right is 1 - (1 - alpha) * w^-gain."""
+    """Tree drafting: a drafter's top j guesses catch the target's token with 1 - (1 - alpha) * j^-gain (perf.tree_reach)."""
 
     gain: float = Field(0.45, ge=0.0, le=1.0)
 

@@ -85,9 +85,13 @@ def entries(plan: Plan, summaries: list[TrialSummary], out_dir: str | Path, temp
             rate = (a.acceptance_length - 1.0) / s.k
         rate = min(max(rate, 1e-3), 0.999) if rate is not None else None  # the schema's open interval
         first = min(s.speedups, key=lambda x: x.concurrency) if s.speedups else None
+        # A pinned speculation's trials ran with its tree (tune.trials.PINNED_KEYS).
+        sp = plan.speculation
+        tree = sp.tree if sp.tree is not None and sp.tree.topk > 1 and (s.method, s.drafter) == (sp.method, sp.drafter) else None
         out.append(CalibrationEntry(
             model=plan.model.hf_id, method=s.method, workload=plan.workload.type, drafter=s.drafter,  # type: ignore[arg-type]
             stack=plan.stack.name, temperature=temperature, num_speculative_tokens=s.k,
+            tree_topk=tree.topk if tree else None, num_draft_tokens=tree.num_draft_tokens if tree else None,
             acceptance_rate=round(rate, 4) if rate is not None else None,
             acceptance_length=round(max(a.acceptance_length, 1.0), 4) if a.acceptance_length is not None else None,
             position_rates=[round(r, 4) for r in a.conditional_rates()] or None,

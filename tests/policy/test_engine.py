@@ -197,6 +197,21 @@ def test_calibration_replaces_the_prior(tmp_path) -> None:
     assert cal.speedup > base.speedup
 
 
+def test_a_calibration_measured_on_a_tree_reproduces_itself_on_that_tree(tmp_path) -> None:
+    # SGLang drafted a tree (5 levels, topk 4, 16 tokens) and measured 3.6 tokens per step: estimating that tree
+    # gives the measurement back, and the same head's chain of 5 less (the tree's gain is not counted twice).
+    f = tmp_path / "cal.yaml"
+    f.write_text(
+        "version: 1\nentries:\n  - {model: meta-llama/Llama-3.1-8B-Instruct, method: eagle3, workload: chat, stack: sglang,"
+        " acceptance_length: 3.6, num_speculative_tokens: 5, tree_topk: 4, num_draft_tokens: 16}\n"
+    )
+    kw = dict(gpu="h100", stack="sglang", num_speculative_tokens=5, calibration=str(f))
+    tree = specplug.estimate("llama-3.1-8b", "eagle3", tree_topk=4, num_draft_tokens=16, **kw)
+    chain = specplug.estimate("llama-3.1-8b", "eagle3", **kw)
+    assert tree.calibrated and tree.acceptance_length == pytest.approx(3.6, abs=0.02)
+    assert chain.acceptance_length < 3.5
+
+
 def test_known_broken_drafter_is_ruled_out_with_the_reason() -> None:
     p = specplug.recommend("llama-3.1-70b", batch_size=1, workload="chat", **H100x4)
     mlp = next(c for c in p.candidates if c.method == "mlp_speculator")

@@ -28,6 +28,8 @@ def test_numpy_features_match_estimate(monkeypatch) -> None:
     feats = F.Features(rows)
     x = F._x0(F._base_data())
     x[-1] += 0.3  # move a fitted factor off its default so the parameter path is exercised
+    j = 2 * len(F.FIT_METHODS) + len(F.KINDS) * len(F.FIT_WORKLOADS)
+    x[j : j + 3] = [0.1, 0.21, 0.3]  # both draft-model size slopes and a tree gain between the tabulated ones
     pred, _ = feats.predict(x)
     pol = F.make_policy(x)
     est = np.array([estimate(r.model, r.method, policy=pol, **r.estimate_kwargs()).speedup for r in rows])
