@@ -75,6 +75,9 @@ def checks(plan: Plan, summaries: list[TrialSummary], calibration: str | None) -
 
 def entries(plan: Plan, summaries: list[TrialSummary], out_dir: str | Path, temperature: float) -> list[CalibrationEntry]:
     today = datetime.date.today().isoformat()
+    # A pinned speculation's trials ran with its tree (tune.trials.PINNED_KEYS); the other candidates' with chains.
+    sp = plan.speculation
+    pinned_tree = sp.tree if sp.tree is not None and sp.tree.topk > 1 else None
     out = []
     for s in deepest(summaries):
         a = s.acceptance
@@ -85,9 +88,7 @@ def entries(plan: Plan, summaries: list[TrialSummary], out_dir: str | Path, temp
             rate = (a.acceptance_length - 1.0) / s.k
         rate = min(max(rate, 1e-3), 0.999) if rate is not None else None  # the schema's open interval
         first = min(s.speedups, key=lambda x: x.concurrency) if s.speedups else None
-        # A pinned speculation's trials ran with its tree (tune.trials.PINNED_KEYS).
-        sp = plan.speculation
-        tree = sp.tree if sp.tree is not None and sp.tree.topk > 1 and (s.method, s.drafter) == (sp.method, sp.drafter) else None
+        tree = pinned_tree if (s.method, s.drafter) == (sp.method, sp.drafter) else None
         out.append(CalibrationEntry(
             model=plan.model.hf_id, method=s.method, workload=plan.workload.type, drafter=s.drafter,  # type: ignore[arg-type]
             stack=plan.stack.name, temperature=temperature, num_speculative_tokens=s.k,
