@@ -31,15 +31,16 @@ def test_code_edit_ranks_a_copy_method_above_the_eagle3_head() -> None:
     assert chat.speculation.method not in ("ngram", "suffix")
 
 
-@pytest.mark.parametrize("workload", ["summarization", "code-edit", "rag"])
-def test_copy_methods_gain_on_workloads_that_repeat_the_prompt(workload: str) -> None:
+# Prompt lookup's published RAG gain over chat is small: 1.04-1.16x in Spec-Bench's and token-recycling's runs.
+@pytest.mark.parametrize(("workload", "gain"), [("summarization", 1.15), ("code-edit", 1.15), ("rag", 1.04)])
+def test_copy_methods_gain_on_workloads_that_repeat_the_prompt(workload: str, gain: float) -> None:
     # Published side-by-side runs split on summarization and RAG (a head wins where one exists), but a copy
     # method always gains there against chat.
     def copy_speedup(w: str) -> float:
         p = specplug.recommend("llama-3.1-70b", batch_size=1, workload=w, **H100x4)
         return max(c.speedup or 0.0 for c in p.candidates if c.method in ("ngram", "suffix"))
 
-    assert copy_speedup(workload) > copy_speedup("chat") * 1.15
+    assert copy_speedup(workload) > copy_speedup("chat") * gain
 
 
 def test_a_copy_method_drafts_only_on_a_match_so_large_batches_verify_fewer_tokens() -> None:
