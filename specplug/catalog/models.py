@@ -48,6 +48,10 @@ class Model:
     notes: str = ""
     local_path: str | None = None  # set when the model was read from a local folder
     special_tokens: dict[str, str] = field(default_factory=dict)
+    # Layers whose attention sees only the last sliding_window tokens (config.json layer_types): the stacks keep
+    # just that window of their KV cache.
+    sliding_window: int | None = None
+    sliding_layers: int = 0
 
     @property
     def name(self) -> str:
@@ -82,6 +86,13 @@ class Model:
             (self.hidden_size or 0) // self.num_attention_heads if self.num_attention_heads else 0
         )
         return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+    def kv_share(self, tokens: float) -> float:
+        """Share of :meth:`kv_bytes_per_token` x ``tokens`` that one sequence of ``tokens`` keeps cached: sliding-window
+        layers keep only their window."""
+        if not (self.sliding_window and self.sliding_layers and self.num_layers) or tokens <= self.sliding_window:
+            return 1.0
+        return 1.0 - self.sliding_layers / self.num_layers * (1.0 - self.sliding_window / tokens)
 
     @property
     def embedding_params_b(self) -> float:
@@ -135,7 +146,18 @@ def _row_to_model(r: dict[str, str]) -> Model:
         source=r["source"],
         confirmed=r["confirmed"],
         notes=r["notes"],
+        sliding_window=integer(_extra(r, "sliding_window")),
+        sliding_layers=integer(_extra(r, "sliding_window_layers")) or 0,
     )
+
+
+def _extra(r: dict[str, str], key: str) -> str:
+    """One ``key=value`` of the row's dims_extra (config keys the columns lack), or ''."""
+    for part in (r.get("dims_extra") or "").split(";"):
+        k, _, v = part.partition("=")
+        if k.strip() == key:
+            return v.strip()
+    return ""
 
 
 @cache
@@ -335,6 +357,9 @@ def read_local_model(path: str) -> Model:
         confirmed="local",
         local_path=str(folder.resolve()),
         special_tokens=special,
+        # Only layer_types says which layers slide (Qwen2 configs carry a sliding_window they do not use).
+        sliding_window=get("sliding_window") if isinstance(cfg.get("layer_types"), list) else None,
+        sliding_layers=sum(t == "sliding_attention" for t in cfg.get("layer_types") or []),
     )
 
 

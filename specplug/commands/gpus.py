@@ -38,5 +38,5 @@ def gpus(name: str | None, output: str) -> None:
         )
         for g in items
     ]
-    cols = ["name", "aliases", "mem GB", "BW GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "interconnect", ""]
+    cols = ["name", "aliases", "mem GiB", "BW GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "interconnect", ""]
     emit(items, output, lambda _: table(f"{len(items)} GPUs", cols, rows))

@@ -322,15 +322,27 @@ class Memory:
         return self.headroom_gb >= 0
 
 
+# GPU memory comes in GiB (the catalog's sizes are the vendors' GiB figures, NVML's total is read as GiB); weights and
+# KV cache are counted in decimal GB (params_b x bytes), so a GPU's size is converted before the two are compared.
+GIB_IN_GB = 1024**3 / 1e9
+
+
 def memory(
-    policy: Policy, model: Model, target: Arch, gpu_gb: float, tp: int, pp: int, seqs: int, tokens_per_seq: int, d: DraftChoice | None
+    policy: Policy, model: Model, target: Arch, gpu_gib: float, tp: int, pp: int, seqs: int, tokens_per_seq: int, d: DraftChoice | None,
+    context: int = 0,
 ) -> Memory:
+    """Memory per GPU in decimal GB for a GPU of ``gpu_gib`` GiB. The KV cache holds ``seqs`` sequences of
+    ``tokens_per_seq``, and at least one request of ``context`` tokens where the stack reserves that at start."""
+    gpu_gb = gpu_gib * GIB_IN_GB
+    # Token-slots of KV cache at every layer's full width (sliding-window layers keep only their window).
+    slots = max(seqs * tokens_per_seq * model.kv_share(tokens_per_seq), context * model.kv_share(context))
+    tokens = max(seqs * tokens_per_seq, context)
     ranks = tp * pp
     kv_heads = model.num_kv_heads or model.num_attention_heads or tp
     # KV heads split over TP ranks; with fewer KV heads than ranks they are replicated.
     kv_split = min(tp, kv_heads) * pp if not model.uses_mla else pp
     target_gb = target.params_b * target.weight_bytes / ranks
-    kv_gb = seqs * tokens_per_seq * target.kv_bytes_per_token / kv_split / 1e9
+    kv_gb = slots * target.kv_bytes_per_token / kv_split / 1e9
     dw = dkv = 0.0
     if d is not None and d.method not in COPY_METHODS and d.method != "none":
         da = d.drafter_arch or perf.draft_arch(d.method, target, None)
@@ -338,10 +350,10 @@ def memory(
             dtp = 1 if d.method == "draft_model" and draft_tp(d, tp) == 1 else tp
             dw = da.params_b * da.weight_bytes / dtp
             if d.method == "draft_model":
-                dkv = seqs * tokens_per_seq * da.kv_bytes_per_token / dtp / 1e9
+                dkv = tokens * da.kv_bytes_per_token / dtp / 1e9
             elif d.method in ("eagle", "eagle3", "mtp", *perf.BLOCK_METHODS):
                 # One (EAGLE, MTP) or a few (DFlash) layers' KV cache at the target's shape.
-                dkv = seqs * tokens_per_seq * target.kv_bytes_per_token / max(target.layers, 1) * da.layers / kv_split / 1e9
+                dkv = tokens * target.kv_bytes_per_token / max(target.layers, 1) * da.layers / kv_split / 1e9
     rules = policy.rules.memory
     act = rules.activation_gb + rules.activation_frac * gpu_gb
     return Memory(gpu_gb, target_gb, dw, kv_gb, dkv, act, gpu_gb * rules.gpu_memory_utilization)

@@ -36,12 +36,13 @@ NGRAM_LOOKUP = (2, 4)
 
 
 def _choose_gpus(
-    policy: Policy, model: Model, target: Arch, gpu_gb: float, seqs: int, tokens: int, per_node: int
+    policy: Policy, model: Model, target: Arch, gpu_gb: float, seqs: int, tokens: int, per_node: int, context: int = 0
 ) -> int | None:
-    """Smallest GPU count (1, 2, 4, 8, then whole nodes) whose memory holds the model and its KV cache."""
+    """Smallest GPU count (1, 2, 4, 8, then whole nodes) whose memory holds the model and its KV cache (and one
+    request of ``context`` tokens)."""
     for n in policy.rules.gpu_counts:
         tp, pp = E.split_gpus(n, policy, per_node, model)
-        if E.memory(policy, model, target, gpu_gb, tp, pp, seqs, tokens, None).fits:
+        if E.memory(policy, model, target, gpu_gb, tp, pp, seqs, tokens, None, context).fits:
             return n
     return None
 
@@ -340,6 +341,11 @@ class Planning:
     prof: Any = None
     seqs: int = 1
     tokens: int = 0
+    # One request of this many tokens must fit at start (a stack that reserves max_model_len); context_auto: it is
+    # the model's own maximum, which the plan may lower to what fits instead of failing.
+    context: int = 0
+    context_auto: bool = False
+    useful_context: int = 0  # with context_auto: the context a drafter must leave room for (min_context, if it fits)
     fmt: Any = None
     kvb: float = 2.0
     target: Any = None
@@ -399,6 +405,9 @@ def _workload_and_precision(s: Planning) -> None:
     s.tokens = wl.input_len + wl.output_len
     if cfg.serve.max_model_len:
         s.tokens = min(s.tokens, cfg.serve.max_model_len)
+    if s.caps.reserves_full_context:
+        s.context = cfg.serve.max_model_len or model.max_position_embeddings or 0
+        s.context_auto = not cfg.serve.max_model_len
     s.fmt = E.serve_format(model, cfg.serve.quantization, cfg.serve.dtype)
     s.kvb = kv_cache_bytes(cfg.serve.kv_cache_dtype)
     s.target = E.arch_of(model, s.fmt, s.kvb)
@@ -417,14 +426,17 @@ def _hardware(s: Planning) -> None:
     hw = resolve_hardware(hs.gpu, hs.num_gpus, s.probed)
     s.gpu = gpu = get_gpu(hw.gpu)
     if hs.num_gpus is None and hw.source != "probed" and cfg.serve.tensor_parallel_size is None:
-        n = _choose_gpus(pol, model, s.target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node)
+        # Where the stack reserves one request of max_model_len at start, the count holds a useful one (min_context,
+        # or the configured max_model_len); _served_context then serves the longest that fits.
+        ctx = min(s.context, pol.rules.memory.min_context) if s.context_auto else s.context
+        n = _choose_gpus(pol, model, s.target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
         if n is None and cfg.serve.quantization is None and s.fmt.bits_per_weight > 8.1:
             # Nothing holds the checkpoint as it is: FP8 weights (quantized at load by the CUDA stacks) may.
             from specplug.catalog.precision import get_weight_format
 
             fp8 = get_weight_format("fp8")
             t8 = E.arch_of(model, fp8, s.kvb)
-            n = _choose_gpus(pol, model, t8, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node)
+            n = _choose_gpus(pol, model, t8, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
             if n is not None:
                 s.fmt, s.target = fp8, t8
                 s.cfg = cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"quantization": "fp8"})})
@@ -513,17 +525,25 @@ def _feasibility(s: Planning) -> None:
     base_mem = _memory_with(s, None)
     if not base_mem.fits:
         fixes = [] if s.fixing else _fixes(s.cfg, s.caps, s.plan_kw, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens, False)
+        held = (f"one request of max_model_len {s.context} tokens, which {s.stack} reserves at start"
+                if not s.context_auto and s.context > s.seqs * s.tokens else f"{s.seqs} x {s.tokens} tokens")
         raise _does_not_fit(
             f"{s.model.name} does not fit on {s.n} x {s.gpu.name}: {base_mem.used_gb:.1f} GB needed per GPU "
-            f"({base_mem.target_gb:.1f} GB of {s.fmt.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {s.seqs} x {s.tokens} tokens), "
+            f"({base_mem.target_gb:.1f} GB of {s.fmt.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {held}), "
             f"{base_mem.usable_gb:.1f} GB usable.",
             fixes, "Use more GPUs, lighter weights or a shorter context.",
         )
+    if s.context_auto:
+        want = min(s.context, s.pol.rules.memory.min_context)
+        s.useful_context = want if _memory_with(s, None, want).fits else 0
 
 
-def _memory_with(s: Planning, drafter: Any) -> E.Memory:
+def _memory_with(s: Planning, drafter: Any, context: int | None = None) -> E.Memory:
+    """Memory per GPU with ``drafter``; the context the stack reserves counts unless it is the model's own maximum,
+    which :func:`_served_context` lowers to what fits."""
+    ctx = (0 if s.context_auto else s.context) if context is None else context
     return E.memory(s.pol, s.model, s.target, s.device.memory_gb, s.par.tensor_parallel_size,
-                    s.par.pipeline_parallel_size, s.seqs, s.tokens, drafter)
+                    s.par.pipeline_parallel_size, s.seqs, s.tokens, drafter, ctx)
 
 
 def _score_candidates(s: Planning) -> None:
@@ -537,14 +557,15 @@ def _score_candidates(s: Planning) -> None:
             cand.ruled_out = d.ruled_out
             s.candidates.append(cand)
             continue
-        mem = _memory_with(s, d)
+        mem = _memory_with(s, d, s.useful_context if s.context_auto else None)
         alpha, _ = E.alpha_for(c, d)
         o = E.score(c, d, alpha, seqs, E.shapes(c, d.method))
         cand.speedup = round(o.speedup, 3)
         cand.acceptance_length = round(o.acceptance_length, 3)
         cand.num_speculative_tokens = o.shape.depth
         if not mem.fits:
-            cand.ruled_out = f"does not fit in memory with the drafter ({mem.used_gb:.1f} of {mem.usable_gb:.1f} GB per GPU)"
+            room = f" and a {s.useful_context}-token context" if s.context_auto and s.useful_context else ""
+            cand.ruled_out = f"does not fit in memory with the drafter{room} ({mem.used_gb:.1f} of {mem.usable_gb:.1f} GB per GPU)"
             cand.speedup = None
         elif d.unconfirmed:
             cand.ruled_out = d.unconfirmed
@@ -740,7 +761,30 @@ def _memory(s: Planning) -> None:
             f"{mem.usable_gb:.1f} GB usable.",
             fixes, "Use a smaller drafter or more GPUs.",
         )
-    s.budget = _budget(mem, None)
+    s.budget = _budget(_served_context(s, mem), None)
+
+
+def _served_context(s: Planning, mem: E.Memory) -> E.Memory:
+    """Where the stack must hold one request of the model's whole context at start and that does not fit, serve the
+    longest context that does (a multiple of 1024 tokens) and say so; the memory budget at the served context."""
+    if not (s.context_auto and s.context > s.tokens):
+        return mem
+    drafter = s.chosen[0] if s.chosen else None
+    full = _memory_with(s, drafter, s.context)
+    if full.fits:
+        return full
+    lo, hi = s.tokens, s.context  # lo fits (mem did), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _memory_with(s, drafter, mid).fits else (lo, mid)
+    served = max(s.tokens, lo // 1024 * 1024)
+    s.cfg = s.cfg.model_copy(update={"serve": s.cfg.serve.model_copy(update={"max_model_len": served})})
+    s.reasons.append(
+        f"{s.factors.label or s.stack} starts only if its KV cache holds one request of max_model_len; the model's {s.context} tokens do "
+        f"not fit beside the weights on {s.n} x {s.gpu.name}, so the plan serves max_model_len {served}. Set "
+        "serve.max_model_len to choose, or give it room: more GPUs, an FP8 KV cache, lighter weights."
+    )
+    return _memory_with(s, drafter, served)
 
 
 def _stack_warnings(s: Planning) -> None:

@@ -37,7 +37,7 @@ def plan_tables(plan: Plan) -> list[Any]:
         *([("loses below", f"{p.breakeven_acceptance_rate:.0%} of drafted tokens accepted (at batch {wl.concurrency})")]
           if p.breakeven_acceptance_rate is not None else []),
         ("model", f"{plan.model.name} ({plan.model.hf_id})"),
-        ("hardware", f"{hw.num_gpus} x {hw.gpu} ({hw.memory_gb:g} GB, {hw.source}); TP {plan.parallelism.tensor_parallel_size}"
+        ("hardware", f"{hw.num_gpus} x {hw.gpu} ({hw.memory_gb:g} GiB, {hw.source}); TP {plan.parallelism.tensor_parallel_size}"
          + (f", PP {plan.parallelism.pipeline_parallel_size}" if plan.parallelism.pipeline_parallel_size > 1 else "")),
         ("stack", f"{plan.stack.name} {plan.stack.version or '(version unknown)'}"),
         ("traffic", f"{wl.type}, {wl.concurrency} concurrent, {wl.input_len} in / {wl.output_len} out, T={wl.temperature:g}"),

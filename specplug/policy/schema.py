@@ -162,6 +162,11 @@ class MemoryRules(_Strict):
     gpu_memory_utilization: float = Field(0.9, gt=0.1, le=1.0, description="Share of GPU memory the stack may use.")
     activation_gb: float = Field(1.5, ge=0.0, description="Activations, CUDA graphs and workspace per GPU.")
     activation_frac: float = Field(0.03, ge=0.0, le=0.5, description="Plus this share of GPU memory.")
+    min_context: int = Field(
+        16384, ge=0,
+        description="With the GPU count left open and a stack that reserves max_model_len at start, the count chosen "
+        "holds one request this long (the model's whole context when shorter); the plan serves what fits.",
+    )
 
 
 class KnownIssue(_Strict):

@@ -119,3 +119,22 @@ def test_missing_or_broken_gguf_is_a_clear_error(tmp_path):
     bad.write_bytes(b"NOPE")
     with pytest.raises(CatalogError, match="GGUF"):
         get_model(str(bad))
+
+
+def test_sliding_window_layers_cache_only_their_window() -> None:
+    m = get_model("gpt-oss-120b")
+    assert (m.sliding_window, m.sliding_layers, m.num_layers) == (128, 18, 36)
+    assert m.kv_share(128) == 1.0
+    assert m.kv_share(131072) == pytest.approx(0.5, abs=0.001)
+    assert get_model("llama-3.1-8b").kv_share(131072) == 1.0
+
+
+def test_a_local_config_says_which_layers_slide(tmp_path):
+    _write_local_model(tmp_path / "swa", {"a": 0, "</s>": 1})
+    cfg_path = tmp_path / "swa" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(sliding_window=64, layer_types=["sliding_attention", "full_attention"] * 2)
+    cfg_path.write_text(json.dumps(cfg))
+    m = get_model(str(tmp_path / "swa"))
+    assert (m.sliding_window, m.sliding_layers) == (64, 2)
+    assert m.kv_share(2048) == pytest.approx(1 - 0.5 * (1 - 64 / 2048))

@@ -100,7 +100,8 @@ def test_pinned_hardware_that_cannot_hold_the_model_lists_quantized_fixes_with_s
     with pytest.raises(SpecplugError) as err:
         specplug.recommend("llama-3.1-70b", gpu="a100-40gb", num_gpus=2)
     hint = err.value.hint or ""
-    assert "AWQ-INT4 (int4-awq checkpoint): fits" in hint and "--num-gpus 8: fits" in hint
+    # 141 GB of bf16 weights over 4 x 40 GiB (42.9 GB) GPUs leaves room at vLLM's 0.9 utilisation.
+    assert "AWQ-INT4 (int4-awq checkpoint): fits" in hint and "--num-gpus 4: fits" in hint
     assert "2.17x" not in str(err.value)  # no headline speedup for the plan that cannot start
 
 
@@ -390,3 +391,39 @@ def test_where_the_stack_runs_one_k_the_schedule_and_curve_are_that_k_until_it_s
     assert all(c.num_speculative_tokens in (k, 0) for c in p.prediction.curve)
     at16 = next(c for c in p.prediction.curve if c.batch_size == 16)
     assert at16.speedup == pytest.approx(p.prediction.speedup, abs=0.01)
+
+
+def test_vllm_on_a_small_gpu_serves_the_longest_context_that_starts() -> None:
+    # vLLM refuses to start unless one request of max_model_len fits its KV cache: Llama-3.1-8B's 131072 tokens
+    # (16 GiB in bf16) do not fit beside 16 GB of weights on one L4, so the plan serves a shorter context.
+    p = specplug.recommend("llama-3.1-8b", gpu="l4", num_gpus=1, stack="vllm")
+    served = p.serve.max_model_len
+    assert served is not None and 16384 <= served < 131072 and served % 1024 == 0
+    assert p.memory is not None and p.memory.fits
+    assert any(f"max_model_len {served}" in r for r in p.reasons)
+    # SGLang caps requests at what fits instead of refusing to start: nothing to lower.
+    assert specplug.recommend("llama-3.1-8b", gpu="l4", num_gpus=1, stack="sglang").serve.max_model_len is None
+
+
+def test_a_configured_context_that_cannot_start_is_an_error_with_fixes() -> None:
+    cfg = Config.model_validate(
+        {"model": "llama-3.1-8b", "hardware": {"gpu": "l4", "num_gpus": 1}, "stack": "vllm", "serve": {"max_model_len": 131072}}
+    )
+    with pytest.raises(SpecplugError) as err:
+        plan_from_config(cfg)
+    assert "one request of max_model_len 131072 tokens" in err.value.message
+    assert "--max-model-len" in (err.value.hint or "")
+
+
+def test_sliding_window_layers_keep_gpt_oss_whole_context_on_one_h100() -> None:
+    # Half of gpt-oss-120b's layers attend to a 128-token window, and an H100's 80 GiB are 85.9 GB: its 131072-token
+    # context starts beside 65 GB of MXFP4 weights (vLLM's gpt-oss recipe serves it on one H100).
+    p = specplug.recommend("gpt-oss-120b", gpu="h100", num_gpus=1, stack="vllm")
+    assert p.serve.max_model_len is None and p.memory is not None and p.memory.fits
+    assert p.memory.gpu_memory_gb == pytest.approx(80 * 1024**3 / 1e9, abs=0.01)
+
+
+def test_an_open_gpu_count_holds_a_useful_context_not_just_the_workload() -> None:
+    # 70B in bf16 fits 2 x H100 for one 1280-token request, but not with room for min_context tokens of KV cache.
+    p = specplug.recommend("llama-3.1-70b", gpu="h100", stack="vllm")
+    assert p.hardware.num_gpus == 4 and p.serve.max_model_len is None
