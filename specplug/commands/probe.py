@@ -33,7 +33,7 @@ def probe(output: str) -> None:
             )
             for d in r.devices
         ]
-        cols = ["#", "name", "total GB", "free GB", "compute cap.", "catalog", "NVLink links"]
+        cols = ["#", "name", "total GiB", "free GiB", "compute cap.", "catalog", "NVLink links"]
         title = f"{r.message} (driver {r.driver_version or 'unknown'})"
         return table(title, cols, rows)
 
