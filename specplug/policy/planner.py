@@ -345,7 +345,9 @@ class Planning:
     # the model's own maximum, which the plan may lower to what fits instead of failing.
     context: int = 0
     context_auto: bool = False
-    useful_context: int = 0  # with context_auto: the context a drafter must leave room for (min_context, if it fits)
+    # With context_auto: the context the GPU count and a drafter must leave room for (min_context; 0 once the target
+    # alone cannot hold it on pinned hardware).
+    useful_context: int = 0
     fmt: Any = None
     kvb: float = 2.0
     target: Any = None
@@ -408,6 +410,7 @@ def _workload_and_precision(s: Planning) -> None:
     if s.caps.reserves_full_context:
         s.context = cfg.serve.max_model_len or model.max_position_embeddings or 0
         s.context_auto = not cfg.serve.max_model_len
+        s.useful_context = min(s.context, s.pol.rules.memory.min_context) if s.context_auto else 0
     s.fmt = E.serve_format(model, cfg.serve.quantization, cfg.serve.dtype)
     s.kvb = kv_cache_bytes(cfg.serve.kv_cache_dtype)
     s.target = E.arch_of(model, s.fmt, s.kvb)
@@ -428,7 +431,7 @@ def _hardware(s: Planning) -> None:
     if hs.num_gpus is None and hw.source != "probed" and cfg.serve.tensor_parallel_size is None:
         # Where the stack reserves one request of max_model_len at start, the count holds a useful one (min_context,
         # or the configured max_model_len); _served_context then serves the longest that fits.
-        ctx = min(s.context, pol.rules.memory.min_context) if s.context_auto else s.context
+        ctx = s.useful_context if s.context_auto else s.context
         n = _choose_gpus(pol, model, s.target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
         if n is None and cfg.serve.quantization is None and s.fmt.bits_per_weight > 8.1:
             # Nothing holds the checkpoint as it is: FP8 weights (quantized at load by the CUDA stacks) may.
@@ -533,9 +536,8 @@ def _feasibility(s: Planning) -> None:
             f"{base_mem.usable_gb:.1f} GB usable.",
             fixes, "Use more GPUs, lighter weights or a shorter context.",
         )
-    if s.context_auto:
-        want = min(s.context, s.pol.rules.memory.min_context)
-        s.useful_context = want if _memory_with(s, None, want).fits else 0
+    if s.context_auto and not _memory_with(s, None, s.useful_context).fits:
+        s.useful_context = 0
 
 
 def _memory_with(s: Planning, drafter: Any, context: int | None = None) -> E.Memory:
