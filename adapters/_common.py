@@ -6,17 +6,17 @@ Stack-specific spellings stay in each adapter's tables; this module only knows s
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specplug.adapter import Problem, raise_problems
 from specplug.errors import StackError
+from specplug.methods import DRAFTER_METHODS
 from specplug.plan import Plan
+from specplug.safetext import ENV_NAME
 
 # Variables a server reads for hub access: passed through from the caller's environment, never written down.
 HUB_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -54,14 +54,20 @@ def canon_problems(plan: Plan, display_name: str) -> list[Problem]:
             "Set num_speculative_tokens (-k) to 1 or more, or method 'none'.",
             key="speculation.num_speculative_tokens",
         ))
-    if serve.api_key_env is not None and not _ENV_NAME.match(serve.api_key_env):
+    if serve.api_key_env is not None and not ENV_NAME.fullmatch(serve.api_key_env):
         out.append(Problem(
             f"serve.api_key_env must name an environment variable, got {serve.api_key_env!r}.",
             "Put the key in a variable (export MY_KEY=...) and set api_key_env: MY_KEY; never the key itself.",
             key="serve.api_key_env",
         ))
+    if s.method in DRAFTER_METHODS and not s.drafter:
+        out.append(Problem(
+            f"'{s.method}' on {display_name} needs a drafter (draft model or head), and the plan has none.",
+            "Pass --drafter HF_ID_OR_FOLDER, or pick a drafter-free method such as ngram.",
+            key="speculation.drafter",
+        ))
     for k in serve.env:
-        if not _ENV_NAME.match(k):
+        if not ENV_NAME.fullmatch(k):
             out.append(Problem(f"serve.env has an invalid variable name {k!r}.", "Use letters, digits and _.", key="serve.env"))
     lo, hi = s.prompt_lookup_min, s.prompt_lookup_max
     if lo is not None and hi is not None and lo > hi:
@@ -71,18 +77,6 @@ def canon_problems(plan: Plan, display_name: str) -> list[Problem]:
             key="speculation.prompt_lookup_min",
         ))
     return out
-
-
-def drafter_problems(plan: Plan, display_name: str, methods: tuple[str, ...]) -> list[Problem]:
-    """A method in ``methods`` needs a drafter (draft model or head) on this stack."""
-    method = plan.speculation.method
-    if method in methods and not plan.speculation.drafter:
-        return [Problem(
-            f"'{method}' on {display_name} needs a drafter (draft model or head), and the plan has none.",
-            "Pass --drafter HF_ID_OR_FOLDER, or pick a drafter-free method such as ngram.",
-            key="speculation.drafter",
-        )]
-    return []
 
 
 def canon(plan: Plan, display_name: str) -> Canon:

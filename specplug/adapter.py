@@ -554,7 +554,7 @@ class BaseAdapter:
         if not windows:
             return f"{self.display_name} has no '{method}' speculation."
         if spelling(self.method_table, method, version) is None:
-            return f"'{method}' needs {self.display_name} {describe_windows(windows)} (rendering for {version})."
+            return f"'{method}' needs {self.display_name} {describe_windows(windows)} (rendering for {version or 'the newest known'})."
         return None
 
     def controls(self, version: str | None) -> dict[str, str | None]:

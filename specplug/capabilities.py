@@ -1,8 +1,8 @@
 """What the chosen serving stack can do, resolved once per plan and handed to the policy as plain data.
 
-The policy never asks an adapter: this module does, and the planner receives a :class:`StackCapabilities`
-(methods it offers at the version planned for, whether it switches k per batch size, where the version
-came from, what it does with a draft model of another vocabulary).
+Data only: the policy never asks an adapter. specplug.stackcaps reads a :class:`StackCapabilities` off the
+adapter (methods it offers at the version planned for, whether it switches k per batch size, where the version
+came from, what it does with a draft model of another vocabulary) and the planner receives it.
 """
 
 from __future__ import annotations
@@ -56,12 +56,6 @@ class StackCapabilities:
         return self.methods.get(method, f"{self.name} does not offer {method}")
 
 
-def default_stack() -> str:
-    from specplug.adapter import default_stack as best_installed
-
-    return best_installed()
-
-
 # Research code (Hugging Face transformers / PyTorch, eager, batch 1): a pseudo-stack that only ``estimate``
 # knows, for comparing with published papers' figures; it runs every method, with the papers' trees.
 RESEARCH_CODE = "hf"
@@ -69,52 +63,12 @@ RESEARCH_CODE = "hf"
 
 def research_code() -> StackCapabilities:
     """The research-code pseudo-stack (:data:`RESEARCH_CODE`): no adapter stands behind it."""
-    from specplug.config import METHODS
+    from specplug.methods import SPECULATING
 
     return StackCapabilities(
-        RESEARCH_CODE, None, "unknown", {m: None for m in METHODS if m != "none"}, trees=True, max_batch=1,
+        RESEARCH_CODE, None, "unknown", {m: None for m in SPECULATING}, trees=True, max_batch=1,
         cost_profile=RESEARCH_CODE,
         parallel_drafting=frozenset({"pard"}),  # the PARD paper's own code drafts in parallel
         vocab_mismatch="transformers needs tokenizer= and assistant_tokenizer= (universal assisted generation) when "
         "vocabularies differ",
-    )
-
-
-def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> StackCapabilities:
-    """Capabilities of stack ``name`` at ``flag`` (--stack-version), else ``pinned`` (specplug.yaml), else the
-    installed version."""
-    from specplug.adapter import get_adapter
-
-    if name == RESEARCH_CODE:
-        return research_code()
-    installed = None if flag or pinned else get_adapter(name).installed_version()
-    version, source = (flag, "flag") if flag else (pinned, "pinned") if pinned else (installed, "installed") if installed else (None, "unknown")
-    return declared(name, version, source)
-
-
-def declared(name: str, version: str | None = None, source: str = "unknown") -> StackCapabilities:
-    """What stack ``name``'s adapter declares at ``version``, without asking what is installed (the validator
-    checks a plan whose version is already settled)."""
-    from specplug.adapter import get_adapter
-
-    if name == RESEARCH_CODE:
-        return research_code()
-    adapter = get_adapter(name)
-    return StackCapabilities(
-        name,
-        version,
-        source,
-        dict(adapter.methods(version)),
-        adapter.supports_schedule(version),
-        adapter.trees,
-        adapter.spec_running_cap,
-        adapter.max_batch,
-        adapter.cost_profile,
-        adapter.parallel_draft_formats(version),
-        adapter.schedule_methods(version),
-        adapter.vocab_mismatch,
-        adapter.vocab_slack,
-        frozenset(name for name, why in adapter.controls(version).items() if why is None),
-        adapter.draft_tp,
-        adapter.reserves_full_context,
     )

@@ -1,11 +1,15 @@
 """``specplug check``: the CI / pre-commit gate for an infra repo's specplug files.
 
-It never re-plans and never needs a GPU or a serving stack installed: everything is judged against the
-committed lock. Checks, in order:
+It never re-plans a locked config and never needs a GPU or a serving stack installed: everything is judged
+against the committed lock. Checks, in order:
 
 1. **schema**: specplug.yaml loads under the current schema (an old schema points at ``specplug migrate``);
 2. **lock**: specplug.lock.yaml exists, is readable and was planned from the current inputs (**drift**: the
-   spec, policy, calibration, traffic file or catalog changed since ``specplug plan``), naming the file and key;
+   spec, policy, calibration, traffic file or catalog changed since ``specplug plan``), naming the file and key.
+   Without a lock there is nothing to judge against, so check runs what ``specplug plan`` runs
+   (:func:`specplug.lock.plan_fresh`, which ends in :func:`specplug.validate.validate_plan`) and reports each
+   **plan** problem it refuses with (no model, k=0 for a drafting method, a drafter of another vocabulary ...),
+   beside the missing lock;
 3. **compat**: the locked plan on its pinned stack version: technique supported, then every problem
    ``specplug.validate`` finds (drafter vocabulary, k, parallelism, precision, what render refuses), memory fits;
 4. **stale**: each ``--rendered DIR`` holds exactly what the lock renders today (deploy renders via their
@@ -38,7 +42,7 @@ class CheckUsageError(SpecplugError):
 
 @dataclass
 class Problem:
-    kind: str  # schema | lock | drift | compat | stale | tune
+    kind: str  # schema | lock | plan | drift | compat | stale | tune
     file: str
     message: str
     key: str | None = None
@@ -146,16 +150,44 @@ def _plan_problems(plan: Any, cfg_file: str, lock_file: str, explicit: bool, ski
     """specplug.validate's problems (the ones render and launch refuse), each under the key to change."""
     from specplug.validate import plan_problems
 
+    found = [p for p in plan_problems(plan) if not (skip_method and p.key == "speculation.method")]
+    # (an unsupported method is already said by compat_problems' own message)
+    return _located("compat", found, cfg_file, lock_file, explicit)
+
+
+def _located(kind: str, found: list[Any], cfg_file: str, other_file: str, explicit: bool) -> list[Problem]:
+    """specplug.validate Problems as check's: under the specplug.yaml key (and line) to change, when they name one."""
     out = []
-    for p in plan_problems(plan):
-        if skip_method and p.key == "speculation.method":
-            continue  # the unsupported-method message above already says it
+    for p in found:
         key = p.key or "plan"
         if key.startswith("speculation.") and not explicit:
             key = "speculation"  # the policy chose it: re-plan rather than edit a key that is not there
         line = _config_line(cfg_file, key) if p.key else None
-        out.append(Problem("compat", cfg_file if p.key else lock_file, p.message, key=key, line=line, fix=p.hint))
+        out.append(Problem(kind, cfg_file if p.key else other_file, p.message, key=key, line=line, fix=p.hint))
     return out
+
+
+def plan_refusals(cfg: Any, cfg_path: Path) -> list[Problem]:
+    """What 'specplug plan' refuses in this config, found by running what it runs (no lock to judge yet).
+
+    ``specplug plan`` calls :func:`specplug.lock.plan_fresh` (the planner, which ends in
+    :func:`specplug.validate.validate_plan`); so does this, so the two never disagree about a config. Every problem
+    of an :class:`~specplug.validate.InvalidPlan` is listed under its key; any other refusal (no model, a memory
+    that cannot fit, a missing traffic file ...) is one problem.
+    """
+    from specplug.lock import plan_fresh
+    from specplug.validate import InvalidPlan
+
+    cfg_file = str(cfg_path)
+    try:
+        plan_fresh(cfg, cfg_path)
+    except InvalidPlan as exc:
+        if exc.problems:
+            return _located("plan", exc.problems, cfg_file, cfg_file, cfg.speculation != "auto")
+        return [Problem("plan", cfg_file, exc.message, fix=exc.hint)]
+    except SpecplugError as exc:
+        return [Problem("plan", cfg_file, exc.message, fix=exc.hint)]
+    return []
 
 
 def _config_line(cfg_file: str, key: str) -> int | None:
@@ -300,8 +332,12 @@ def check(config_path: str | Path, rendered: list[str | Path] | tuple[str | Path
         report.problems.append(Problem("schema", str(cfg_path), exc.message, fix=fix))
         return report
     if not lock_path.is_file():
+        refused = plan_refusals(cfg, cfg_path)
+        report.problems += refused
+        fix = f"specplug plan -c {cfg_path}"
         report.problems.append(
-            Problem("lock", str(lock_path), "missing: nothing pins what this config deploys", fix=f"specplug plan -c {cfg_path}")
+            Problem("lock", str(lock_path), "missing: nothing pins what this config deploys",
+                    fix=f"fix the problem(s) above, then {fix}" if refused else fix)
         )
         return report
     try:

@@ -14,15 +14,16 @@ A file looks like::
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -30,39 +31,26 @@ from pydantic import (
 )
 
 from specplug.errors import ConfigError
+from specplug.methods import COPY_METHODS, METHODS, MODEL_METHODS
+from specplug.safetext import EnvName, Host, NoNul, OneLine
 
 SCHEMA_VERSION = 1
 DEFAULT_CONFIG = "specplug.yaml"
 
-Method = Literal[
-    "none", "ngram", "ngram_gpu", "suffix", "draft_model", "medusa", "eagle", "eagle3", "mtp", "lookahead", "mlp_speculator",
-    "dflash", "dspark",
-]
-METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
-# Prompt-lookup n-gram proposers, on the host or the GPU: they take the prompt_lookup_min/max match window.
-LOOKUP_METHODS = ("ngram", "ngram_gpu")
+# The methods' names as types, from the one method table (specplug.methods).
+Method = Literal[METHODS]  # type: ignore[valid-type]
+CopyMethod = Literal[COPY_METHODS]  # type: ignore[valid-type]
+ModelMethod = Literal[MODEL_METHODS]  # type: ignore[valid-type]
 # Spec-Bench's and SpecDecode-Bench's categories and the names people use for mixed/instruction traffic.
 Workload = Literal[
     "chat", "code", "code-edit", "rag", "summarization", "math", "reasoning", "translation", "qa", "creative", "agent",
     "instruction", "multi-turn", "long-context", "mixed",
 ]
 WORKLOADS: tuple[str, ...] = Workload.__args__  # type: ignore[attr-defined]
-def _registered_stack(name: str) -> str:
-    from specplug.adapter import is_stack, stack_names
-
-    if not is_stack(name):
-        raise ValueError(f"unknown stack '{name}' (registered: {', '.join(stack_names())})")
-    return name
-
-
-# Any stack an adapter registers (built-in or installed through the specplug.adapters entry points).
-StackName = Annotated[str, AfterValidator(_registered_stack)]
-
-
-def stack_names() -> tuple[str, ...]:
-    from specplug.adapter import stack_names as registered
-
-    return registered()
+# A stack's name as an adapter registers it (built-in or through the specplug.adapters entry points). Whether one
+# is installed is asked where a plan is made (specplug.stackcaps), so a config or lock naming a plugin that is not
+# installed here still loads.
+StackName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 
 class Strict(BaseModel):
@@ -71,11 +59,11 @@ class Strict(BaseModel):
 
 class StackSpec(Strict):
     name: StackName = Field("vllm", description="Serving stack to configure.")
-    version: str | None = Field(None, description="Stack version to render for; default: the installed one.")
+    version: OneLine | None = Field(None, description="Stack version to render for; default: the installed one.")
 
 
 class HardwareSpec(Strict):
-    gpu: str | None = Field(None, description="GPU catalog name or alias (see 'specplug gpus'); default: probed.")
+    gpu: OneLine | None = Field(None, description="GPU catalog name or alias (see 'specplug gpus'); default: probed.")
     num_gpus: int | None = Field(None, ge=1, le=1024, description="GPUs per deployment (all nodes).")
     gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs in one node; more GPUs means several nodes.")
 
@@ -86,7 +74,7 @@ class WorkloadSpec(Strict):
     input_len: int = Field(1024, ge=1, le=2_000_000, description="Typical prompt length in tokens.")
     output_len: int = Field(256, ge=1, le=1_000_000, description="Typical output length in tokens.")
     temperature: float = Field(0.0, ge=0.0, le=5.0, description="Sampling temperature; 0 is greedy.")
-    traffic: str | None = Field(
+    traffic: OneLine | None = Field(
         None, description="JSONL file of logged requests and completions; its measured shape and acceptance replace the type's prior."
     )
 
@@ -131,7 +119,7 @@ class SpeculationSpec(Strict):
     model_config = ConfigDict(from_attributes=True)
 
     method: Method = Field(description="Speculation technique.")
-    drafter: str | None = Field(None, description="Draft model / head: catalog id, HF id or local folder.")
+    drafter: OneLine | None = Field(None, description="Draft model / head: catalog id, HF id or local folder.")
     num_speculative_tokens: int | None = Field(None, ge=0, le=64, description="Draft length k.")
     tree: TreeSpec | None = None
     prompt_lookup_min: int | None = Field(None, ge=1, le=64)
@@ -170,7 +158,7 @@ class CopySpeculation(SpeculationSpec):
     """Drafts copied from text already seen (the prompt, earlier output): n-gram lookup (on the host, or on the GPU:
     ngram_gpu), suffix trees, lookahead."""
 
-    method: Literal["ngram", "ngram_gpu", "suffix", "lookahead"] = Field(description="Speculation technique.")
+    method: CopyMethod = Field(description="Speculation technique.")
 
     @model_validator(mode="after")
     def _lookup_window(self) -> CopySpeculation:
@@ -187,9 +175,7 @@ class DrafterSpeculation(SpeculationSpec):
     """Drafts from a model: a separate draft model, a head trained on the target (EAGLE, Medusa, MLP, a DFlash
     block-diffusion drafter, a DSpark block drafter) or the target's own MTP layers."""
 
-    method: Literal["draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp", "dflash", "dspark"] = Field(
-        description="Speculation technique."
-    )
+    method: ModelMethod = Field(description="Speculation technique.")
 
 
 # speculation: as specplug.yaml gives it, read as the member its method names.
@@ -204,23 +190,23 @@ def _members() -> TypeAdapter[Any]:
 class ServeOptions(Strict):
     """How the server is run, apart from how it is split over GPUs (the Plan keeps that in ``parallelism``)."""
 
-    host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
+    host: Host = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
     port: int = Field(8000, ge=1, le=65535)
     max_model_len: int | None = Field(None, ge=16)
     max_num_seqs: int | None = Field(None, ge=1)
-    dtype: str = Field("auto", description="Activation dtype: auto, bfloat16, float16 (fp8 here means quantization: fp8).")
-    quantization: str | None = Field(
+    dtype: OneLine = Field("auto", description="Activation dtype: auto, bfloat16, float16 (fp8 here means quantization: fp8).")
+    quantization: OneLine | None = Field(
         None,
         description="Weight format to serve (fp8, int4-awq, int4-gptq, mxfp4, nvfp4, int8, GGUF q4_k_m ...); default: the checkpoint's own.",
     )
     kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         "auto", description="KV-cache dtype; fp8 halves the cache of a 16-bit model."
     )
-    api_key_env: str | None = Field(
+    api_key_env: EnvName | None = Field(
         None, description="Name of the environment variable holding the API key (never the key itself)."
     )
-    extra_args: list[str] = Field(default_factory=list, description="Extra engine arguments, passed verbatim.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables.")
+    extra_args: list[NoNul] = Field(default_factory=list, description="Extra engine arguments, passed verbatim.")
+    env: dict[EnvName, NoNul] = Field(default_factory=dict, description="Extra non-secret environment variables.")
 
     @field_validator("quantization")
     @classmethod
@@ -234,14 +220,6 @@ class ServeOptions(Strict):
             return get_weight_format(v).name
         except CatalogError as exc:
             raise ValueError(f"{exc.message} {exc.hint}") from None
-
-    @field_validator("extra_args")
-    @classmethod
-    def _no_nul(cls, v: list[str]) -> list[str]:
-        for a in v:
-            if "\x00" in a:
-                raise ValueError("extra_args may not contain NUL bytes")
-        return v
 
 
 # The keys of serve: that ask for a split; the planner resolves them into Plan.parallelism.
@@ -263,14 +241,14 @@ class Config(Strict):
     """The whole of specplug.yaml."""
 
     version: int = Field(SCHEMA_VERSION, description="Schema version of this file.")
-    model: str | None = Field(None, description="Model alias, Hugging Face id or local folder.")
+    model: OneLine | None = Field(None, description="Model alias, Hugging Face id or local folder.")
     stack: StackSpec = Field(default_factory=StackSpec)
     hardware: Literal["auto"] | HardwareSpec = "auto"
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     speculation: Literal["auto"] | Speculation = "auto"
     serve: ServeSpec = Field(default_factory=ServeSpec)
     policy: dict[str, Any] = Field(default_factory=dict, description="Overrides merged onto the default policy.")
-    calibration: str | None = Field(None, description="Calibration file written by 'specplug calibrate'.")
+    calibration: OneLine | None = Field(None, description="Calibration file written by 'specplug calibrate'.")
     fallback: Literal["none", "embedded"] = Field("none", description="What 'launch' runs if the stack can't.")
 
     @field_validator("stack", mode="before")
@@ -291,16 +269,17 @@ class Config(Strict):
         return self.hardware if isinstance(self.hardware, HardwareSpec) else HardwareSpec()
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema(stacks: Sequence[str]) -> dict[str, Any]:
+    """specplug.yaml's JSON Schema, with ``stacks`` (the registered ones) as the stack names editors offer."""
     schema = Config.model_json_schema()
     # The loader also takes the shorthand 'stack: vllm'; say so in the schema editors see.
     stack = schema["properties"]["stack"]
     schema["properties"]["stack"] = {
-        "anyOf": [{"$ref": "#/$defs/StackSpec"}, {"enum": list(stack_names()), "type": "string"}],
+        "anyOf": [{"$ref": "#/$defs/StackSpec"}, {"enum": list(stacks), "type": "string"}],
         "description": "Stack name, or {name, version}.",
         "default": stack.get("default"),
     }
-    schema["$defs"]["StackSpec"]["properties"]["name"]["enum"] = list(stack_names())
+    schema["$defs"]["StackSpec"]["properties"]["name"]["enum"] = list(stacks)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "specplug.yaml"
     return schema
@@ -350,7 +329,12 @@ def parse_config(text: str, filename: str = DEFAULT_CONFIG) -> Config:
         raise ConfigError(_explain(exc, root, filename)) from None
 
 
-def _explain(exc: ValidationError, root: Any, filename: str) -> str:
+def explain_options(exc: ValidationError) -> str:
+    """A validation error of flags laid over the config: one line per option, named by its config key."""
+    return _explain(exc, None, "", heading="Invalid options")
+
+
+def _explain(exc: ValidationError, root: Any, filename: str, heading: str = "Invalid specplug.yaml") -> str:
     lines = []
     errors = [(err, [p for p in err["loc"] if not _is_union_tag(p)]) for err in exc.errors()]
     for err, loc in errors:
@@ -370,6 +354,7 @@ def _explain(exc: ValidationError, root: Any, filename: str) -> str:
         key = ".".join(str(p) for p in loc) or "(top level)"
         line = _line_of(root, loc)
         where = f"{filename}:{line}" if line else filename
+        where = where or key
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc[:-1])
             close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
@@ -377,13 +362,13 @@ def _explain(exc: ValidationError, root: Any, filename: str) -> str:
             lines.append(f"{where}: unknown key '{key}'.{tip} Allowed here: {', '.join(allowed)}.")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{where}: {key}: {msg}.")
+            lines.append(f"{where}: {msg}." if where == key else f"{where}: {key}: {msg}.")
     # Union errors repeat per branch; keep each message once, in order.
     seen: list[str] = []
     for ln in lines:
         if ln not in seen:
             seen.append(ln)
-    return "Invalid specplug.yaml:\n  " + "\n  ".join(seen[:12])
+    return f"{heading}:\n  " + "\n  ".join(seen[:12])
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -23,6 +23,7 @@ from specplug.adapter import BUILTIN, StackImage, get_adapter
 from specplug.errors import SpecplugError
 from specplug.fileio import write_atomic
 from specplug.plan import Plan
+from specplug.safetext import breaking_char
 
 TARGETS = ("compose", "k8s", "lws")
 MANIFEST = "specplug.rendered.yaml"
@@ -136,14 +137,15 @@ def _cache_size_gi(plan: Plan) -> int:
 
 def _header(ctx: RenderContext, what: str, notes: list[str]) -> str:
     from specplug import __version__
+    from specplug.templating import comment_lines
 
     lines = [
-        f"# {what}: rendered by specplug {__version__} from {ctx.lock_file} (inputs {ctx.inputs_hash[:19]}).",
-        "# Do not edit: change specplug.yaml, run 'specplug plan' then 'specplug deploy'.",
-        "# 'specplug check --rendered' fails when this file no longer matches the lock.",
+        f"{what}: rendered by specplug {__version__} from {ctx.lock_file} (inputs {ctx.inputs_hash[:19]}).",
+        "Do not edit: change specplug.yaml, run 'specplug plan' then 'specplug deploy'.",
+        "'specplug check --rendered' fails when this file no longer matches the lock.",
     ]
-    lines += [f"# note: {n}" for n in notes]
-    return "\n".join(lines)
+    lines += [f"note: {n}" for n in notes]
+    return comment_lines(lines)
 
 
 def _dumper():
@@ -155,8 +157,10 @@ def _dumper():
             return True
 
     def text(dumper: yaml.SafeDumper, value: str):
-        # Scripts read best as literal blocks.
-        style = "|" if "\n" in value else None
+        # Scripts read best as literal blocks; other line breaks (\r, NEL, U+2028) and control characters only
+        # survive a round trip as double-quoted escapes.
+        odd = breaking_char(value.replace("\n", ""))
+        style = '"' if odd else ("|" if "\n" in value else None)
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, text)
@@ -166,7 +170,7 @@ def _dumper():
 def _environment():
     import yaml
 
-    from specplug.templating import environment
+    from specplug.templating import Verbatim, environment
 
     env = environment().overlay()
     _Dumper = _dumper()  # noqa: N806
@@ -176,7 +180,8 @@ def _environment():
             value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000, allow_unicode=True
         )
         pad = " " * indent
-        return "\n".join(pad + ln if ln else ln for ln in text.rstrip("\n").split("\n"))
+        # The dumper escaped every value (line breaks in a value become a block or quoted escapes).
+        return Verbatim("\n".join(pad + ln if ln else ln for ln in text.rstrip("\n").split("\n")))
 
     env.filters["toyaml"] = toyaml
     return env
@@ -258,10 +263,12 @@ def render_compose(plan: Plan, ctx: RenderContext) -> dict[str, str]:
         environment[var] = f"${{{source}:?set {source} in the environment that runs docker compose}}"
     for var in p.optional_secret_env:
         environment[var] = f"${{{var}:-}}"
-    volumes = [f"model-cache:{p.cache_path}"]
+    volumes: list[Any] = [f"model-cache:{p.cache_path}"]
     volumes += [f"./files/{rel}:{WORKDIR}/{rel}:ro" for rel in p.files]
     if plan.model.local_path:
-        volumes.append(f"{plan.model.local_path}:{plan.model.local_path}:ro")
+        # The long form: a folder with ':' in its name cannot split into another mount.
+        local = _compose_escape(plan.model.local_path)
+        volumes.append({"type": "bind", "source": local, "target": local, "read_only": True})
     # Publish on the configured host address: loopback unless specplug.yaml says otherwise.
     host = plan.serve.host
     service: dict[str, Any] = {"image": ctx.image}
@@ -307,12 +314,18 @@ def _labels(ctx: RenderContext, plan: Plan) -> dict[str, str]:
 
 
 def _k8s_env(p: Pieces, secret: str) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in p.env.items()]
+    env: list[dict[str, Any]] = [{"name": k, "value": _k8s_escape(v)} for k, v in p.env.items()]
     for var, key in p.secret_env.items():
         env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     for var in p.optional_secret_env:
         env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": var, "optional": True}}})
     return env
+
+
+def _k8s_escape(value: str) -> str:
+    # Kubernetes expands $(VAR) in command, args and env values (a drafter id could pull in a secret); $$ is a
+    # literal dollar sign.
+    return value.replace("$", "$$")
 
 
 def _config_map_key(rel: str) -> str:
@@ -332,9 +345,9 @@ def _probes(p: Pieces) -> dict[str, Any]:
 def _container(
     ctx: RenderContext, p: Pieces, gpus: int, *, command: list[str], args: list[str] | None = None, serves: bool = True
 ) -> dict[str, Any]:
-    c: dict[str, Any] = {"name": "server", "image": ctx.image, "command": command}
+    c: dict[str, Any] = {"name": "server", "image": ctx.image, "command": [_k8s_escape(a) for a in command]}
     if args:
-        c["args"] = args
+        c["args"] = [_k8s_escape(a) for a in args]
     if p.files:
         c["workingDir"] = WORKDIR
     c["env"] = _k8s_env(p, f"{ctx.name}-secrets")

@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Any
 
 
+def user_path(text: str) -> Path:
+    """A path as the user typed it, with ~ expanded where it names a home (``~nobody'`` stays as typed)."""
+    return Path(os.path.expanduser(text))
+
+
 def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
     """Write ``text`` to ``path`` via a temporary file in the same folder and an atomic rename."""
     target = Path(path)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.config import Config, load_config
 from specplug.errors import ConfigError, SpecplugError
-from specplug.fileio import write_atomic
+from specplug.fileio import user_path, write_atomic
 from specplug.plan import Plan
 from specplug.probe import Hardware
 
@@ -112,7 +112,7 @@ def resolve_calibration(cfg: Config, config_path: str | Path | None) -> Path | N
     """The calibration file, relative to the config's folder first (where the lock lives), then the cwd."""
     if not cfg.calibration:
         return None
-    p = Path(cfg.calibration).expanduser()
+    p = user_path(cfg.calibration)
     if not p.is_absolute() and config_path is not None:
         beside = Path(config_path).parent / p
         if beside.is_file():
@@ -150,7 +150,7 @@ def resolve_traffic(name: str | None, config_path: str | Path | None) -> Path | 
     """The traffic file ``name``, relative to the config's folder first (where the lock lives), then the cwd."""
     if not name:
         return None
-    p = Path(name).expanduser()
+    p = user_path(name)
     if not p.is_absolute() and config_path is not None:
         beside = Path(config_path).parent / p
         if beside.is_file():
@@ -427,6 +427,44 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: data}
 
 
+def _unset(value: Any) -> Any:
+    """``value`` with null entries (and what is left empty by dropping them) removed: None when nothing is set.
+
+    A key that is null in one spec and missing from the other (a new optional key, a default, a mapping given in
+    place of ``auto``) says the same thing: nothing set there."""
+    if isinstance(value, dict):
+        kept = {k: v for k, v in ((k, _unset(v)) for k, v in value.items()) if v is not None}
+        return kept or None
+    if isinstance(value, list):
+        return [_unset(v) for v in value] or None
+    return value
+
+
+def spec_changes(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(key, locked, current) for each key whose value differs, deepest key where both sides are mappings.
+
+    Values equal once unset entries are dropped (see :func:`_unset`) never differ; where one side is a mapping and
+    the other is not (``speculation: auto`` became a mapping), the key itself differs, with the values as set."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[tuple[str, Any, Any]] = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += spec_changes(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else str(k))
+        return out
+    a, b = _unset(old), _unset(new)
+    return [] if a == b else [(prefix, a, b)]
+
+
+def _drift_message(locked: Any, current: Any) -> str:
+    def show(v: Any) -> str:
+        return json.dumps(v, sort_keys=True)
+
+    if current is None:
+        return f"is unset now but the lock was planned with {show(locked)}"
+    if locked is None:
+        return f"is {show(current)} but the lock was planned without it"
+    return f"is {show(current)} but the lock was planned with {show(locked)}"
+
+
 def _line_for(text: str | None, key: str) -> int | None:
     if text is None:
         return None
@@ -477,20 +515,27 @@ def drift(cfg: Config, config_path: str | Path, lock: Lock, config_text: str | N
         base = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"traffic": None})})
     now = compute_inputs(base, config_path, hw, tpath)
     if now.config != lock.inputs.config:
-        old, new = _flatten(lock.spec), _flatten(spec_data(cfg))
-        changed = sorted(k for k in set(old) | set(new) if old.get(k, "<unset>") != new.get(k, "<unset>"))
-        for key in changed:
+        now_spec = spec_data(cfg)
+        changed = spec_changes(lock.spec, now_spec)
+        for key, locked, current in changed:
             out.append(
                 Drift(
                     file=cfg_file,
                     key=key,
                     line=_line_for(config_text, key),
-                    locked=old.get(key),
-                    current=new.get(key),
-                    message=f"is {json.dumps(new.get(key))} but the lock was planned with {json.dumps(old.get(key))}",
+                    locked=locked,
+                    current=current,
+                    message=_drift_message(locked, current),
                 )
             )
-        if not changed:  # same data, different digest: the lock was edited by hand
+        if not changed and lock.spec != now_spec:
+            # Only unset keys differ: this specplug reads the config with keys (defaults) the lock's did not record.
+            out.append(Drift(
+                file=lock_file, key="spec",
+                message=f"nothing set in the config changed, but the lock (written by specplug {lock.specplug_version}) "
+                        "recorded other unset keys than this specplug reads",
+            ))
+        elif not changed:  # same data, different digest: the lock was edited by hand
             out.append(Drift(file=lock_file, key="inputs.config", message="the config digest in the lock does not match its spec"))
     if now.policy != lock.inputs.policy:
         out.append(

@@ -20,6 +20,7 @@ from specplug.config import (
     WorkloadSpec,
 )
 from specplug.probe import Hardware
+from specplug.safetext import OneLine
 
 PLAN_VERSION = 1
 
@@ -29,15 +30,15 @@ class PlanModel(BaseModel):
 
 
 class ModelRef(PlanModel):
-    name: str = Field(description="What the user called it (alias, HF id or folder).")
-    hf_id: str = Field(description="Hugging Face id, or the absolute folder for local models.")
-    local_path: str | None = None
+    name: OneLine = Field(description="What the user called it (alias, HF id or folder).")
+    hf_id: OneLine = Field(description="Hugging Face id, or the absolute folder for local models.")
+    local_path: OneLine | None = None
     weight_format: str = Field("bf16", description="The checkpoint's own weight format (bf16, fp8, mxfp4, int4-awq ...).")
 
 
 class StackRef(PlanModel):
     name: StackName
-    version: str | None = Field(None, description="Version rendered for (installed, pinned or --stack-version).")
+    version: OneLine | None = Field(None, description="Version rendered for (installed, pinned or --stack-version).")
     version_source: str = Field("unknown", description="'installed', 'pinned', 'flag' or 'unknown'.")
 
 
@@ -54,7 +55,7 @@ class Speculation(PlanModel):
     """The chosen technique in canonical (stack-neutral) terms."""
 
     method: Method = "none"
-    drafter: str | None = Field(None, description="HF id or local folder of the draft model / head.")
+    drafter: OneLine | None = Field(None, description="HF id or local folder of the draft model / head.")
     num_speculative_tokens: int = Field(0, ge=0, le=64, description="Draft length k (0 when method is none).")
     tree: TreeSpec | None = Field(None, description="Tree shape for stacks that draft trees (SGLang, TRT-LLM).")
     prompt_lookup_min: int | None = Field(None, ge=1)

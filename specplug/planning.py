@@ -24,21 +24,27 @@ def plan_from_config(
     calibration: str | None = None,
 ) -> Plan:
     """Resolve every ``auto`` in ``cfg`` (stack, hardware, speculation) and fill the whole Plan."""
-    from specplug import capabilities
+    from specplug import stackcaps
     from specplug.policy.planner import plan
+    from specplug.validate import validate_plan
 
-    name = cfg.stack.name if "name" in cfg.stack.model_fields_set else capabilities.default_stack()
-    caps = capabilities.resolve(name, cfg.stack.version, stack_version)
-    return plan(cfg, caps, probed=probed, policy=policy, calibration=calibration)
+    name = cfg.stack.name if "name" in cfg.stack.model_fields_set else stackcaps.default_stack()
+    caps = stackcaps.resolve(name, cfg.stack.version, stack_version)
+    return plan(cfg, caps, probed=probed, policy=policy, calibration=calibration, validate=validate_plan)
 
 
 def estimate(model: str, method: str, *, stack: str = "vllm", stack_version: str | None = None, **kw: Any) -> Estimate:
     """Predicted speedup and acceptance of one configuration (the CLI's ``specplug estimate``); same keywords as
     :func:`specplug.policy.estimator.estimate`, with the stack's capabilities resolved here."""
-    from specplug import capabilities
+    from specplug import stackcaps
+    from specplug.adapter import is_stack, stack_names
+    from specplug.capabilities import RESEARCH_CODE
     from specplug.policy.estimator import estimate as score
+    from specplug.validate import validate_plan
 
-    return score(model, method, stack=stack, caps=capabilities.resolve(stack, None, stack_version), **kw)
+    if stack != RESEARCH_CODE and not is_stack(stack):
+        raise SpecplugError(f"Unknown stack '{stack}'.", f"Choose one of: {', '.join(stack_names())}, hf (research code).")
+    return score(model, method, stack=stack, caps=stackcaps.resolve(stack, None, stack_version), validate=validate_plan, **kw)
 
 
 def recommend(

@@ -13,10 +13,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from specplug.adapter import Adapter, LaunchSpec, get_adapter
-from specplug.config import Config, HardwareSpec, SpeculationSpec, StackSpec, load_config
+from specplug.config import Config, SpeculationSpec, explain_options, load_config
 from specplug.errors import SpecplugError
 from specplug.plan import Plan
 
@@ -79,14 +79,14 @@ def build_config(
     if model is not None:
         data["model"] = model
     version = stack_version if stack_version is not None else (cfg.stack.version if cfg.stack.name == stack else None)
-    data["stack"] = StackSpec(name=stack, version=version)
+    data["stack"] = {"name": stack, "version": version}
     if gpu is not None or num_gpus is not None:
         hw = cfg.hardware_spec().model_dump()
         if gpu is not None:
             hw["gpu"] = gpu
         if num_gpus is not None:
             hw["num_gpus"] = num_gpus
-        data["hardware"] = HardwareSpec(**hw)
+        data["hardware"] = hw
     if method is not None or drafter is not None or num_speculative_tokens is not None:
         base = cfg.speculation.model_dump() if isinstance(cfg.speculation, SpeculationSpec) else {}
         if method is not None:
@@ -110,8 +110,8 @@ def build_config(
     data["serve"] = serve
     try:
         return Config.model_validate(data)
-    except Exception as exc:  # pydantic ValidationError: flags produced an invalid combination
-        raise SpecplugError(f"Invalid options: {exc}") from None
+    except ValidationError as exc:  # flags produced an invalid value or combination
+        raise SpecplugError(explain_options(exc)) from None
 
 
 def _plan_from_config(cfg: Config, stack_version: str | None) -> Plan:
@@ -187,9 +187,16 @@ def command_lines(argv: list[str], files: dict[str, str]) -> list[str]:
 
 
 def env_lines(spec: LaunchSpec) -> list[str]:
-    out = [f"export {k}={shlex.quote(v)}" for k, v in spec.env.items()]
-    for target, source in spec.env_from.items():
-        out.append(f'export {target}="${{{source}:?set {source} to the value for {target}}}"')
+    """``export`` lines: names checked as variable names, values shell-quoted (a value may span lines)."""
+    from specplug.safetext import env_name
+    from specplug.templating import Verbatim
+
+    try:
+        out = [Verbatim(f"export {env_name(k)}={shlex.quote(v)}") for k, v in spec.env.items()]
+        for target, source in spec.env_from.items():
+            out.append(f'export {env_name(target)}="${{{env_name(source)}:?set {source} to the value for {target}}}"')
+    except ValueError as exc:
+        raise SpecplugError(f"Cannot write the launch environment: {exc}.") from None
     return out
 
 
@@ -206,7 +213,7 @@ def summary(plan: Plan) -> str:
 
 def _stamp_file(adapter: Any, name: str, content: str, plan: Plan, digest: str) -> str:
     from specplug import __version__
-    from specplug.templating import render_template
+    from specplug.templating import Verbatim, render_template
 
     ext = name.rsplit(".", 1)[-1]
     tmpl = adapter.template_name(plan.stack.version, ext)
@@ -219,7 +226,7 @@ def _stamp_file(adapter: Any, name: str, content: str, plan: Plan, digest: str) 
         specplug_version=__version__,
         inputs_hash=digest,
         summary=summary(plan),
-        body=content.rstrip("\n"),
+        body=Verbatim(content.rstrip("\n")),  # the adapter's own YAML/JSON dump, escaped by its dumper
     )
 
 
@@ -234,7 +241,7 @@ def script_text(adapter: Any, spec: LaunchSpec, plan: Plan, digest: str) -> str:
         specplug_version=__version__,
         inputs_hash=digest,
         summary=summary(plan),
-        notes=[n.replace("\n", " ") for n in spec.notes],
+        notes=spec.notes,
         passthrough=spec.env_passthrough,
         uses_here=bool(spec.files),
         env_lines=env_lines(spec),

@@ -108,8 +108,8 @@ def _catalog_model(ref: str | None) -> Model | None:
 
 
 def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
-    from specplug.capabilities import declared
     from specplug.policy.tokenizers import compatible
+    from specplug.stackcaps import declared
 
     s = plan.speculation
     if s.method != "draft_model" or not s.drafter:
@@ -133,9 +133,9 @@ def compatible_drafters(target: Model, stack: StackCapabilities | str) -> list[s
     """Separate draft models for ``target`` on ``stack`` (its capabilities, or its name): catalog draft_model drafters
     for it, then catalog models of its tokenizer family 1/200 to 1/6 of its size (largest first), all passing the
     vocabulary check."""
-    from specplug.capabilities import declared
     from specplug.catalog import drafters_for, get_model, models
     from specplug.policy.tokenizers import compatible
+    from specplug.stackcaps import declared
 
     if isinstance(stack, str):
         stack = declared(stack)

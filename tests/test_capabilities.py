@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from specplug import adapter as registry
-from specplug import capabilities, validate
+from specplug import capabilities, stackcaps, validate
 from specplug.config import Config
 from specplug.policy.planner import plan
 
@@ -29,7 +29,7 @@ def _plan(caps):
 
 
 def test_a_stack_is_costed_with_the_profile_its_adapter_declares(fork_registered):
-    vllm = capabilities.resolve("vllm", "0.32.0")
+    vllm = stackcaps.resolve("vllm", "0.32.0")
     assert vllm.cost_profile == "vllm" and vllm.costed_as({"vllm": None}) == "vllm"
     fork = dataclasses.replace(vllm, name="vllmfork", cost_profile="vllm")
     own, forked = _plan(vllm), _plan(fork)
@@ -40,16 +40,16 @@ def test_a_stack_is_costed_with_the_profile_its_adapter_declares(fork_registered
 
 
 def test_a_policy_row_under_the_stacks_own_name_wins_over_the_declared_profile():
-    caps = dataclasses.replace(capabilities.resolve("vllm"), name="vllmfork", cost_profile="sglang")
+    caps = dataclasses.replace(stackcaps.resolve("vllm"), name="vllmfork", cost_profile="sglang")
     assert caps.costed_as({"vllmfork": None, "sglang": None}) == "vllmfork"
     assert caps.costed_as({"sglang": None}) == "sglang"
 
 
 def test_the_vocabulary_rules_an_adapter_declares_reach_the_policy():
-    assert (capabilities.resolve("vllm").vocab_slack, capabilities.resolve("llamacpp").vocab_slack) == (0, 128)
-    assert capabilities.resolve("sglang").vocab_slack is None
-    assert "llama-server" in capabilities.resolve("llamacpp").vocab_mismatch
-    assert "assistant_tokenizer=" in capabilities.resolve(capabilities.RESEARCH_CODE).vocab_mismatch
+    assert (stackcaps.resolve("vllm").vocab_slack, stackcaps.resolve("llamacpp").vocab_slack) == (0, 128)
+    assert stackcaps.resolve("sglang").vocab_slack is None
+    assert "llama-server" in stackcaps.resolve("llamacpp").vocab_mismatch
+    assert "assistant_tokenizer=" in stackcaps.resolve(capabilities.RESEARCH_CODE).vocab_mismatch
 
 
 def test_estimate_costs_research_code_as_planning_resolves_it_when_no_capabilities_are_passed():
@@ -64,11 +64,10 @@ def test_estimate_costs_research_code_as_planning_resolves_it_when_no_capabiliti
     assert a.model_dump() == b.model_dump() and a.speedup > chain.speedup * 1.15
 
 
-def test_estimate_costs_a_stack_with_the_profile_its_adapter_declares(fork_registered, monkeypatch):
+def test_estimate_costs_a_stack_with_the_profile_its_adapter_declares(fork_registered):
     from specplug.policy import estimator
 
-    monkeypatch.setattr(estimator, "stack_names", lambda: ("sglang", "vllmfork"))
-    sglang = capabilities.resolve("sglang", "0.5.23")
+    sglang = stackcaps.resolve("sglang", "0.5.23")
     kw = {"gpu": "h100", "batch_size": 8, "num_speculative_tokens": 3}
     own = estimator.estimate("llama-3.1-8b", "eagle3", stack="sglang", caps=sglang, **kw)
     # A stack with no policy row of its own, declaring SGLang's profile, then the named default.

@@ -134,3 +134,88 @@ def test_compat_tokenizer_mismatch(run_cli, tmp_path):
     r = run_cli("check")
     assert r.exit_code == 1 and "cannot draft for meta-llama/Llama-3.1-70B-Instruct" in r.stdout
     assert "different tokenizers" in r.stdout
+
+
+# Without a lock, check runs what 'specplug plan' runs: a config plan refuses is reported with plan's reasons,
+# not only as "lock missing". name -> (specplug.yaml, a (kind, key) check must report, text of plan's message)
+HEAD = 'version: 1\nmodel: llama-3.1-70b\nstack: {name: vllm, version: "0.32.0"}\nhardware: {gpu: h100, num_gpus: 4}\n'
+UNPLANNABLE = {
+    "empty-file": ("", ("plan", None), "No model given"),
+    "eagle-k0": (
+        HEAD + "speculation: {method: eagle, drafter: yuhuili/EAGLE-LLaMA3.1-Instruct-70B, num_speculative_tokens: 0}\n",
+        ("plan", "speculation.num_speculative_tokens"),
+        "'eagle' with num_speculative_tokens=0",
+    ),
+    "drafter-of-another-vocabulary": (
+        HEAD + "speculation: {method: draft_model, drafter: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 4}\n",
+        ("plan", "speculation.drafter"),
+        "cannot draft for meta-llama/Llama-3.1-70B-Instruct",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNPLANNABLE))
+def test_without_a_lock_check_reports_what_plan_refuses(run_cli, tmp_path, name):
+    text, kind_key, needle = UNPLANNABLE[name]
+    (tmp_path / "specplug.yaml").write_text(text, encoding="utf-8")
+    planned = run_cli("plan")
+    assert planned.exit_code == 1 and needle in planned.stderr, planned.stderr
+    r = run_cli("check")
+    assert r.exit_code == 1, r.stdout + r.stderr
+    assert needle in r.stdout and "lock: missing" in r.stdout, r.stdout
+    assert "Internal error" not in r.stdout + r.stderr
+    r = run_cli("check", "--format", "json")
+    problems = r.json()["problems"]
+    assert kind_key in [(p["kind"], p["key"]) for p in problems]
+    assert problems[-1]["kind"] == "lock" and "fix the problem(s) above" in problems[-1]["fix"]
+
+
+def test_without_a_lock_a_plannable_config_is_only_missing_its_lock(run_cli, tmp_path):
+    run_cli(*INIT)
+    r = run_cli("check", "--format", "json")
+    assert r.exit_code == 1
+    assert [(p["kind"], p["fix"]) for p in r.json()["problems"]] == [("lock", "specplug plan -c specplug.yaml")]
+
+
+def test_drift_names_only_what_changed_and_reads_as_a_sentence(run_cli, tmp_path):
+    cfg = tmp_path / "specplug.yaml"
+    cfg.write_text(HEAD + "speculation: auto\n", encoding="utf-8")
+    assert run_cli("plan").exit_code == 0
+    cfg.write_text(HEAD + "speculation: {method: ngram, num_speculative_tokens: 4}\n", encoding="utf-8")
+    r = run_cli("check", "--format", "json")
+    assert r.exit_code == 1
+    drift = [p for p in r.json()["problems"] if p["kind"] == "drift"]
+    # One line for the key that changed (auto became a mapping), none for its unset members (null on both sides).
+    assert [(p["key"], p["message"]) for p in drift] == [
+        ("speculation", 'is {"method": "ngram", "num_speculative_tokens": 4} but the lock was planned with "auto"')
+    ]
+    r = run_cli("check")
+    assert "null" not in r.stdout, r.stdout
+
+
+def test_spec_changes_never_reports_equal_values():
+    from specplug.lock import spec_changes
+
+    old = {"serve": {"port": 8000, "max_num_seqs": None, "env": {}}, "speculation": "auto"}
+    new = {"serve": {"port": 8000, "env": {"A": None}}, "speculation": "auto", "added_default": None}
+    assert spec_changes(old, new) == []
+    assert spec_changes(old, {**new, "serve": {"port": 8001}}) == [("serve.port", 8000, 8001)]
+    assert spec_changes({"a": {"b": 1}}, {"a": None}) == [("a", {"b": 1}, None)]
+
+
+def test_drift_in_unset_keys_alone_is_one_line_about_the_lock(run_cli, tmp_path):
+    from specplug.lock import _digest
+
+    cfg = tmp_path / "specplug.yaml"
+    cfg.write_text(HEAD + "speculation: auto\n", encoding="utf-8")
+    assert run_cli("plan").exit_code == 0
+
+    def older_spec(d):  # as a lock from a specplug that recorded one more (unset) key
+        d["spec"]["serve"]["retired_option"] = None
+        d["inputs"]["config"] = _digest(d["spec"])
+
+    _edit_lock(tmp_path, older_spec)
+    r = run_cli("check", "--format", "json")
+    assert r.exit_code == 1
+    drift = [(p["key"], p["message"]) for p in r.json()["problems"] if p["kind"] == "drift"]
+    assert len(drift) == 1 and drift[0][0] == "spec" and "nothing set in the config changed" in drift[0][1], drift

@@ -1,5 +1,6 @@
 import pytest
 
+from specplug.adapter import stack_names
 from specplug.config import Config, SpeculationSpec, dump_config, json_schema, parse_config
 from specplug.errors import ConfigError
 
@@ -77,7 +78,7 @@ def test_json_schema_validates_a_real_file_and_rejects_unknown_keys():
     jsonschema = pytest.importorskip("jsonschema")
     import yaml
 
-    schema = json_schema()
+    schema = json_schema(stack_names())
     jsonschema.validate(yaml.safe_load(FULL), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"model": "x", "stak": "vllm"}, schema)
@@ -90,9 +91,9 @@ def test_speculation_spec_python_validation():
 
 def test_json_schema_accepts_the_stack_shorthand():
     jsonschema = pytest.importorskip("jsonschema")
-    jsonschema.validate({"model": "x", "stack": "vllm"}, json_schema())
+    jsonschema.validate({"model": "x", "stack": "vllm"}, json_schema(stack_names()))
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"model": "x", "stack": "vllmx"}, json_schema())
+        jsonschema.validate({"model": "x", "stack": "vllmx"}, json_schema(stack_names()))
 
 
 def test_speculation_is_read_as_the_member_its_method_names_with_that_methods_rules():
@@ -113,7 +114,7 @@ def test_speculation_is_read_as_the_member_its_method_names_with_that_methods_ru
 
 def test_json_schema_picks_the_speculation_member_by_method():
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json_schema()
+    schema = json_schema(stack_names())
     mapping = schema["properties"]["speculation"]["anyOf"][1]["discriminator"]["mapping"]
     assert mapping["ngram"].endswith("CopySpeculation") and mapping["mtp"].endswith("DrafterSpeculation")
     jsonschema.validate({"speculation": {"method": "eagle3", "drafter": "x", "num_speculative_tokens": 3}}, schema)

@@ -184,7 +184,9 @@ def test_sglang_multi_node_flags():
     plan = make_plan("sglang", "0.5.2", "ngram", "meta-llama/Llama-3.1-405B-Instruct", None, tp=16, nodes=2)
     lws = yaml.safe_load(render(plan, ["lws"])["lws/leaderworkerset.yaml"])
     validate_lws(lws)
-    script = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"][0]
+    written = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"][0]
+    assert "$(" not in written.replace("$$", "")  # nothing Kubernetes would expand itself
+    script = written.replace("$$", "$")  # what the container runs: Kubernetes reads $$ as a literal $
     assert "--nnodes 2" in script and '--node-rank "${LWS_WORKER_INDEX}"' in script
     assert '--dist-init-addr "${LWS_LEADER_ADDRESS}:20000"' in script
 

@@ -103,14 +103,14 @@ def _plan(model="tiny", extra=(), port=None):
 
 def test_hostile_model_and_extra_args_arrive_verbatim_as_single_argv_elements(stub, tmp_path):
     adapter, _ = stub
-    plan = _plan(model="; rm -rf ~ $(id)\nnext", extra=HOSTILE)
+    plan = _plan(model="; rm -rf ~ $(id) `id` 'q' \\next", extra=HOSTILE)
     out = io.StringIO()
     res = launcher.launch("vllm", plan=plan, wait=False, timeout=60, out=out)
     try:
         got = json.loads(adapter.stub.with_suffix(".json").read_text())
     finally:
         res.server.stop()
-    assert got[0] == "; rm -rf ~ $(id)\nnext"
+    assert got[0] == "; rm -rf ~ $(id) `id` 'q' \\next"
     assert got[3:] == HOSTILE
     assert not Path("/tmp/pwned").exists()
 

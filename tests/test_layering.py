@@ -107,6 +107,62 @@ def test_the_policy_never_imports_adapters():
     assert {m: found for m, found in offenders.items() if found} == {}
 
 
+# The floor below the registry: the policy and the data it plans from (config, Plan, capabilities, methods).
+PURE = ("specplug.policy", "specplug.config", "specplug.plan", "specplug.capabilities", "specplug.methods")
+# What asks the adapters, and the floors above it.
+REGISTRY = ("specplug.adapter", "specplug.adapters", "adapters", "specplug.stackcaps", "specplug.validate",
+            "specplug.planning", "specplug.rendering", "specplug.launcher", "specplug.commands", "specplug.cli")
+
+
+def _reach(module: str) -> set[str]:
+    """Every project module ``module`` can import when its code runs, lazy imports included, transitively."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for nxt in _project_imports(todo.pop(), top_level=False):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_policy_and_its_data_never_reach_the_registry_even_lazily():
+    offenders = {
+        module: sorted(m for m in _reach(module) if any(_in(m, r) for r in REGISTRY))
+        for module in MODULES
+        if any(_in(module, p) for p in PURE)
+    }
+    assert {m: found for m, found in offenders.items() if found} == {}
+
+
+def test_the_policy_plans_with_the_registry_poisoned():
+    """Capabilities as data in, a Plan out, and a lock naming a plugin not installed here still reads."""
+    proc = _run(f"""
+        import sys
+        for name in {list(REGISTRY)!r}:
+            sys.modules[name] = None  # any import of these now raises
+        from specplug.capabilities import StackCapabilities
+        from specplug.config import Config
+        from specplug.methods import SPECULATING
+        from specplug.plan import Plan
+        from specplug.policy.estimator import estimate
+        from specplug.policy.planner import plan
+
+        caps = StackCapabilities("vllm", "0.32.0", "pinned", {{m: None for m in SPECULATING}}, schedules=True)
+        cfg = Config.model_validate({{"model": "llama-3.1-8b", "stack": {{"name": "vllm", "version": "0.32.0"}},
+                                     "hardware": {{"gpu": "h100", "num_gpus": 1}}}})
+        p = plan(cfg, caps)
+        assert p.speculation.method != "none" and p.prediction.speedup > 1
+        assert estimate("llama-3.1-8b", "eagle3", gpu="h100", caps=caps).speedup > 1
+        data = p.model_dump(mode="json")
+        data["stack"]["name"] = "someplugin"
+        assert Plan.model_validate(data).stack.name == "someplugin"
+        print("ok")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "ok"
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=False)

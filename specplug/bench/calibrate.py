@@ -110,7 +110,7 @@ def calibrate(
     from specplug.config import METHODS, WORKLOADS
     from specplug.fileio import write_atomic
     from specplug.output import dump_yaml
-    from specplug.policy import estimate
+    from specplug.planning import estimate
     from specplug.policy.calibration import Calibration, CalibrationEntry
     from specplug.probe import resolve_hardware
 

@@ -12,7 +12,12 @@ from functools import cache
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+try:
+    import httpx
+except ImportError:  # the [bench] extra is not installed
+    from specplug.bench import missing_httpx
+
+    raise missing_httpx() from None
 
 from specplug.bench.metrics import Snapshot, parse_exposition
 from specplug.bench.prompts import Prompt

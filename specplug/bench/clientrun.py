@@ -13,7 +13,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import httpx
+try:
+    import httpx
+except ImportError:  # the [bench] extra is not installed
+    from specplug.bench import missing_httpx
+
+    raise missing_httpx() from None
 
 from specplug.bench.client import Endpoint, parse_endpoint
 from specplug.bench.metrics import (

@@ -9,7 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
+try:
+    import httpx
+except ImportError:  # the [bench] extra is not installed
+    from specplug.bench import missing_httpx
+
+    raise missing_httpx() from None
 
 from specplug.bench.client import Endpoint, RequestResult, make_client, preflight, scrape, stream_request
 from specplug.bench.metrics import Snapshot, detect_stack, needs_sampling, read_acceptance

@@ -15,17 +15,6 @@ from specplug.catalog._csv import integer, num, read_rows
 # drafters.csv spells the built-in MTP module 'mtp-builtin'; the rest of specplug says 'mtp'.
 _METHOD_NAMES = {"mtp-builtin": "mtp"}
 
-# Which checkpoint formats each method can come in; a row outside this table is a catalog error.
-FORMATS_BY_METHOD: dict[str, frozenset[str]] = {
-    "eagle": frozenset({"eagle1", "speculators"}),
-    "eagle3": frozenset({"eagle3", "speculators", "specforge"}),
-    "medusa": frozenset({"medusa"}),
-    "mlp_speculator": frozenset({"mlp_speculator"}),
-    "mtp": frozenset({"mtp"}),
-    "draft_model": frozenset({"draft_model", "pard"}),
-    "dflash": frozenset({"dflash"}),
-    "dspark": frozenset({"dspark"}),
-}
 
 # Names the `stacks` column may use: serving stacks plus the research code some heads only run in.
 STACK_NAMES = frozenset(

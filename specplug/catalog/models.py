@@ -13,6 +13,7 @@ from pathlib import Path
 from specplug.catalog._csv import aliases, integer, norm, num, read_rows
 from specplug.catalog.drafters import Drafter, drafters_for
 from specplug.errors import CatalogError
+from specplug.fileio import user_path
 
 # Architectures whose attention caches MLA's compressed latent (see Model.uses_mla).
 _MLA_ARCHITECTURES = ("deepseekv2", "deepseekv3", "kimik25", "glmmoedsa")
@@ -234,7 +235,7 @@ def _from_quant_suffix(name: str) -> Model | None:
 def _looks_like_path(name: str) -> bool:
     if name.lower().endswith(".gguf"):
         return True
-    return name.startswith((".", "/", "~")) or Path(name).expanduser().is_dir()
+    return name.startswith((".", "/", "~")) or user_path(name).is_dir()
 
 
 def get_model(name: str) -> Model:
@@ -300,7 +301,7 @@ def read_local_model(path: str) -> Model:
     for the vocabulary fingerprint that tokenizer-compatibility checks compare."""
     if path.lower().endswith(".gguf"):
         return read_gguf_model(path)
-    folder = Path(path).expanduser()
+    folder = user_path(path)
     cfg_file = folder / "config.json"
     if not folder.is_dir():
         raise CatalogError(f"Model folder '{path}' does not exist.", "Give a folder holding config.json.")
@@ -479,7 +480,7 @@ def _gguf_metadata(path: Path) -> dict[str, object]:
 
 def read_gguf_model(path: str) -> Model:
     """A llama.cpp GGUF file: architecture from its header, so planning works for GGUF-only deployments."""
-    file = Path(path).expanduser()
+    file = user_path(path)
     if not file.is_file():
         raise CatalogError(
             f"GGUF file '{path}' does not exist here.",

@@ -18,12 +18,13 @@ from specplug.commands._common import config_option
 )
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def check(config_path: str | None, rendered: tuple[str, ...], fmt: str) -> None:
-    """Check specplug.yaml, specplug.lock.yaml and rendered files; never re-plans, needs no GPU.
+    """Check specplug.yaml, specplug.lock.yaml and rendered files; never re-plans a locked config, needs no GPU.
 
     \b
     Exit codes:
       0  everything matches (warnings may print)
-      1  problems found: invalid schema, missing or drifted lock, incompatible plan, stale renders
+      1  problems found: invalid schema, missing or drifted lock, incompatible plan, stale renders;
+         without a lock, also what 'specplug plan' refuses in the config
       2  usage error: no config file, no such --rendered folder, bad option
     """
     import json

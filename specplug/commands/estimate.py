@@ -7,15 +7,14 @@ import sys
 import click
 
 from specplug.commands.choices import StackChoice
-from specplug.config import METHODS, WORKLOADS
+from specplug.config import WORKLOADS
+from specplug.methods import SPECULATING
 from specplug.output import emit, output_option
-
-_METHODS = tuple(m for m in METHODS if m != "none")
 
 
 @click.command()
 @click.option("--model", "-m", required=True, help="Target: catalog alias or HF id (e.g. lmsys/vicuna-13b-v1.3).")
-@click.option("--method", required=True, type=click.Choice(_METHODS), help="Technique.")
+@click.option("--method", required=True, type=click.Choice(SPECULATING), help="Technique.")
 @click.option("--drafter", default=None, help="Draft model or head (catalog alias or HF id; others get a size guess).")
 @click.option("--num-speculative-tokens", "-k", type=click.IntRange(1, 64), default=None, help="Draft length k / tree depth (default: best).")
 @click.option("--tree-topk", type=click.IntRange(1, 64), default=None, help="Tree branching (SGLang/TRT-LLM/research code).")
@@ -41,7 +40,7 @@ _METHODS = tuple(m for m in METHODS if m != "none")
 @output_option
 def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, stack_version, input_len, output_len, calibration, policy_path, traffic, traffic_map, quantization, kv_cache_dtype, output) -> None:
     """Estimate speedup and acceptance length for one configuration."""
-    from specplug.policy import estimate as run
+    from specplug.planning import estimate as run
     from specplug.traffic.records import using_field_map
 
     extra = {"traffic": traffic} if traffic else {}

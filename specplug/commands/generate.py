@@ -16,16 +16,18 @@ from specplug.output import emit, output_option, table
 @click.option("--method", type=click.Choice(["none", "ngram", "draft_model"]), default="ngram", show_default=True,
               help="How to draft: none (plain decoding), ngram (prompt lookup) or draft_model.")
 @click.option("--drafter", default=None, help="Draft model for --method draft_model (default: the model's own).")
-@click.option("-k", "k", type=int, default=4, show_default=True, help="Most draft tokens per step.")
+@click.option("-k", "k", type=click.IntRange(1, 64), default=4, show_default=True, help="Most draft tokens per step.")
 @click.option("--pace/--no-pace", default=True, show_default=True,
               help="Choose each step's draft length (up to k) from measured pass costs; --no-pace drafts k every step.")
 @click.option("--adaptive/--no-adaptive", default=False, show_default=True,
               help="Grow a sequence's k on full acceptance, shrink it on early rejection.")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy.")
-@click.option("--top-p", type=float, default=1.0, show_default=True)
-@click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
+@click.option("--temperature", type=click.FloatRange(0), default=0.0, show_default=True, help="0 is greedy.")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+              help="Nucleus sampling mass in (0, 1]; 1.0 turns top-p off.")
+@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True, help="0 turns top-k off.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling: the same seed gives the same text (drafting k every step, as --no-pace).")
-@click.option("--max-tokens", type=int, default=128, show_default=True, help="Most new tokens to generate.")
+@click.option("--max-tokens", type=click.IntRange(1, 131072), default=128, show_default=True,
+              help="Most new tokens to generate.")
 @click.option("--stop", multiple=True, help="Stop string (repeatable): the text ends before it; the tokens counted include it, as in vLLM.")
 @click.option("--prompt", "-p", default=None, help="Prompt text (raw, no chat template unless --chat); else stdin.")
 @click.option("--chat/--no-chat", default=False, show_default=True, help="Wrap the prompt in the chat template.")
@@ -53,10 +55,7 @@ def generate(
     output: str,
 ) -> None:
     """Generate text with speculative decoding and print it with acceptance statistics."""
-    if k < 1:
-        raise SpecplugError(f"-k must be >= 1, got {k}.")
-    if max_tokens < 1:
-        raise SpecplugError(f"--max-tokens must be >= 1, got {max_tokens}.")
+    # Out-of-range numbers are usage errors (exit 2), refused by the option types before any model loads.
     if prompt is None:
         if sys.stdin is None or sys.stdin.isatty():
             raise SpecplugError("No prompt given.", "Pass --prompt TEXT or pipe the prompt on stdin.")

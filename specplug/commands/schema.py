@@ -10,6 +10,7 @@ import click
 @click.command()
 def schema() -> None:
     """Print the JSON Schema of specplug.yaml (for editors and CI validators)."""
+    from specplug.adapter import stack_names
     from specplug.config import json_schema
 
-    click.echo(json.dumps(json_schema(), indent=2))
+    click.echo(json.dumps(json_schema(stack_names()), indent=2))

@@ -55,7 +55,8 @@ def tune(config_path, concurrency, traffic, traffic_map, workload, budget, candi
 
     Writes the pinned speculation (with its per-batch schedule), or 'method: none' and why, to specplug.yaml,
     merges the measured acceptance into the calibration file, re-plans the lock, and leaves tune.json, tune.csv
-    and tune.png in -o DIR. Ctrl-C stops cleanly; rerunning the same command resumes.
+    and tune.png in -o DIR. If the control or every candidate fails, nothing is decided or written and it exits 1.
+    Ctrl-C stops cleanly; rerunning the same command resumes.
     """
     from pathlib import Path
 
@@ -120,6 +121,9 @@ def tune(config_path, concurrency, traffic, traffic_map, workload, budget, candi
     if not ok:
         sys.stdout.flush()
         session.exit_interrupted()
+    if not rep.decision.decided:
+        sys.stdout.flush()
+        raise session.undecided_error(rep)
 
 
 def _digest(data) -> str:

@@ -1,9 +1,8 @@
-"""The policy engine and performance model behind ``specplug recommend`` and ``specplug estimate``
-(``recommend`` and ``plan_from_config`` live in specplug.planning, which resolves the stack first).
+"""The policy engine and performance model behind ``specplug recommend`` and ``specplug estimate``: pure
+functions of a config, the stack's capabilities (plain data) and the policy; it never imports the adapters.
+``recommend``, ``estimate`` and ``plan_from_config`` live in specplug.planning, which resolves the stack and
+runs its checks.
 
-Public API (same parameter names as the CLI flags)::
-
-    estimate(model, method, *, gpu, ...) -> Estimate
     load_policy(policy=None, overrides=None) -> Policy
 
 Names load lazily so that `specplug recommend` does not pay for estimate's models (start-up time).
@@ -15,7 +14,6 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "estimate": "specplug.planning",  # resolves the stack's capabilities, then specplug.policy.estimator
     "Estimate": "specplug.policy.estimator",
     "load_policy": "specplug.policy.data",
 }

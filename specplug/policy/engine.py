@@ -17,6 +17,7 @@ from specplug.catalog.drafters import Drafter, find_drafter
 from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight_format
 from specplug.config import TreeSpec
 from specplug.errors import CatalogError, SpecplugError
+from specplug.methods import BLOCK_METHODS, COPY_METHODS, SPECULATING
 from specplug.policy import perf
 from specplug.policy.perf import Arch, Device, Outcome, Shape
 from specplug.policy.schema import Policy, StackFactors
@@ -27,10 +28,8 @@ if TYPE_CHECKING:
     from specplug.policy.calibration import Calibration
     from specplug.traffic import TrafficProfile
 
-HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash", "dspark")  # drafters trained on one target's features
-COPY_METHODS = ("ngram", "ngram_gpu", "suffix", "lookahead")
-# Candidate order: ties in predicted speedup go to the earlier (simpler to run) method.
-METHOD_ORDER = ("ngram", "ngram_gpu", "suffix", "mtp", "eagle3", "eagle", "draft_model", "dflash", "dspark", "medusa", "mlp_speculator", "lookahead")
+# Candidate order: the method table's, where ties in predicted speedup go to the earlier (simpler to run) method.
+METHOD_ORDER = SPECULATING
 
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -154,7 +153,7 @@ def local_layers(drafter: str) -> int | None:
 def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, caps: StackCapabilities, kv_bytes: float = 2.0) -> DraftChoice:
     """A user-named drafter: catalog model, catalog head, local folder or unknown HF id (size guessed)."""
     cat = find_drafter(drafter, target.base_model or target.hf_id)
-    if method in perf.BLOCK_METHODS:
+    if method in BLOCK_METHODS:
         layers = local_layers(drafter)
         arch = perf.dflash_arch(target_arch, layers) if layers else None
         return DraftChoice(method, cat.drafter_hf_id if cat else drafter, drafter_arch=arch, catalog=cat)
@@ -351,7 +350,7 @@ def memory(
             dw = da.params_b * da.weight_bytes / dtp
             if d.method == "draft_model":
                 dkv = tokens * da.kv_bytes_per_token / dtp / 1e9
-            elif d.method in ("eagle", "eagle3", "mtp", *perf.BLOCK_METHODS):
+            elif d.method in ("eagle", "eagle3", "mtp", *BLOCK_METHODS):
                 # One (EAGLE, MTP) or a few (DFlash) layers' KV cache at the target's shape.
                 dkv = tokens * target.kv_bytes_per_token / max(target.layers, 1) * da.layers / kv_split / 1e9
     rules = policy.rules.memory

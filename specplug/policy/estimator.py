@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
 from specplug.catalog import get_gpu
 from specplug.catalog.precision import kv_cache_bytes
-from specplug.config import METHODS, WORKLOADS, TreeSpec, WorkloadSpec, stack_names
+from specplug.config import WORKLOADS, ServeOptions, TreeSpec, WorkloadSpec
 from specplug.errors import SpecplugError
+from specplug.methods import HEAD_METHODS, SPECULATING
+from specplug.plan import ModelRef, Parallelism, Plan, Speculation, StackRef
 from specplug.policy import engine as E
 from specplug.policy.data import load_policy
 from specplug.policy.planner import cost_context
 from specplug.policy.schema import Policy
+from specplug.probe import Hardware
 
-ESTIMATE_METHODS = tuple(m for m in METHODS if m != "none")
+ESTIMATE_METHODS = SPECULATING
 
 
 class Estimate(BaseModel):
@@ -72,14 +76,15 @@ def estimate(
     traffic: str | Path | None = None,
     require_fit: bool = True,
     caps: StackCapabilities | None = None,
+    validate: Callable[[Plan], None] | None = None,
 ) -> Estimate:
-    """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given."""
+    """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given.
+    ``validate`` is the stack's checks, run on the Plan this estimate stands for (the caller's: the policy never
+    asks an adapter)."""
     if method not in ESTIMATE_METHODS:
         raise SpecplugError(f"Unknown method '{method}'.", f"Choose one of: {', '.join(ESTIMATE_METHODS)}.")
     if workload not in WORKLOADS:
         raise SpecplugError(f"Unknown workload '{workload}'.", f"Choose one of: {', '.join(WORKLOADS)}.")
-    if stack != RESEARCH_CODE and stack not in stack_names():
-        raise SpecplugError(f"Unknown stack '{stack}'.", f"Choose one of: {', '.join(stack_names())}, hf (research code).")
     for name, v, lo in (("num_gpus", num_gpus, 1), ("batch_size", batch_size, 1), ("input_len", input_len, 1), ("output_len", output_len, 1)):
         if v < lo:
             raise SpecplugError(f"{name} must be at least {lo}, got {v}.")
@@ -113,9 +118,9 @@ def estimate(
             )
         d = E.resolve_drafter(method, known[0].drafter_hf_id, m, target, pol, caps, kvb)
     else:
-        heads = m.known_drafters(method) if method in E.HEAD_METHODS else []
+        heads = m.known_drafters(method) if method in HEAD_METHODS else []
         d = E.DraftChoice(method, heads[0].drafter_hf_id if heads else None, catalog=heads[0] if heads else None)
-        if method in E.HEAD_METHODS and not heads:
+        if method in HEAD_METHODS and not heads:
             warnings.append(f"No published {method} head for {m.name} is known: the estimate assumes a typical one.")
         if method == "mtp" and not m.mtp_layers:
             warnings.append(f"{m.name} has no MTP layers: the estimate assumes it had one.")
@@ -137,11 +142,11 @@ def estimate(
     o = E.score(c, d, alpha, batch_size, E.shapes(c, method, num_speculative_tokens, tree))
     if tree is None and o.shape.steps:
         tree = TreeSpec(steps=o.shape.steps, topk=o.shape.topk, num_draft_tokens=o.shape.tokens)
-    if stack != RESEARCH_CODE:
+    if stack != RESEARCH_CODE and validate is not None:
         # The checks every command runs, on the k and version this estimate scored. A tree given here is costed as
         # published runs used it: stacks fill trees their own way, so its size is not held to the plan's rule.
-        _validate(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth, None,
-                  quantization, kv_cache_dtype)
+        validate(_plan_of(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth,
+                          quantization, kv_cache_dtype))
     mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, batch_size, input_len + output_len, d)
     if not mem.fits and not require_fit:
         warnings.append(f"Does not fit: {mem.used_gb:.1f} GB needed per GPU, {mem.usable_gb:.1f} GB usable.")
@@ -188,21 +193,15 @@ def _unresolved(stack: str) -> StackCapabilities:
     return research_code() if stack == RESEARCH_CODE else StackCapabilities(stack, None, "unknown")
 
 
-def _validate(m: Any, gpu: str, gpu_gb: float, n: int, caps: StackCapabilities, tp: int, pp: int, method: str,
-              drafter: str | None, k: int, tree: TreeSpec | None, quantization: str | None, kv_cache_dtype: str) -> None:
-    """The checks every command runs (specplug.validate), on the Plan this estimate stands for."""
-    from specplug.config import ServeOptions
-    from specplug.plan import ModelRef, Parallelism, Plan, Speculation, StackRef
-    from specplug.probe import Hardware
-    from specplug.validate import validate_plan
-
-    plan = Plan(
+def _plan_of(m: Any, gpu: str, gpu_gb: float, n: int, caps: StackCapabilities, tp: int, pp: int, method: str,
+             drafter: str | None, k: int, quantization: str | None, kv_cache_dtype: str) -> Plan:
+    """The Plan this estimate stands for, for the checks every command runs."""
+    return Plan(
         model=ModelRef(name=m.name, hf_id=m.local_path or m.hf_id, local_path=m.local_path, weight_format=m.weight_format),
         hardware=Hardware(gpu=gpu, num_gpus=n, memory_gb=gpu_gb, source="named"),
         stack=StackRef(name=caps.name, version=caps.version),  # type: ignore[arg-type]
         workload=WorkloadSpec(),
         parallelism=Parallelism(tensor_parallel_size=tp, pipeline_parallel_size=pp),
-        speculation=Speculation(method=method, drafter=drafter, num_speculative_tokens=k, tree=tree),  # type: ignore[arg-type]
+        speculation=Speculation(method=method, drafter=drafter, num_speculative_tokens=k),  # type: ignore[arg-type]
         serve=ServeOptions(quantization=quantization, kv_cache_dtype=kv_cache_dtype),  # type: ignore[arg-type]
     )
-    validate_plan(plan)

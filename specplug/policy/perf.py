@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specplug.methods import BLOCK_METHODS
 from specplug.policy.schema import MethodPrior, Policy, StackFactors
 
 
@@ -239,7 +240,6 @@ class StepCost:
 DFLASH_LAYERS = 5
 # Block drafters: decoder layers at the target's width that draft a whole block in one forward (DFlash; DSpark adds a
 # small sequential head over the block).
-BLOCK_METHODS = ("dflash", "dspark")
 
 
 def dflash_arch(target: Arch, layers: int = DFLASH_LAYERS) -> Arch:

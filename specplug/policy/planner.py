@@ -4,14 +4,16 @@ decision, its per-batch schedule, memory, and the Plan."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
-from specplug.config import LOOKUP_METHODS, Config, SpeculationSpec, TreeSpec
+from specplug.config import Config, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
+from specplug.methods import COPY_METHODS, HEAD_METHODS, LOOKUP_METHODS
 from specplug.plan import (
     Candidate,
     CurvePoint,
@@ -54,7 +56,7 @@ def _candidates(c: E.Context, model: Model, caps: StackCapabilities, kvb: float)
         if method not in c.policy.acceptance.methods:
             continue
         reason = supported.get(method, f"{stack} does not offer {method}")
-        if method in E.COPY_METHODS:
+        if method in COPY_METHODS:
             out.append(E.DraftChoice(method, ruled_out=reason))
         elif method == "mtp":
             d = E.DraftChoice(method, model.hf_id if model.mtp_layers else None, ruled_out=reason)
@@ -601,7 +603,7 @@ def _decide(s: Planning) -> None:
             if explicit.drafter
             else next((x for x in s.cands if x.method == explicit.method and x.drafter_id), E.DraftChoice(explicit.method))
         )
-        if explicit.method in E.HEAD_METHODS and not d.drafter_id:
+        if explicit.method in HEAD_METHODS and not d.drafter_id:
             raise SpecplugError(
                 f"speculation.method is {explicit.method} but no drafter is given and none is known for {s.model.name}.",
                 "Set speculation.drafter (or --drafter) to the head's Hugging Face id.",
@@ -693,7 +695,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             k = tree.steps
         s.spec = spec = Speculation(
             method=d.method,  # type: ignore[arg-type]
-            drafter=d.drafter_id if d.method not in E.COPY_METHODS else None,
+            drafter=d.drafter_id if d.method not in COPY_METHODS else None,
             num_speculative_tokens=k,
             tree=tree,
             schedule=explicit.schedule if explicit and explicit.schedule else sched,
@@ -833,6 +835,7 @@ def plan(
     probed: Any = None,
     policy: str | Path | dict[str, Any] | Policy | None = None,
     calibration: str | None = None,
+    validate: Callable[[Plan], None] | None = None,
     _fixing: bool = False,
 ) -> Plan:
     """Resolve every ``auto`` in ``cfg`` (hardware, speculation) for the stack ``caps`` describes and fill the
@@ -840,9 +843,11 @@ def plan(
 
     An explicit ``speculation:`` is kept as given (its k chosen when missing) and still predicted; a warning
     says when the policy would choose differently. A deployment that cannot fit in memory is an error that
-    lists the fixes with what each would give. Same inputs give an identical Plan.
+    lists the fixes with what each would give. Same inputs give an identical Plan. ``validate`` is the stack's
+    checks (the caller's: the policy never asks an adapter); it runs on the result and on every fix offered.
     """
-    s = Planning(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration}, _fixing)
+    s = Planning(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration, "validate": validate},
+                 _fixing)
     for stage in STAGES:
         stage(s)
     return _build(s)
@@ -872,22 +877,14 @@ def _build(s: Planning) -> Plan:
     )
     if s.prof is not None and "traffic" in Plan.model_fields:
         out.traffic = s.prof.summary()
-    _validate(out)
+    if s.plan_kw["validate"] is not None:
+        s.plan_kw["validate"](out)
     return out
 
 
 def _does_not_fit(message: str, fixes: list[str], otherwise: str) -> SpecplugError:
     """The error for a deployment that cannot start: never a speedup, always the planned fixes."""
     return SpecplugError(message, ("What would fit:\n  " + "\n  ".join(fixes)) if fixes else otherwise)
-
-
-def _validate(plan: Plan) -> None:
-    """The same checks render, launch and check run, on the Plan every command produces."""
-    try:
-        from specplug.validate import validate_plan
-    except ImportError:  # pragma: no cover - the validator module lands with the adapters' checks
-        return
-    validate_plan(plan)
 
 
 def borrowed_note(policy: Any, method: str) -> str | None:

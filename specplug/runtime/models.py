@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specplug.errors import SpecplugError
+from specplug.fileio import user_path
 from specplug.runtime import smollm2
 from specplug.runtime.smollm2 import DRAFT_VOCAB_FILE
 
@@ -83,7 +84,7 @@ def model_path(name: str) -> Path | str:
     """Where ``name`` lives: a packaged model (fetched/converted on first use), a folder, or a hub id."""
     if is_packaged(name):
         return PACKAGED[canonical(name)]()
-    path = Path(name).expanduser()
+    path = user_path(name)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise SpecplugError(f"{path} has no config.json, so it is not a Hugging Face model folder.")

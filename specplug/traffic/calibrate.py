@@ -27,7 +27,7 @@ def calibrate_traffic(
     from specplug.bench.calibrate import CalibrateReport, Row, Side
     from specplug.catalog import get_model
     from specplug.config import WORKLOADS
-    from specplug.policy import estimate
+    from specplug.planning import estimate
     from specplug.policy.calibration import entries_from_traffic, merge_into
     from specplug.policy.data import load_policy
     from specplug.probe import resolve_hardware

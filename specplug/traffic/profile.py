@@ -9,6 +9,7 @@ from typing import Any
 
 from specplug.catalog import Model
 from specplug.errors import SpecplugError
+from specplug.fileio import user_path
 from specplug.traffic.records import (
     DEFAULT_FIELD_MAP,
     DEFAULT_PROGRESS,
@@ -161,7 +162,7 @@ def load_traffic(
 
     from specplug.traffic.tokens import choose
 
-    p = Path(path).expanduser()
+    p = user_path(path)
     if not p.is_file():
         raise SpecplugError(f"Traffic file {p} does not exist.", "Pass a JSONL file of logged requests and completions.")
     if not 1 <= k_max <= 64:

@@ -58,6 +58,7 @@ class TrialSummary(BaseModel):
     status: str
     error: str | None = None
     log_tail: list[str] = Field(default_factory=list)
+    log_file: str | None = None
     levels: list[LevelStat] = Field(default_factory=list)
     speedups: list[Speedup] = Field(default_factory=list)
     acceptance: MeasuredAcceptance | None = None
@@ -75,6 +76,8 @@ class ConcurrencyChoice(BaseModel):
 
 
 class Decision(BaseModel):
+    decided: bool = Field(True, description="False when nothing was measured to compare (the control or every "
+                                            "candidate failed): a failure is no evidence, so nothing is written.")
     speculate: bool
     method: str = "none"
     drafter: str | None = None
@@ -148,7 +151,7 @@ def summarize(results: list[TrialResult], concurrency: list[int], margin: float)
     out = []
     for r in results:
         s = TrialSummary(id=r.id, method=r.method, drafter=r.drafter, k=r.k, status=r.status, error=r.error,
-                         log_tail=r.log_tail)
+                         log_tail=r.log_tail, log_file=r.log_file)
         if r.status == "done":
             s.levels = level_stats(r.runs, concurrency)
             if r.k > 0:
@@ -191,8 +194,16 @@ def decide(summaries: list[TrialSummary], concurrency: list[int], margin: float)
             notes.append(f"{s.id} is left out: its greedy outputs differ from the control's ({s.lossless.first}).")
             continue
         groups.setdefault((s.method, s.drafter), []).append(s)
+    failed = [s.id for s in summaries if s.status != "done"]
     if not any(s.k == 0 and s.status == "done" for s in summaries):
-        return Decision(speculate=False, why="The control (K=0) did not run, so nothing can be compared.", notes=notes)
+        return Decision(decided=False, speculate=False, why="The control (K=0) did not run, so nothing can be compared.",
+                        notes=notes)
+    if not any(s.k > 0 and s.status == "done" for s in summaries):
+        why = (f"No candidate was measured (failed: {', '.join(failed)}); a failure is no evidence against "
+               "speculation, so nothing was decided." if failed else "No candidate was measured, so nothing was decided.")
+        return Decision(decided=False, speculate=False, why=why, notes=notes)
+    # Failed trials measured nothing: the decision is among the others, and says which were not weighed.
+    unmeasured = f"; failed, not measured: {', '.join(failed)}" if failed else ""
     best: tuple[float, tuple[str, str | None], list[ConcurrencyChoice]] | None = None
     for key, trials in groups.items():
         choices = _schedule_points(trials, concurrency)
@@ -200,9 +211,9 @@ def decide(summaries: list[TrialSummary], concurrency: list[int], margin: float)
         if best is None or gain > best[0]:
             best = (gain, key, choices)
     if best is None or best[0] <= 0.0:
-        tried = ", ".join(sorted({_label(*k) for k in groups})) or "no candidate finished"
+        tried = ", ".join(sorted({_label(*k) for k in groups})) or "none whose outputs matched the control's"
         why = (f"No technique beat the control by the margin ({margin:.0%}) plus the run-to-run spread at any "
-               f"measured concurrency ({', '.join(map(str, concurrency))}); tried: {tried}.")
+               f"measured concurrency ({', '.join(map(str, concurrency))}); tried: {tried}{unmeasured}.")
         per = [ConcurrencyChoice(concurrency=c, k=0) for c in concurrency]
         return Decision(speculate=False, why=why, per_concurrency=per, notes=notes)
     _, (method, drafter), choices = best
@@ -214,7 +225,7 @@ def decide(summaries: list[TrialSummary], concurrency: list[int], margin: float)
     why = (f"{_label(method, drafter)} beat the control by more than the margin ({margin:.0%}) plus the spread at "
            f"concurrency {', '.join(str(c.concurrency) for c in on)}"
            + (f"; off (k=0) from {min(c.concurrency for c in choices if not c.k)}" if len(on) < len(choices) else "")
-           + ".")
+           + unmeasured + ".")
     return Decision(speculate=True, method=method, drafter=drafter, num_speculative_tokens=max(c.k for c in choices),
                     schedule=sched, per_concurrency=choices, why=why, notes=notes)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from specplug.errors import SpecplugError
+from specplug.fileio import user_path
 from specplug.plan import Plan
 from specplug.policy.calibration import CalibrationEntry
 from specplug.tune.decide import TrialSummary
@@ -106,5 +107,5 @@ def entries(plan: Plan, summaries: list[TrialSummary], out_dir: str | Path, temp
 def calibration_path(config_path: str | Path, named: str | None) -> tuple[Path, str]:
     """The calibration file to merge into, and how specplug.yaml names it (relative to its folder)."""
     rel = named or DEFAULT_CALIBRATION
-    p = Path(rel).expanduser()
+    p = user_path(rel)
     return (p if p.is_absolute() else Path(config_path).parent / p), rel

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import datetime
 import os
+import re
 import signal
 import socket
 import threading
@@ -28,6 +29,8 @@ from specplug.tune.state import Output, TrialResult
 from specplug.tune.trials import Trial
 
 LOG_TAIL_LINES = 20
+# The log of a trial's previous attempt (a resumed tune retries it): kept aside, out of this attempt's excerpt.
+PREVIOUS_LOG = "server.previous.log"
 
 # (trial id, concurrency, requests finished in this level)
 TickFn = Callable[[str, int, int], None]
@@ -62,6 +65,32 @@ def trial_plan(cfg: Config, config_path: str | Path, trial: Trial, port: int) ->
     return plan_fresh(trial_config(cfg, trial, cfg.stack.name, port), config_path)
 
 
+def fresh_log(run_dir: Path) -> Path:
+    """This attempt's server.log, empty: launch appends to it, and a retried trial's excerpt must be its own."""
+    log = run_dir / "server.log"
+    if log.is_file():
+        os.replace(log, run_dir / PREVIOUS_LOG)
+    return log
+
+
+def exit_status(code: int | None) -> str:
+    """A server's exit code the way a user reads it: a signal by name (a SIGKILL is often the OOM killer)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _first_line(message: str) -> str:
+    """launch's error without the log lines it goes on with (log_tail holds them), a signal named."""
+    first = message.split("\n", 1)[0].removesuffix(" Last lines:")
+    return re.sub(r"exited with code (-\d+)", lambda m: f"was {exit_status(int(m[1]))}", first)
+
+
 def _tail(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
     try:
         return path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
@@ -88,20 +117,20 @@ def _own_signals():
 def run_trial(
     trial: Trial, plan: Plan, settings: TuneSettings, prompts: list[Prompt], run_dir: Path, tick: TickFn | None = None,
 ) -> TrialResult:
-    """Launch, measure and stop one trial. A start that fails is a 'failed' result with the log's tail;
-    Ctrl-C stops the server and propagates."""
+    """Launch, measure and stop one trial. A start that fails, or a server that dies while measured, is a
+    'failed' result with its exit status and this attempt's log tail; Ctrl-C stops the server and propagates."""
     from specplug.launcher import launch
 
     run_dir.mkdir(parents=True, exist_ok=True)
     base = {"id": trial.id, "method": trial.method, "drafter": trial.drafter, "k": trial.k}
-    server_log = run_dir / "server.log"
+    server_log = fresh_log(run_dir)
     started = time.monotonic()
     with open(run_dir / "launch.log", "w", encoding="utf-8") as out, _own_signals():
         try:
             res = launch(plan.stack.name, plan=plan, wait=False, run_dir=str(run_dir),
                          timeout=settings.launch_timeout_s, out=out)
         except SpecplugError as exc:
-            return TrialResult(**base, status="failed", error=exc.message.split("\n", 1)[0],
+            return TrialResult(**base, status="failed", error=_first_line(exc.message),
                                log_tail=_tail(server_log) or _tail(run_dir / "launch.log"),
                                log_file=str(server_log if server_log.is_file() else run_dir / "launch.log"),
                                finished=_now())
@@ -116,13 +145,15 @@ def run_trial(
         key = os.environ.get(plan.serve.api_key_env) if plan.serve.api_key_env else None
         ep = Endpoint(f"http://127.0.0.1:{plan.serve.port}", api_key=key)
         runs, outputs = asyncio.run(_measure(ep, trial, settings, prompts, tick))
+        # A server that died before the end left levels cut short: a crash, not a measurement.
+        error = None if server.alive() else f"The server died during the measurement ({exit_status(server.proc.poll())})."
     except SpecplugError as exc:
-        alive = server.alive()
-        return TrialResult(**base, status="failed", error=exc.message + ("" if alive else " (the server died)"),
-                           log_tail=_tail(server_log), log_file=str(server_log), launch_s=round(launch_s, 2),
-                           finished=_now())
+        error = exc.message + ("" if server.alive() else f" (the server died: {exit_status(server.proc.poll())})")
     finally:
         server.stop()
+    if error is not None:
+        return TrialResult(**base, status="failed", error=error, log_tail=_tail(server_log), log_file=str(server_log),
+                           launch_s=round(launch_s, 2), finished=_now())
     return TrialResult(
         **base, status="done", launch_s=round(launch_s, 2), wall_s=round(time.monotonic() - started, 2),
         stack_version=res.spec.stack_version, runs=runs, outputs=outputs, log_file=str(server_log), finished=_now(),

@@ -150,9 +150,12 @@ def run_trials(
                     if res.log_file:
                         con.print(f"  full log: {res.log_file}", markup=False)
                     if trial.control:
+                        why = (res.error or "no reason given").rstrip(".")
                         raise SpecplugError(
-                            "The control (speculation off) did not start, so nothing can be compared.",
-                            f"Fix what its log says ({res.log_file or 'above'}) and rerun; finished trials are kept.",
+                            f"The control (speculation off) failed: {why}. Nothing can be compared without it, so "
+                            "specplug.yaml and the lock were left as they were.",
+                            f"Fix what its log says ({res.log_file or 'above'}) and rerun the same command; finished "
+                            "trials are kept.",
                         )
                 else:
                     con.print(f"{trial.id} done in {fmt_duration(res.wall_s or 0)}", highlight=False)
@@ -242,6 +245,15 @@ def finish(
     rep.chain = chain_points(summaries)
     if not complete:
         rep.notes.append("Interrupted: the decision covers the trials that finished; specplug.yaml was not changed.")
+    failed = [s.id for s in summaries if s.status != "done"]
+    if failed and decision.decided:
+        rep.notes.append(f"Not weighed (failed): {', '.join(failed)}. Rerun the same command to retry them; what "
+                         "was measured is kept.")
+    if not decision.decided:
+        # Failures are no evidence: the previous tune.json (which a lock may cite by digest) is left as it was.
+        rep.notes.append(f"Nothing written: specplug.yaml, the calibration, the lock and {Path(out_dir)}/tune.json "
+                         f"are as they were; the failures are in {S.path_in(out_dir)}.")
+        return rep
     write_back = complete and write_config
     entries = feedback.entries(rec, summaries, out_dir, settings.temperature) if write_back else []
     # The evidence first: whatever happens to the write-back below, the measurements are kept.
@@ -272,6 +284,22 @@ def finish(
                          + (f" and {cal_path} (calibration)." if rep.calibration_file else "."))
     rep.notes.append("Evidence: " + ", ".join(str(p) for p in paths))
     return rep
+
+
+def undecided_error(rep: TuneReport) -> SpecplugError:
+    """Why a tune decided nothing: each failed trial with its reason and its log's last lines, and what to do."""
+    lines = [f"{rep.decision.why} specplug.yaml, the calibration and the lock were left as they were."]
+    for t in rep.trials:
+        if t.status == "done":
+            continue
+        lines.append(f"  {t.id}: {t.error or 'failed'}" + (f" (log: {t.log_file})" if t.log_file else ""))
+        lines += [f"    | {ln}" for ln in t.log_tail[-4:]]
+    return SpecplugError(
+        "\n".join(lines),
+        "Fix what the logs say (a server killed for memory: free the GPU, or lower serve.max_model_len or "
+        "serve.max_num_seqs; a missing drafter: its path) and rerun the same command: it resumes, keeping the "
+        "control's measurement, and retries the failed trials.",
+    )
 
 
 def _write_decision(config_path: Path, cal_path: Path, cal_name: str, entries: list, block: dict[str, Any],

@@ -70,6 +70,8 @@ def render(rep: TuneReport) -> list[Any]:
         lines.append("Schedule: " + ", ".join(
             f"batch {e.min_batch}-{e.max_batch if e.max_batch is not None else '...'}: k={e.num_speculative_tokens}"
             for e in d.schedule))
+    elif not d.decided:
+        lines.append("Decision: none made (nothing was measured to compare)")
     else:
         lines.append("Decision: speculation: none")
     lines.append(f"Why: {d.why}")

@@ -13,13 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from specplug.methods import DRAFTER_METHODS
 from specplug.plan import Plan
 from specplug.tune.settings import TuneSettings, fmt_duration
 
 # Output tokens per second per stream before anything was measured here: a CPU-sized guess, refined by the control.
 STREAM_TOKENS_PER_S_PRIOR = 25.0
-# Methods whose drafter is a separate model the user may name with --drafter.
-DRAFTER_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
 # A pinned speculation's settings besides method, drafter and k: its trials run with them and they are written back.
 PINNED_KEYS = ("tree", "prompt_lookup_min", "prompt_lookup_max", "draft_tensor_parallel_size")
 

@@ -127,3 +127,30 @@ def test_methods_report_reasons_per_version():
     assert v.methods("0.32.0")["lookahead"].startswith("vLLM has no lookahead")
     assert v.methods("0.32.0")["eagle3"] is None
     assert "0.8.5" in v.methods("0.8.0")["eagle3"]
+
+
+SCHEDULE = [{"min_batch": 1, "max_batch": 4, "num_speculative_tokens": 4}, {"min_batch": 5, "num_speculative_tokens": 1}]
+DRAFTERS = {"eagle": "x/eagle-head", "eagle3": "x/eagle3-head", "draft_model": "x/small", "medusa": "x/medusa",
+            "mlp_speculator": "x/mlp"}
+
+
+def test_trtllm_unpinned_schedule_note_names_no_none_version():
+    notes = spec_of("trtllm", None, method="ngram", schedule=SCHEDULE).notes
+    assert "TensorRT-LLM (newest) has no draft_len_schedule for NGram; k=4 is used at every batch size." in notes
+
+
+@pytest.mark.parametrize("stack", ["vllm", "sglang", "trtllm", "llamacpp", "tgi"])
+def test_unpinned_version_never_prints_none(stack):
+    # Every method the newest version runs, with and without a per-batch schedule: no note says "<stack> None".
+    model = "t.gguf" if stack == "llamacpp" else "meta-llama/Llama-3.1-70B-Instruct"
+    for method, why in get_adapter(stack).methods(None).items():
+        if why is not None:
+            continue
+        for extra in ({}, {"schedule": SCHEDULE}):
+            try:
+                spec = spec_of(stack, None, model=model, method=method, drafter=DRAFTERS.get(method), **extra)
+            except StackError as exc:
+                assert " None " not in str(exc), str(exc)
+                continue
+            for note in spec.notes:
+                assert " None " not in note and not note.endswith(" None"), (method, note)

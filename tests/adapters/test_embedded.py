@@ -70,7 +70,7 @@ def test_api_key_is_a_reference_never_a_value(embedded, plan_factory):
 
 
 def test_hostile_names_stay_single_argv_elements(embedded, plan_factory):
-    evil = "x; rm -rf ~ $(id)\n"
+    evil = "x; rm -rf ~ $(id) `id` 'q'"
     spec = embedded.render(plan_factory("embedded", "0.1.0", model=evil, method="ngram", serve={"extra_args": ["--log-level", "$(id)"]}))
     assert evil in spec.argv
     assert spec.argv[-2:] == ["--log-level", "$(id)"]

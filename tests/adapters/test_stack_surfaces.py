@@ -120,14 +120,14 @@ DFLASH = "z-lab/Qwen3-8B-DFlash-b16"
 
 
 def test_sglang_schedules_the_eagle_family_only_and_the_planner_is_told_per_method():
-    from specplug import capabilities
+    from specplug import stackcaps
 
-    caps = capabilities.resolve("sglang", flag="0.5.23")
+    caps = stackcaps.resolve("sglang", flag="0.5.23")
     assert {"eagle", "eagle3", "mtp"} <= caps.schedule_methods
     assert caps.schedules_for("eagle3") and not caps.schedules_for("ngram") and not caps.schedules_for("dflash")
     # Before adaptive steps SGLang has no per-batch control at all; vLLM's schedule is method-blind.
-    assert not capabilities.resolve("sglang", flag="0.5.3").schedule_methods
-    vllm = capabilities.resolve("vllm", flag="0.32.0")
+    assert not stackcaps.resolve("sglang", flag="0.5.3").schedule_methods
+    vllm = stackcaps.resolve("vllm", flag="0.32.0")
     assert vllm.schedules_for("ngram") and vllm.schedules_for("dflash")
 
 

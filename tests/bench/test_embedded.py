@@ -87,7 +87,7 @@ def test_calibrate_moves_the_estimate_to_the_measurement(bench_dir, run_cli, tmp
     assert [e["workload"] for e in written["entries"]] == ["chat", "code-edit"]
     new = written["entries"][1]
     assert new["stack"] == "embedded" and new["num_speculative_tokens"] == 4 and new["measured_speedup"] > 0
-    from specplug.policy import estimate
+    from specplug.planning import estimate
     from specplug.policy.calibration import load_calibration
 
     assert len(load_calibration(out).entries) == 2

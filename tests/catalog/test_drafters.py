@@ -9,7 +9,6 @@ import pytest
 
 from specplug.catalog import get_model
 from specplug.catalog.drafters import (
-    FORMATS_BY_METHOD,
     STACK_NAMES,
     Drafter,
     drafters,
@@ -18,6 +17,7 @@ from specplug.catalog.drafters import (
     parse_stacks,
 )
 from specplug.errors import CatalogError
+from specplug.methods import FORMATS_BY_METHOD
 
 # Targets whose rows were added with the drafter refresh while models.csv gains them in a parallel change,
 # and older rows whose targets models.csv never had. Each is reported by name (xfail) until models.csv has it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import specplug
-from specplug import capabilities
+from specplug import stackcaps
 from specplug.planning import estimate
 
 PARD = "amd/PARD-Qwen3-0.6B"
@@ -13,11 +13,11 @@ H100 = {"gpu": "h100", "num_gpus": 1}
 
 
 def test_capability_follows_the_stack_version() -> None:
-    assert "pard" in capabilities.resolve("vllm", flag="0.32.0").parallel_drafting
-    assert "pard" not in capabilities.resolve("vllm", flag="0.31.0").parallel_drafting
-    assert "pard" in capabilities.resolve("trtllm", flag="1.3.0rc7").parallel_drafting
-    assert "pard" not in capabilities.resolve("trtllm", flag="1.2.0").parallel_drafting
-    assert not capabilities.resolve("sglang", flag="0.5.23").parallel_drafting
+    assert "pard" in stackcaps.resolve("vllm", flag="0.32.0").parallel_drafting
+    assert "pard" not in stackcaps.resolve("vllm", flag="0.31.0").parallel_drafting
+    assert "pard" in stackcaps.resolve("trtllm", flag="1.3.0rc7").parallel_drafting
+    assert "pard" not in stackcaps.resolve("trtllm", flag="1.2.0").parallel_drafting
+    assert not stackcaps.resolve("sglang", flag="0.5.23").parallel_drafting
 
 
 @pytest.mark.parametrize(("stack", "without", "with_"), [("vllm", "0.31.0", "0.32.0"), ("trtllm", "1.2.0", "1.3.0rc7")])

@@ -1,8 +1,9 @@
 import dataclasses
 
-from specplug.capabilities import StackCapabilities, declared, research_code
+from specplug.capabilities import StackCapabilities, research_code
 from specplug.catalog import get_model
 from specplug.policy.tokenizers import compatible
+from specplug.stackcaps import declared
 
 VLLM, LLAMACPP = declared("vllm"), declared("llamacpp")
 

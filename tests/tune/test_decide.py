@@ -78,3 +78,25 @@ def test_no_control_no_decision():
     ng = trial("ngram-k2", "ngram", 2, {1: [120, 120]})
     _, d = _decide([trial("control", "none", 0, {}, status="failed"), ng])
     assert not d.speculate and "control" in d.why
+    assert not d.decided
+
+
+def test_candidates_that_all_failed_are_no_evidence_and_decide_nothing():
+    control = trial("control", "none", 0, {1: [100, 100], 4: [100, 100], 16: [100, 100]})
+    crashed = [trial("ngram-k3", "ngram", 3, {}, status="failed"), trial("eagle3-k3", "eagle3", 3, {}, status="failed")]
+    _, d = _decide([control, *crashed])
+    assert not d.decided and not d.speculate
+    assert "No candidate was measured (failed: ngram-k3, eagle3-k3)" in d.why
+
+
+def test_measured_candidates_decide_and_the_failed_ones_are_named():
+    control = trial("control", "none", 0, {1: [100, 100], 4: [100, 100], 16: [100, 100]})
+    slower = trial("ngram-k2", "ngram", 2, {1: [90, 90], 4: [80, 80], 16: [70, 70]})
+    crashed = trial("eagle3-k3", "eagle3", 3, {}, status="failed")
+    _, d = _decide([control, slower, crashed])
+    # Measured slower is evidence (off is written); the crash is only named, not counted against eagle3.
+    assert d.decided and not d.speculate
+    assert d.why.endswith("tried: ngram; failed, not measured: eagle3-k3.")
+    faster = trial("ngram-k2", "ngram", 2, {1: [150, 150], 4: [150, 150], 16: [150, 150]})
+    _, d2 = _decide([control, faster, crashed])
+    assert d2.speculate and d2.why.endswith("; failed, not measured: eagle3-k3.")

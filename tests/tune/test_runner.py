@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
 from specplug.config import parse_config
 from specplug.tune.runner import level_order, trial_config
 from specplug.tune.settings import TuneSettings
@@ -25,3 +30,68 @@ def test_trial_fixes_k_at_every_batch_on_a_loopback_port():
 
 def test_repeats_are_interleaved():
     assert level_order(TuneSettings(concurrency=[1, 4, 16], repeats=2)) == [1, 4, 16, 1, 4, 16]
+
+
+def _settings() -> TuneSettings:
+    return TuneSettings(concurrency=[1], repeats=1, launch_timeout_s=5)
+
+
+def _trial() -> Trial:
+    return Trial(id="ngram-k3", method="ngram", k=3, candidate="ngram")
+
+
+def test_a_retried_trials_log_excerpt_is_this_attempts_not_the_last_runs(tmp_path, monkeypatch):
+    from specplug import launcher
+    from specplug.tune.runner import PREVIOUS_LOG, run_trial
+
+    run_dir = tmp_path / "runs" / "ngram-k3"
+    run_dir.mkdir(parents=True)
+    (run_dir / "server.log").write_text("last run: torch.OutOfMemoryError: CUDA out of memory\n")
+
+    def crashing(stack, *, plan, wait, run_dir, timeout, out):
+        # What launch does: append the server's output to server.log, then report the early exit.
+        with open(Path(run_dir) / "server.log", "a", encoding="utf-8") as log:
+            log.write("this run: OSError: [Errno 98] Address already in use\n")
+        raise launcher.StackUnavailable("The server exited with code -9 before it was healthy. Last lines:\n...",
+                                        "Full log: ...")
+
+    monkeypatch.setattr(launcher, "launch", crashing)
+    res = run_trial(_trial(), SimpleNamespace(stack=SimpleNamespace(name="vllm")), _settings(), [], run_dir)
+    assert res.status == "failed" and res.error == "The server was killed by SIGKILL before it was healthy."
+    assert res.log_tail == ["this run: OSError: [Errno 98] Address already in use"]
+    assert res.log_file == str(run_dir / "server.log")
+    assert "last run" in (run_dir / PREVIOUS_LOG).read_text()  # kept aside, not lost
+
+
+class _DeadServer:
+    forwarded = None
+    proc = SimpleNamespace(poll=lambda: -9)
+
+    def alive(self) -> bool:
+        return False
+
+    def stop(self) -> int:
+        return -9
+
+
+@pytest.mark.parametrize("bench_raises", [True, False])
+def test_a_server_that_dies_while_measured_is_a_failure_with_its_exit_status(tmp_path, monkeypatch, bench_raises):
+    from specplug import launcher
+    from specplug.errors import SpecplugError
+    from specplug.tune import runner
+
+    def started(stack, **_):
+        return SimpleNamespace(server=_DeadServer(), spec=SimpleNamespace(stack_version="1"))
+
+    async def measure(*_):
+        if bench_raises:
+            raise SpecplugError("Every request to http://127.0.0.1:1 failed at concurrency 1: connection refused.")
+        return [], []
+
+    monkeypatch.setattr(launcher, "launch", started)
+    monkeypatch.setattr(runner, "_measure", measure)
+    plan = SimpleNamespace(stack=SimpleNamespace(name="vllm"), serve=SimpleNamespace(port=1, api_key_env=None))
+    res = runner.run_trial(_trial(), plan, _settings(), [], tmp_path / "run")
+    assert res.status == "failed" and res.runs == []
+    assert "killed by SIGKILL" in res.error
+    assert ("connection refused." in res.error) is bench_raises

@@ -26,6 +26,16 @@ def test_candidates_chosen_first_then_by_prediction_and_narrowed_by_methods():
     assert ks_for(got[0], s) == [1, 2, 3, 4] and ks_for(got[1], s) == [1, 4, 5, 6, 7]
 
 
+def test_a_named_drafter_applies_to_every_method_that_takes_one_and_no_other():
+    from specplug.methods import TABLE
+
+    s = TuneSettings(concurrency=[1], methods=[m.name for m in TABLE if m.name != "none"], drafter="my/drafter")
+    got = {c.method: c.drafter for c in candidates_from(_Plan(), s)}
+    # Block drafters take --drafter too (this list once lacked dflash and dspark); copy methods and MTP never do.
+    assert got["dflash"] == got["dspark"] == got["eagle3"] == got["draft_model"] == "my/drafter"
+    assert got["ngram"] is None and got["suffix"] is None and got["mtp"] is None
+
+
 def test_deepest_k_of_each_candidate_runs_right_after_the_control_and_the_budget_trims_the_rest():
     s = TuneSettings(concurrency=[1, 4], ks=[1, 2, 3], repeats=2)
     cands = [Candidate(method="ngram", predicted_k=2), Candidate(method="draft_model", drafter="d")]

@@ -1,0 +1,45 @@
+"""What a registered stack can do at a version, read off its adapter once: the only bridge from the adapter
+registry to the plain :class:`~specplug.capabilities.StackCapabilities` the policy receives."""
+
+from __future__ import annotations
+
+from specplug.adapter import default_stack, get_adapter
+from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
+
+__all__ = ["declared", "default_stack", "resolve"]
+
+
+def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> StackCapabilities:
+    """Capabilities of stack ``name`` at ``flag`` (--stack-version), else ``pinned`` (specplug.yaml), else the
+    installed version."""
+    if name == RESEARCH_CODE:
+        return research_code()
+    installed = None if flag or pinned else get_adapter(name).installed_version()
+    version, source = (flag, "flag") if flag else (pinned, "pinned") if pinned else (installed, "installed") if installed else (None, "unknown")
+    return declared(name, version, source)
+
+
+def declared(name: str, version: str | None = None, source: str = "unknown") -> StackCapabilities:
+    """What stack ``name``'s adapter declares at ``version``, without asking what is installed (the validator
+    checks a plan whose version is already settled)."""
+    if name == RESEARCH_CODE:
+        return research_code()
+    adapter = get_adapter(name)
+    return StackCapabilities(
+        name,
+        version,
+        source,
+        dict(adapter.methods(version)),
+        adapter.supports_schedule(version),
+        adapter.trees,
+        adapter.spec_running_cap,
+        adapter.max_batch,
+        adapter.cost_profile,
+        adapter.parallel_draft_formats(version),
+        adapter.schedule_methods(version),
+        adapter.vocab_mismatch,
+        adapter.vocab_slack,
+        frozenset(name for name, why in adapter.controls(version).items() if why is None),
+        adapter.draft_tp,
+        adapter.reserves_full_context,
+    )
