@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from specplug.adapter import Adapter, LaunchSpec, get_adapter
 from specplug.errors import SpecplugError, StackError
@@ -321,16 +321,6 @@ def launch(
     stack: str,
     *,
     config_path: str | None = None,
-    model: str | None = None,
-    gpu: str | None = None,
-    num_gpus: int | None = None,
-    method: str | None = None,
-    drafter: str | None = None,
-    num_speculative_tokens: int | None = None,
-    stack_version: str | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    extra_args: list[str] | tuple[str, ...] | None = None,
     dry_run: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     fallback: str | None = None,
@@ -339,8 +329,10 @@ def launch(
     wait: bool = True,
     plan: Plan | None = None,
     out: TextIO | None = None,
+    **flags: Any,
 ) -> LaunchResult:
-    """Resolve the plan, preflight, print the command, start STACK and supervise it.
+    """Resolve the plan (the config with the plan flags of :class:`~specplug.request.PlanRequest` on top), preflight,
+    print the command, start STACK and supervise it.
 
     ``wait=False`` returns as soon as the server is healthy (``result.server.stop()`` ends it); otherwise
     this blocks until the server exits or a signal arrives, and stops the whole process group on the way out.
@@ -350,20 +342,7 @@ def launch(
 
     out = out or sys.stdout
     if plan is None:
-        plan, cfg = plan_for_request(
-            stack,
-            config_path=config_path,
-            model=model,
-            gpu=gpu,
-            num_gpus=num_gpus,
-            method=method,
-            drafter=drafter,
-            num_speculative_tokens=num_speculative_tokens,
-            stack_version=stack_version,
-            host=host,
-            port=port,
-            extra_args=extra_args,
-        )
+        plan, cfg = plan_for_request(stack, config_path=config_path, **flags)
         if fallback is None and cfg.fallback != "none":
             fallback = cfg.fallback
     try:

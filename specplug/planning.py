@@ -50,30 +50,19 @@ def estimate(model: str, method: str, *, stack: str = "vllm", stack_version: str
 def recommend(
     model: str | None = None,
     *,
-    gpu: str | None = None,
-    num_gpus: int | None = None,
-    batch_size: int | None = None,
-    concurrency: int | None = None,
-    input_len: int | None = None,
-    output_len: int | None = None,
-    workload: str | None = None,
-    temperature: float | None = None,
-    stack: str | None = None,
-    stack_version: str | None = None,
-    drafter: str | None = None,
     config: str | Path | Config | None = None,
     policy: str | Path | dict[str, Any] | None = None,
     calibration: str | None = None,
     probed: Any = None,
-    traffic: str | Path | None = None,
-    quantization: str | None = None,
-    kv_cache_dtype: str | None = None,
+    **flags: Any,
 ) -> Plan:
-    """Recommend a speculative-decoding setup (the CLI's ``specplug recommend``); flags override the config.
-
-    Unset traffic flags fall back to the config file, then to chat, 1 request, 1024 in / 256 out, greedy.
+    """Recommend a speculative-decoding setup (the CLI's ``specplug recommend``): the config (a file, a Config or
+    none) with the plan flags of :class:`~specplug.request.PlanRequest` on top (``batch_size`` is
+    ``concurrency``). Unset traffic flags fall back to the config file, then to chat, 1 request, 1024 in / 256
+    out, greedy.
     """
     from specplug.config import load_config
+    from specplug.request import PlanRequest
 
     if isinstance(config, Config):
         cfg = config
@@ -81,49 +70,7 @@ def recommend(
         cfg = load_config(config)
     else:
         cfg = Config()
-    data = cfg.model_dump(exclude_unset=True)
-    if model:
-        data["model"] = model
-    if stack:
-        data["stack"] = {**(data.get("stack") or {}), "name": stack}
-    if gpu or num_gpus:
-        hw = data.get("hardware") if isinstance(data.get("hardware"), dict) else {}
-        data["hardware"] = {**hw, **({"gpu": gpu} if gpu else {}), **({"num_gpus": num_gpus} if num_gpus else {})}
-    wl = dict(data.get("workload") or {})
-    if batch_size is not None or concurrency is not None:
-        wl["concurrency"] = batch_size if batch_size is not None else concurrency
-    for key, val in (
-        ("input_len", input_len), ("output_len", output_len), ("type", workload), ("temperature", temperature),
-        ("traffic", str(traffic) if traffic is not None else None),
-    ):
-        if val is not None:
-            wl[key] = val
-    data["workload"] = wl
-    if quantization is not None or kv_cache_dtype is not None:
-        serve = dict(data.get("serve") or {})
-        if quantization is not None:
-            serve["quantization"] = quantization
-        if kv_cache_dtype is not None:
-            serve["kv_cache_dtype"] = kv_cache_dtype
-        data["serve"] = serve
-    if drafter:
-        spec = data.get("speculation") if isinstance(data.get("speculation"), dict) else None
-        if spec is None:
-            # A drafter alone means "use this draft model/head": infer the method from the catalog.
-            from specplug.catalog.drafters import find_drafter
-
-            cat = find_drafter(drafter)
-            data["speculation"] = {"method": cat.method if cat else "draft_model", "drafter": drafter}
-        else:
-            data["speculation"] = {**spec, "drafter": drafter}
-    from pydantic import ValidationError
-
-    try:
-        merged = Config.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise SpecplugError(
-            f"Invalid option {'.'.join(str(p) for p in err['loc'])}: {err['msg']}.",
-            "Run 'specplug recommend --help' for the accepted values.",
-        ) from None
-    return plan_from_config(merged, probed=probed, stack_version=stack_version, policy=policy, calibration=calibration)
+    request = PlanRequest.from_flags(model=model, **flags)
+    merged = request.apply(cfg)
+    return plan_from_config(merged, probed=probed, stack_version=request.stack_version, policy=policy,
+                            calibration=calibration)

@@ -13,12 +13,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from specplug.adapter import Adapter, LaunchSpec, get_adapter
-from specplug.config import Config, SpeculationSpec, explain_options, load_config
+from specplug.config import Config, load_config
 from specplug.errors import SpecplugError
 from specplug.plan import Plan
+from specplug.request import PlanRequest
 
 FORMATS = ("shell", "json", "yaml")
 
@@ -56,62 +57,12 @@ class Rendered(BaseModel):
 # ---------------------------------------------------------------------------------------------- plan
 
 
-def build_config(
-    stack: str,
-    *,
-    config_path: str | None = None,
-    model: str | None = None,
-    gpu: str | None = None,
-    num_gpus: int | None = None,
-    method: str | None = None,
-    drafter: str | None = None,
-    num_speculative_tokens: int | None = None,
-    stack_version: str | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    extra_args: list[str] | tuple[str, ...] | None = None,
-) -> Config:
+def build_config(stack: str, *, config_path: str | None = None, **flags: Any) -> Config:
     """specplug.yaml (``config_path``, else ./specplug.yaml, else defaults) with the flags laid on top."""
     from specplug.configfile import read_config
 
     cfg, _ = read_config(config_path)
-    data = cfg.model_dump(mode="python")
-    if model is not None:
-        data["model"] = model
-    version = stack_version if stack_version is not None else (cfg.stack.version if cfg.stack.name == stack else None)
-    data["stack"] = {"name": stack, "version": version}
-    if gpu is not None or num_gpus is not None:
-        hw = cfg.hardware_spec().model_dump()
-        if gpu is not None:
-            hw["gpu"] = gpu
-        if num_gpus is not None:
-            hw["num_gpus"] = num_gpus
-        data["hardware"] = hw
-    if method is not None or drafter is not None or num_speculative_tokens is not None:
-        base = cfg.speculation.model_dump() if isinstance(cfg.speculation, SpeculationSpec) else {}
-        if method is not None:
-            base = {"method": method} if method != base.get("method") else base
-        if "method" not in base:
-            raise SpecplugError(
-                "--drafter/-k need a technique to apply to.", "Add --method (ngram, draft_model, eagle3, ...)."
-            )
-        if drafter is not None:
-            base["drafter"] = drafter
-        if num_speculative_tokens is not None:
-            base["num_speculative_tokens"] = num_speculative_tokens
-        data["speculation"] = base  # validated below as the member its method names
-    serve = dict(data["serve"])
-    if host is not None:
-        serve["host"] = host
-    if port is not None:
-        serve["port"] = port
-    if extra_args:
-        serve["extra_args"] = [*serve.get("extra_args", []), *extra_args]
-    data["serve"] = serve
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:  # flags produced an invalid value or combination
-        raise SpecplugError(explain_options(exc)) from None
+    return PlanRequest.from_flags(stack=stack, **flags).apply(cfg)
 
 
 def _plan_from_config(cfg: Config, stack_version: str | None) -> Plan:
@@ -145,8 +96,7 @@ def plan_for_request(stack: str, *, config_path: str | None = None, **flags: Any
 
     cfg = build_config(stack, config_path=config_path, **flags)
     path = find_config(config_path)
-    overridden = any(v not in (None, [], ()) for k, v in flags.items() if k != "stack_version")
-    if path is not None and not overridden:
+    if path is not None and not PlanRequest.from_flags(**flags).overrides():
         from specplug.lock import lock_path_for, plan_for
 
         if lock_path_for(path).is_file() and load_config(path).stack.name == stack:
@@ -291,38 +241,17 @@ def render(
     stack: str,
     *,
     config_path: str | None = None,
-    model: str | None = None,
-    gpu: str | None = None,
-    num_gpus: int | None = None,
-    method: str | None = None,
-    drafter: str | None = None,
-    num_speculative_tokens: int | None = None,
-    stack_version: str | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    extra_args: list[str] | tuple[str, ...] | None = None,
     output_dir: str | None = None,
     format: str = "shell",
     plan: Plan | None = None,
+    **flags: Any,
 ) -> Rendered:
-    """Render STACK's launch for a config/flags (or an explicit ``plan``); write it when ``output_dir``."""
+    """Render STACK's launch for a config and the plan flags of :class:`~specplug.request.PlanRequest` (or an
+    explicit ``plan``); write it when ``output_dir``."""
     if format not in FORMATS:
         raise SpecplugError(f"Unknown format '{format}'.", f"Use one of: {', '.join(FORMATS)}.")
     if plan is None:
-        plan, _ = plan_for_request(
-            stack,
-            config_path=config_path,
-            model=model,
-            gpu=gpu,
-            num_gpus=num_gpus,
-            method=method,
-            drafter=drafter,
-            num_speculative_tokens=num_speculative_tokens,
-            stack_version=stack_version,
-            host=host,
-            port=port,
-            extra_args=extra_args,
-        )
+        plan, _ = plan_for_request(stack, config_path=config_path, **flags)
     elif plan.stack.name != stack:
         plan = plan.model_copy(update={"stack": plan.stack.model_copy(update={"name": stack})})
     r = render_plan(plan, format)

@@ -6,13 +6,13 @@ import sys
 
 import click
 
+from specplug.commands._common import plan_flags
 from specplug.commands.choices import StackChoice
-from specplug.commands.render import plan_options
 
 
 @click.command()
 @click.argument("stack", type=StackChoice())
-@plan_options
+@plan_flags
 @click.option("--dry-run", is_flag=True, help="Print the plan, checks and command; start nothing.")
 @click.option("--timeout", type=click.FloatRange(1), default=900, show_default=True,
               help="Seconds to wait for the health endpoint.")

@@ -6,36 +6,13 @@ import sys
 
 import click
 
-from specplug.commands._common import config_option
+from specplug.commands._common import plan_flags
 from specplug.commands.choices import StackChoice
-from specplug.config import METHODS
-
-
-def plan_options(f):
-    """The flags render and launch share (same names as the Python API's parameters)."""
-    opts = [
-        config_option,
-        click.option("--model", "-m", default=None, help="Model alias, Hugging Face id or local folder."),
-        click.option("--gpu", default=None, help="GPU catalog name to plan for (default: probe / config)."),
-        click.option("--num-gpus", type=click.IntRange(1, 1024), default=None),
-        click.option("--method", type=click.Choice(METHODS), default=None, help="Technique (default: policy picks)."),
-        click.option("--drafter", default=None, help="Draft model / head: HF id or local folder."),
-        click.option("-k", "--num-speculative-tokens", "num_speculative_tokens", type=click.IntRange(0, 64), default=None,
-                     help="Draft length."),
-        click.option("--stack-version", default=None, help="Render for this stack version (default: installed)."),
-        click.option("--host", default=None, help="Bind address (default 127.0.0.1)."),
-        click.option("--port", type=click.IntRange(1, 65535), default=None),
-        click.option("--extra-arg", "extra_args", multiple=True,
-                     help="Extra engine argument, passed verbatim as one argv element (repeatable)."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
 
 
 @click.command()
 @click.argument("stack", type=StackChoice())
-@plan_options
+@plan_flags
 @click.option("-o", "--output-dir", default=None, type=click.Path(file_okay=False),
               help="Write the script and files here (default: print).")
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "yaml"]), default="shell", show_default=True)
