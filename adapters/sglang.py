@@ -66,7 +66,6 @@ UNSUPPORTED = {
     "ngram_gpu": "SGLang has no GPU n-gram proposer (vLLM's ngram_gpu); its draft-free method is ngram (NGRAM).",
     "lookahead": "SGLang has no Jacobi lookahead decoding (its old LOOKAHEAD was the n-gram trie: method ngram).",
 }
-ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3", "STANDALONE")
 # SGLang silently caps running requests at 48 once speculation is on (PR #34290, issue #33199): always explicit.
 SPEC_DEFAULT_RUNNING = 48
 
@@ -160,7 +159,7 @@ class SGLangAdapter(BaseAdapter):
     executables = ("sglang", "python", "python3")
     method_table = METHODS
     control_table = FLAGS
-    trees = True  # ALGORITHMS_WITH_TREE draft steps x topk trees
+    trees = True  # EAGLE, EAGLE3 and STANDALONE draft steps x topk trees
     shards_heads = True
     draft_tp = "target"  # a STANDALONE draft model runs at the target's tensor parallel size
     spec_running_cap = SPEC_DEFAULT_RUNNING

@@ -67,7 +67,7 @@ UNSUPPORTED = {
     "mlp_speculator": "TensorRT-LLM has no MLP speculators; use EAGLE-3, MTP or a DraftTarget draft model.",
 }
 # The backend each decoding type needs: the PyTorch flow for the modern methods, a prebuilt TensorRT engine
-# for Medusa, Lookahead and EAGLE-1/2 (stacks.md 3.1, 8).
+# for Medusa, Lookahead and EAGLE-1/2.
 BACKEND = {
     "ngram": "pytorch",
     "draft_model": "pytorch",

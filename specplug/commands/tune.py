@@ -120,7 +120,7 @@ def tune(config_path, concurrency, traffic, traffic_map, workload, budget, candi
     emit(rep, output, show.render)
     if not ok:
         sys.stdout.flush()
-        session.exit_interrupted()
+        raise click.exceptions.Exit(130)  # Ctrl-C: the state file keeps the progress
     if not rep.decision.decided:
         sys.stdout.flush()
         raise session.undecided_error(rep)

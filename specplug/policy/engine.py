@@ -291,10 +291,6 @@ def score(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shap
     )
 
 
-def speedup_at(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
-    return score(c, d, alpha, batch, cands)
-
-
 # ------------------------------------------------------------------------------------------- memory
 
 
@@ -406,10 +402,3 @@ def load_calibration_opt(path: str | None) -> Calibration | None:
 
     return load_calibration(path)
 
-
-def fmt_x(x: float) -> str:
-    return f"{x:.2f}x"
-
-
-def as_dict(obj: Any) -> Any:
-    return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj

@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import click
-
 from specplug.bench.prompts import Prompt
 from specplug.config import Config, SpeculationSpec
 from specplug.errors import SpecplugError
@@ -341,6 +339,3 @@ def _one_line(text: str, width: int = 400) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
-
-def exit_interrupted() -> None:
-    raise click.exceptions.Exit(130)

@@ -8,10 +8,6 @@ from typing import Any
 from specplug.tune.evidence import TuneReport
 
 
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
 def _f(v: float | None, fmt: str = ".2f") -> str:
     return "-" if v is None else format(v, fmt)
 
