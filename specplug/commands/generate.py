@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -29,8 +30,10 @@ from specplug.output import emit, output_option, table
 @click.option("--max-tokens", type=click.IntRange(1, 131072), default=128, show_default=True,
               help="Most new tokens to generate.")
 @click.option("--stop", multiple=True, help="Stop string (repeatable): the text ends before it; the tokens counted include it, as in vLLM.")
-@click.option("--prompt", "-p", default=None, help="Prompt text (raw, no chat template unless --chat); else stdin.")
-@click.option("--chat/--no-chat", default=False, show_default=True, help="Wrap the prompt in the chat template.")
+@click.option("--prompt", "-p", default=None, help="Prompt text; else stdin.")
+# An instruct model fed a bare prompt often ends its answer at once (0 new tokens), so the template is the default.
+@click.option("--chat/--raw", " /--no-chat", "chat", default=None,
+              help="Wrap the prompt in the model's chat template (default: when the model has one), or feed it raw.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True)
@@ -49,7 +52,7 @@ def generate(
     max_tokens: int,
     stop: tuple[str, ...],
     prompt: str | None,
-    chat: bool,
+    chat: bool | None,
     device: str,
     dtype: str,
     output: str,
@@ -80,25 +83,42 @@ def generate(
     engine = build_engine(
         model, method=method, drafter=drafter, k=k, device=device, dtype=dtype, adaptive=adaptive, paced=pace
     )
-    tok = engine.tokenizer
-    if chat:
-        if not getattr(tok, "chat_template", None):
-            raise SpecplugError(f"Model {model!r} has no chat template.", "Drop --chat.")
-        ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-    else:
-        ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    if not ids:
-        raise SpecplugError("The prompt encodes to no tokens.")
+    ids, templated = _prompt_ids(engine.tokenizer, prompt, chat, model)
     params = GenerationParams(max_new_tokens=max_tokens, sampling=sampling, stop=tuple(stop))
-    result = engine.generate([list(ids)], params)[0]
+    result = engine.generate([ids], params)[0]
     stats = {"model": model, "method": engine.method, "k": k, "device": str(engine.device),
-             "finish_reason": result.finish_reason, **result.stats.as_dict()}
+             "prompt_format": "chat" if templated else "raw", "finish_reason": result.finish_reason,
+             **result.stats.as_dict()}
     data = {"text": result.text, "stats": stats}
+    if not result.stats.new_tokens:
+        click.echo(_empty_hint(templated, result.finish_reason), err=True)
 
     def render(d: dict) -> list:
         rows = [(key, value) for key, value in d["stats"].items()]
         return [d["text"], table("statistics", ["stat", "value"], rows)]
 
     emit(data, output, render)
+
+
+def _prompt_ids(tok: Any, prompt: str, chat: bool | None, model: str) -> tuple[list[int], bool]:
+    """The prompt's token ids, and whether they went through the chat template (``chat`` None: if it has one)."""
+    has_template = bool(getattr(tok, "chat_template", None))
+    if chat and not has_template:
+        raise SpecplugError(f"Model {model!r} has no chat template.", "Drop --chat, or pass --raw.")
+    if chat is False or not has_template:
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+    if not ids:
+        raise SpecplugError("The prompt encodes to no tokens.")
+    return list(ids), chat is not False and has_template
+
+
+def _empty_hint(templated: bool, finish_reason: str | None) -> str:
+    """Why a run can print no text, said instead of leaving an empty line."""
+    why = f"The model generated no tokens (finish reason: {finish_reason})."
+    if templated:
+        return f"warning: {why} Try another prompt, or --raw to continue the text as written."
+    return f"warning: {why} The prompt went in raw; an instruct model usually needs its chat template: drop --raw."

@@ -33,10 +33,16 @@ def gpus(name: str | None, output: str) -> None:
             _fmt(g.memory_bw_gbs),
             _fmt(g.tensor_tflops()),
             _fmt(g.fp8_tflops),
-            g.interconnect.split(":")[0] if g.interconnect else "",
+            _link(g.interconnect),
             "planning only" if g.planning_only else "",
         )
         for g in items
     ]
-    cols = ["name", "aliases", "mem GiB", "BW GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "interconnect", ""]
-    emit(items, output, lambda _: table(f"{len(items)} GPUs", cols, rows))
+    cols = ["name", "aliases", "mem GiB", "BW GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "interconnect", "note"]
+    # A narrow terminal drops the aliases first (every lookup accepts the name too), then the interconnect.
+    emit(items, output, lambda _: table(f"{len(items)} GPUs", cols, rows, optional=["aliases", "interconnect"]))
+
+
+def _link(interconnect: str | None) -> str:
+    """The interconnect's kind only ('NVLink 4'); its bandwidth and notes are in 'specplug gpus NAME'."""
+    return interconnect.split(":")[0].split(";")[0].strip() if interconnect else ""

@@ -81,10 +81,12 @@ def stacks(stack: str | None, output: str) -> None:
             )]
         t = table(
             "Serving stacks",
-            ["stack", "installed", "version", "techniques (at that version; newest known if not installed)", "controls"],
+            ["stack", "installed", "version", "techniques", "controls"],
             [(r["name"], "yes" if r["installed"] else "no", r["version"] or "-", ", ".join(r["supported"]) or "-",
               ", ".join(r["controls"]) or "-")
              for r in d["stacks"]],
+            legend=["techniques and controls: what specplug renders at the installed version, or at the newest it "
+                    "knows when the stack is not installed ('specplug stacks NAME' lists them per release)."],
         )
         out = [t]
         if d["broken_plugins"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import hashlib
 import importlib.util
 import io
@@ -27,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from specplug.errors import SpecplugError
@@ -122,15 +125,47 @@ def _publish(build: Path, final: Path) -> None:
         shutil.rmtree(build, ignore_errors=True)
 
 
+@contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """Turn off transformers' progress bars while the block runs: its loading and saving bars, and the bare
+    ``tqdm`` of its GGUF loader, which ``disable_progress_bar`` does not reach."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # another transformers layout: its GGUF bar, if any, is left as it is
+        gguf_utils = None
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            gguf_utils.tqdm = bar
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def ensure_target(dtype: str = "bfloat16") -> Path:
     """HF folder of SmolLM2-135M-Instruct, converted from the GGUF once and cached."""
     final = cache_dir() / "models" / TARGET_NAME
     if (final / "config.json").is_file():
         return final
+    gguf = find_gguf()
+    # One line instead of transformers' per-tensor bar: piped or logged, each of its 272 ticks is a line.
+    print(f"specplug: converting {GGUF_NAME} into {final} (first use only, about 10 s)", file=sys.stderr, flush=True)
+    with _quiet_progress():
+        return _convert(gguf, final, dtype)
+
+
+def _convert(gguf: Path, final: Path, dtype: str) -> Path:
+    """Dequantize ``gguf`` into a plain HF folder at ``final`` (see the module docstring)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    gguf = find_gguf()
     src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     cfg = src.config.to_dict()

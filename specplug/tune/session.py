@@ -8,6 +8,7 @@ import datetime
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,25 @@ def estimator(stack: str, settings: TuneSettings, requests_at: dict[int, int], s
     return est
 
 
+def _past_budget(plan: T.TrialPlan, trial: T.Trial, spent_s: float) -> bool:
+    """Whether starting ``trial`` now would end past the budget (the deciding trials always run: the plan was
+    refused up front if their estimate did not fit)."""
+    if plan.budget_s is None or trial.id in {t.id for t in plan.trials[:T.DECIDING]}:
+        return False
+    return spent_s + trial.estimate_s > plan.budget_s
+
+
+def _stop_at_budget(plan: T.TrialPlan, left: list[T.Trial], spent_s: float, con: Any) -> None:
+    """Leave the trials not started out of the plan, as if the budget had dropped them up front, and say so."""
+    ids = {t.id for t in left}
+    plan.trials = [t for t in plan.trials if t.id not in ids]
+    plan.dropped = [*plan.dropped, *left]
+    note = (f"--budget {fmt_duration(plan.budget_s or 0)}: stopped after {fmt_duration(spent_s)}, before "
+            f"{len(left)} trial(s) that would have ended past it: {', '.join(t.id for t in left)}.")
+    plan.notes.append(note)
+    con.print(note, markup=False, highlight=False)
+
+
 class Progress:
     """The rich progress bar: trial, concurrency, requests, and the time the plan says is left."""
 
@@ -107,9 +127,12 @@ class Progress:
 
 def run_trials(
     cfg: Config, config_path: Path, plan: T.TrialPlan, settings: TuneSettings, prompts: list[Prompt],
-    st: S.TuneState, out_dir: Path, requests_at: dict[int, int],
+    st: S.TuneState, out_dir: Path, requests_at: dict[int, int], clock: Callable[[], float] = time.monotonic,
 ) -> bool:
-    """Run every planned trial not finished yet, saving the state after each. Returns False on Ctrl-C."""
+    """Run every planned trial not finished yet, saving the state after each. Returns False on Ctrl-C.
+
+    With --budget, a trial whose estimate would end past the budget is not started (``clock`` measures the time
+    spent), so a tune overruns its budget by at most what one trial takes beyond its estimate."""
     from rich.markup import escape
 
     from specplug.tune.runner import free_port, run_trial, trial_plan
@@ -120,9 +143,13 @@ def run_trials(
     prog = Progress(plan, settings, requests_at, finished)
     con = prog.con
     previous = _term_as_interrupt()
+    started = clock()
     try:
         with prog.bar:
             for i, trial in enumerate(todo, 1):
+                if _past_budget(plan, trial, clock() - started):
+                    _stop_at_budget(plan, todo[i - 1:], clock() - started, con)
+                    break
                 prog.start(trial, i, len(todo))
                 count = [0]
 

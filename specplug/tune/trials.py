@@ -9,6 +9,7 @@ which measure what does not follow: the step cost at each k and concurrency.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -20,6 +21,8 @@ from specplug.tune.settings import TuneSettings, fmt_duration
 # Output tokens per second per stream before anything was measured here: a CPU-sized guess, refined by the control.
 STREAM_TOKENS_PER_S_PRIOR = 25.0
 # A pinned speculation's settings besides method, drafter and k: its trials run with them and they are written back.
+# The control and the first candidate's deepest k: the least that decides anything, kept whatever the budget.
+DECIDING = 2
 PINNED_KEYS = ("tree", "prompt_lookup_min", "prompt_lookup_max", "draft_tensor_parallel_size")
 
 
@@ -166,27 +169,39 @@ def build(
             else:
                 rest.append(((abs(k - (c.predicted_k or deepest)), rank), t))
     ordered = [control, *first, *(t for _, t in sorted(rest, key=lambda x: x[0]))]
+    if budget_s is not None:
+        check_budget(budget_s, sum(0.0 if t.id in done else t.estimate_s for t in ordered[:DECIDING]), est.basis)
     plan = TrialPlan(candidates=candidates, trials=[], budget_s=budget_s, estimate_basis=est.basis)
     total = 0.0
     for i, t in enumerate(ordered):
         cost = 0.0 if t.id in done else t.estimate_s
         # The control and the first candidate's deepest k are the least that decides anything: always kept.
-        if budget_s is not None and i >= 2 and total + cost > budget_s:
+        if budget_s is not None and i >= DECIDING and total + cost > budget_s:
             plan.dropped.append(t)
             continue
         plan.trials.append(t)
         total += cost
     plan.total_s = total
-    if budget_s is not None and total > budget_s:
-        plan.notes.append(
-            f"The budget ({fmt_duration(budget_s)}) is below the least that decides anything (the control and one "
-            f"candidate, about {fmt_duration(total)}); running those."
-        )
     if plan.dropped:
         plan.notes.append(
             f"--budget left out {len(plan.dropped)} trial(s): " + ", ".join(t.id for t in plan.dropped) + "."
         )
     return plan
+
+
+def check_budget(budget_s: float, least_s: float, basis: str) -> None:
+    """Refuse, before anything starts, a budget below the least that decides anything: a budget is a promise, and
+    running the control and one candidate past it would break it."""
+    if least_s <= budget_s:
+        return
+    from specplug.errors import SpecplugError
+
+    raise SpecplugError(
+        f"--budget {fmt_duration(budget_s)} is below the least that decides anything: the control and one candidate "
+        f"take about {fmt_duration(least_s)} ({'measured here' if basis == 'measured' else 'a rough prior'}).",
+        f"Raise it to --budget {fmt_duration(60 * math.ceil(least_s / 60))} or more, or make each trial shorter "
+        "(fewer --concurrency levels, --repeats 1, --level-seconds N, --num-prompts N).",
+    )
 
 
 def unique_labels(candidates: list[Candidate]) -> list[str]:

@@ -25,6 +25,7 @@ def test_plan_only_prints_what_will_run_in_order_and_starts_nothing(run_cli, tmp
         (["--plan-only"], None, 1, "No specplug.yaml here"),
         (["--plan-only", "--method", "warp"], CONFIG, 1, "unknown method 'warp'"),
         (["--plan-only", "--budget", "soon"], CONFIG, 1, "is not a duration"),
+        (["--plan-only", "--budget", "1s"], CONFIG, 1, "below the least that decides anything"),
         (["--plan-only", "-k", "0-3"], CONFIG, 1, "values must lie in 1..64"),
         (["--plan-only", "--concurrency", "1,x"], CONFIG, 2, "not a concurrency"),
         (["--plan-only", "--workload", "poems"], CONFIG, 1, "Unknown workload 'poems'"),

@@ -96,3 +96,35 @@ def test_a_failed_trials_error_is_printed_as_written_not_as_markup(tmp_path, mon
     with pytest.raises(SpecplugError, match="control .speculation off. failed: cannot plan it"):  # not rich's MarkupError
         session.run_trials(load_config(cfg_path), cfg_path, plan, settings, [], st, tmp_path / "out", {1: 1})
     assert "control failed: cannot plan it: HTTP 404 from [/v1/models]: [bold]no[/]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("trial_s", "ran"), [(60.0, 3), (80.0, 2)])
+def test_the_run_stops_before_a_trial_that_would_end_past_the_budget(tmp_path, monkeypatch, capsys, trial_s, ran):
+    """A fake clock and runner: trials estimated at 60 s take ``trial_s``. The plan fits three in 200 s; when they
+    run long, the third is not started, so the tune ends within its budget (never more than one trial's overrun)."""
+    from specplug.tune import runner
+
+    now = [1000.0]
+
+    def fake_run(trial_, tplan, settings, prompts, out_dir, tick):
+        now[0] += trial_s
+        return trial(trial_.id, trial_.method, trial_.k, {1: [100.0]})
+
+    monkeypatch.setattr(runner, "trial_plan", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "free_port", lambda: 0)
+    monkeypatch.setattr(runner, "run_trial", fake_run)
+    cfg_path = tmp_path / "specplug.yaml"
+    cfg_path.write_text(CONFIG)
+    settings = TuneSettings(concurrency=[1], ks=[1, 2, 3], repeats=1, check_prompts=0, budget_s=200)
+    plan = T.build([T.Candidate(method="ngram", predicted_k=3)], settings, T.Estimator(launch_s=10, level_s={1: 50}),
+                   settings.budget_s)
+    assert [t.id for t in plan.trials] == ["control", "ngram-k3", "ngram-k2"] and plan.total_s == 180
+    st = S.TuneState(fingerprint="f", settings=settings)
+    ok = session.run_trials(load_config(cfg_path), cfg_path, plan, settings, [], st, tmp_path / "out", {1: 1},
+                            clock=lambda: now[0])
+    spent = now[0] - 1000.0
+    assert ok and len(st.results) == ran and spent <= 200 + max(trial_s - 60, 0)
+    assert [t.id for t in plan.trials] == ["control", "ngram-k3", "ngram-k2"][:ran]
+    if ran < 3:
+        assert "ngram-k2" in [t.id for t in plan.dropped]
+        assert "--budget 3m20s: stopped after 2m40s" in capsys.readouterr().err

@@ -50,8 +50,24 @@ def test_deepest_k_of_each_candidate_runs_right_after_the_control_and_the_budget
     assert len(small.dropped) == 4 and "--budget left out 4" in small.notes[0]
     resumed = build(cands, s, est, budget_s=400, done={"control", "ngram-k3", "draft_model-d-k3"})
     assert len(resumed.trials) == 6  # the budget pays only for what is left to run
-    tiny = build(cands, s, est, budget_s=10)
-    assert [t.id for t in tiny.trials] == ["control", "ngram-k3"] and "below the least" in tiny.notes[0]
+
+
+def test_a_budget_below_the_least_that_decides_is_refused_up_front_with_that_least():
+    import pytest
+
+    from specplug.errors import SpecplugError
+
+    s = TuneSettings(concurrency=[1, 4], ks=[1, 2, 3], repeats=2)
+    cands = [Candidate(method="ngram", predicted_k=2), Candidate(method="draft_model", drafter="d")]
+    est = Estimator(launch_s=60, level_s={1: 20, 4: 10})  # 120 s a trial: control + one candidate = 4m
+    with pytest.raises(SpecplugError) as exc:
+        build(cands, s, est, budget_s=10)
+    assert "--budget 10s is below the least that decides anything" in exc.value.message
+    assert "about 4m" in exc.value.message and "Raise it to --budget 4m" in (exc.value.hint or "")
+    exact = build(cands, s, est, budget_s=240)  # exactly the least: runs those two, drops the rest
+    assert [t.id for t in exact.trials] == ["control", "ngram-k3"] and exact.total_s == 240
+    resumed = build(cands, s, est, budget_s=10, done={"control", "ngram-k3"})  # what is done costs nothing
+    assert [t.id for t in resumed.trials] == ["control", "ngram-k3"]
 
 
 def test_mirrors_of_one_drafter_get_their_own_trials_and_other_ids_stay():
