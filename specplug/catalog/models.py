@@ -1,17 +1,21 @@
-"""Model catalog: architecture facts for popular open models, plus local Hugging Face folders read offline."""
+"""Model catalog: architecture facts for popular open models, and the one resolver for a model name.
+
+``get_model`` takes a catalog alias or id, a Hugging Face Hub id (read from its config.json through
+huggingface_hub, at an optional ``@revision``), a local folder or a .gguf file. Catalog rows are curated facts
+with sources; a Hub id that is one is read from the Hub only when a revision is asked for, and then the row's
+facts override the derived ones field by field.
+"""
 
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field, replace
 from functools import cache
-from pathlib import Path
 
 from specplug.catalog._csv import aliases, integer, norm, num, read_rows
-from specplug.catalog.drafters import Drafter, drafters_for
+from specplug.catalog.drafters import Drafter, drafters_for, find_drafter
+from specplug.catalog.hub import is_repo_id, split_revision
 from specplug.errors import CatalogError
 from specplug.fileio import user_path
 
@@ -53,6 +57,23 @@ class Model:
     # just that window of their KV cache.
     sliding_window: int | None = None
     sliding_layers: int = 0
+    revision: str = ""  # the Hub commit the facts were read at
+    moe_shared_experts: int | None = None
+    # Multi-head latent attention ranks (DeepSeek V2/V3 and the models built on them).
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # Layers keeping a KV cache that grows with the context (None: all); hybrids' linear-attention and Mamba
+    # layers keep a fixed-size state instead.
+    attention_layers: int | None = None
+    # K+V values (or MLA latent values) one token adds over all layers, where config.json gave them layer by
+    # layer (heads that differ between layers); the part held in sliding-window layers.
+    kv_values_per_token: int | None = None
+    sliding_kv_values_per_token: int = 0
+    layer_kinds: dict[str, int] = field(default_factory=dict)  # e.g. {"linear_attention": 36, "full_attention": 12}
+    basis: dict[str, str] = field(default_factory=dict)  # field -> where its value came from
 
     @property
     def name(self) -> str:
@@ -67,7 +88,13 @@ class Model:
         """DeepSeek-V3-style multi-head latent attention caches one compressed latent per token and layer
         (DeepSeek-V2/V3/V3.2, Kimi-K2/K2.5 and GLM-5 all use the 512-d latent + 64-d rope key)."""
         arch = self.architecture.lower()
-        return any(a in arch for a in _MLA_ARCHITECTURES)
+        return self.kv_lora_rank is not None or any(a in arch for a in _MLA_ARCHITECTURES)
+
+    def basis_of(self, name: str) -> str:
+        """Where the value of field ``name`` came from: a config.json key, a rule, or the catalog row's source."""
+        if name in self.basis:
+            return self.basis[name]
+        return f"catalog: {self.source}" if self.confirmed not in ("local", "hub") else self.source
 
     def splits_heads(self, tp: int) -> bool:
         """Whether tensor parallel size ``tp`` shards the attention: it divides the heads, and the KV heads split
@@ -78,10 +105,12 @@ class Model:
         return heads % tp == 0 and (not kv or self.uses_mla or kv % tp == 0 or tp % kv == 0)
 
     def kv_bytes_per_token(self, dtype_bytes: float = 2.0) -> float:
-        """KV-cache bytes one token occupies across all layers (MLA: 512-d latent + 64-d rope key)."""
-        layers = self.num_layers or 0
+        """KV-cache bytes one token occupies across the layers that keep one (MLA: the latent + rope key)."""
+        if self.kv_values_per_token:
+            return self.kv_values_per_token * dtype_bytes
+        layers = self.attention_layers if self.attention_layers is not None else self.num_layers or 0
         if self.uses_mla:
-            return layers * (512 + 64) * dtype_bytes
+            return layers * ((self.kv_lora_rank or 512) + (self.qk_rope_head_dim or 64)) * dtype_bytes
         kv_heads = self.num_kv_heads or self.num_attention_heads or 0
         head_dim = self.head_dim or (
             (self.hidden_size or 0) // self.num_attention_heads if self.num_attention_heads else 0
@@ -93,7 +122,11 @@ class Model:
         layers keep only their window."""
         if not (self.sliding_window and self.sliding_layers and self.num_layers) or tokens <= self.sliding_window:
             return 1.0
-        return 1.0 - self.sliding_layers / self.num_layers * (1.0 - self.sliding_window / tokens)
+        if self.kv_values_per_token and self.sliding_kv_values_per_token:
+            sliding = self.sliding_kv_values_per_token / self.kv_values_per_token
+        else:
+            sliding = self.sliding_layers / (self.attention_layers or self.num_layers)
+        return 1.0 - sliding * (1.0 - self.sliding_window / tokens)
 
     @property
     def embedding_params_b(self) -> float:
@@ -149,6 +182,12 @@ def _row_to_model(r: dict[str, str]) -> Model:
         notes=r["notes"],
         sliding_window=integer(_extra(r, "sliding_window")),
         sliding_layers=integer(_extra(r, "sliding_window_layers")) or 0,
+        moe_shared_experts=integer(_extra(r, "n_shared_experts")),
+        q_lora_rank=integer(_extra(r, "q_lora_rank")),
+        kv_lora_rank=integer(_extra(r, "kv_lora_rank")),
+        qk_nope_head_dim=integer(_extra(r, "qk_nope_head_dim")),
+        qk_rope_head_dim=integer(_extra(r, "qk_rope_head_dim")),
+        v_head_dim=integer(_extra(r, "v_head_dim")),
     )
 
 
@@ -238,18 +277,41 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or user_path(name).is_dir()
 
 
-def get_model(name: str) -> Model:
-    """Resolve an alias ('llama-3.1-70b'), an HF id ('meta-llama/Llama-3.1-70B-Instruct') or a local folder.
+def get_model(name: str, revision: str | None = None) -> Model:
+    """Resolve an alias ('llama-3.1-70b'), an HF id ('meta-llama/Llama-3.1-70B-Instruct'), a local folder or a
+    .gguf file.
 
     A name that is not a catalog row but ends in a quantization suffix ('llama-3.1-70b-awq',
-    'RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic') resolves to its base model with that weight format."""
+    'RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic') resolves to its base model with that weight format. Any other
+    'org/name' is read from the Hugging Face Hub; ``revision`` (or 'org/name@revision') reads a branch, tag or
+    commit, catalog models included, whose curated facts then override the derived ones field by field."""
     if not name or not name.strip():
         raise CatalogError("No model given.", "Pass --model NAME (an alias, a Hugging Face id or a local folder).")
+    name = name.strip()
     if _looks_like_path(name):
+        if revision:
+            raise CatalogError(f"'{name}' is a local path; a revision names a version of a Hugging Face id.",
+                               "Leave the revision out, or name the model by its Hub id.")
+        from specplug.catalog.local import read_local_model
+
         return read_local_model(name)
-    m = _index().get(norm(name)) or _from_quant_suffix(name)
-    if m is not None:
+    repo, at = split_revision(name)
+    revision = revision or at
+    row = _index().get(norm(repo))
+    if revision is None and (m := row or _from_quant_suffix(repo)) is not None:
         return m
+    if revision is None and find_drafter(repo) is not None:
+        # Planning probes the catalog's drafters by id: those stay offline answers, as they were before the Hub.
+        raise CatalogError(f"'{repo}' is a drafter in the catalog, which has no model row for it.",
+                           f"Pass it with --drafter; to read its config.json from the Hub, name a revision ('{repo}@main').")
+    if is_repo_id(repo):
+        from specplug.catalog.hubmodel import merge_catalog, read_hub_model
+
+        derived = read_hub_model(repo, revision)
+        return merge_catalog(row, derived) if row else derived
+    if revision:
+        raise CatalogError(f"'{repo}' is not a Hugging Face id (org/name), so '@{revision}' names no revision.",
+                           "Name the model as org/name@revision, or leave the revision out for a catalog alias.")
     close = difflib.get_close_matches(norm(name), list(_index()), n=3, cutoff=0.6)
     # Prefer the canonical alias in suggestions rather than whichever key matched.
     names: list[str] = []
@@ -260,7 +322,8 @@ def get_model(name: str) -> Model:
     hint = f"Did you mean {', '.join(repr(n) for n in names)}? " if names else ""
     raise CatalogError(
         f"Unknown model '{name}'.",
-        f"{hint}Run 'specplug models list' or 'specplug models search TEXT', or pass a local model folder.",
+        f"{hint}Run 'specplug models list' or 'specplug models search TEXT', name a Hugging Face id (org/name), "
+        "or pass a local model folder.",
     )
 
 
@@ -294,233 +357,3 @@ def search_models(text: str) -> list[Model]:
         # Within a rank, an original release before its quantized re-uploads.
         ranked.append((rank, 1 if m.base_model else 0, pos, m))
     return [t[-1] for t in sorted(ranked, key=lambda t: t[:3])]
-
-
-def read_local_model(path: str) -> Model:
-    """Read a local Hugging Face model folder offline: config.json for the architecture, tokenizer files
-    for the vocabulary fingerprint that tokenizer-compatibility checks compare."""
-    if path.lower().endswith(".gguf"):
-        return read_gguf_model(path)
-    folder = user_path(path)
-    cfg_file = folder / "config.json"
-    if not folder.is_dir():
-        raise CatalogError(f"Model folder '{path}' does not exist.", "Give a folder holding config.json.")
-    if not cfg_file.is_file():
-        raise CatalogError(
-            f"'{path}' has no config.json, so it is not a Hugging Face model folder.",
-            "Point --model at the folder that holds config.json and the weights.",
-        )
-    try:
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CatalogError(f"Cannot read {cfg_file}: {exc}.", "Check that the file is valid JSON.") from None
-    text_cfg = cfg.get("text_config") or {}
-
-    def get(*keys: str):
-        for k in keys:
-            for c in (cfg, text_cfg):
-                if c.get(k) is not None:
-                    return c[k]
-        return None
-
-    hidden = get("hidden_size", "n_embd", "d_model")
-    heads = get("num_attention_heads", "n_head")
-    layers = get("num_hidden_layers", "n_layer", "num_layers")
-    inter = get("intermediate_size", "ffn_dim")
-    vocab = get("vocab_size")
-    kv_heads = get("num_key_value_heads") or heads
-    head_dim = get("head_dim") or (hidden // heads if hidden and heads else None)
-    tie = bool(get("tie_word_embeddings"))
-    experts = get("num_local_experts", "n_routed_experts", "num_experts")
-    params = _estimate_params(folder, hidden, inter, layers, heads, kv_heads, head_dim, vocab, tie)
-    vocab_fp, special = _tokenizer_fingerprint(folder)
-    archs = cfg.get("architectures") or [""]
-    return Model(
-        hf_id=str(folder.resolve()),
-        aliases=[folder.name],
-        family=str(cfg.get("model_type", "")),
-        params_b=params,
-        num_layers=layers,
-        hidden_size=hidden,
-        intermediate_size=inter,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab_size=vocab,
-        tokenizer_family=f"local:{vocab_fp}" if vocab_fp else "",
-        max_position_embeddings=get("max_position_embeddings", "n_positions"),
-        tie_word_embeddings=tie,
-        moe_num_experts=experts,
-        moe_experts_per_token=get("num_experts_per_tok"),
-        mtp_layers=int(get("num_nextn_predict_layers") or 0),
-        architecture=str(archs[0]),
-        source=f"local folder {folder}",
-        confirmed="local",
-        local_path=str(folder.resolve()),
-        special_tokens=special,
-        # Only layer_types says which layers slide (Qwen2 configs carry a sliding_window they do not use).
-        sliding_window=get("sliding_window") if isinstance(cfg.get("layer_types"), list) else None,
-        sliding_layers=sum(t == "sliding_attention" for t in cfg.get("layer_types") or []),
-    )
-
-
-def _estimate_params(folder: Path, hidden, inter, layers, heads, kv_heads, head_dim, vocab, tie) -> float | None:
-    """Billions of parameters: from safetensors headers when present (exact), else from the config dims."""
-    total = 0
-    for st in sorted(folder.glob("*.safetensors")):
-        try:
-            with st.open("rb") as fh:
-                n = int.from_bytes(fh.read(8), "little")
-                header = json.loads(fh.read(n))
-        except (OSError, ValueError):
-            total = 0
-            break
-        for key, meta in header.items():
-            if key == "__metadata__":
-                continue
-            count = 1
-            for d in meta.get("shape", []):
-                count *= d
-            total += count
-    if total:
-        return round(total / 1e9, 4)
-    if not all([hidden, inter, layers, heads, head_dim, vocab]):
-        return None
-    attn = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
-    mlp = 3 * hidden * inter
-    emb = vocab * hidden * (1 if tie else 2)
-    return round((layers * (attn + mlp) + emb) / 1e9, 4)
-
-
-def _tokenizer_fingerprint(folder: Path) -> tuple[str, dict[str, str]]:
-    """A short hash of the token->id map (tokenizer.json or vocab.json) and the special tokens, if any."""
-    vocab: dict | None = None
-    tj = folder / "tokenizer.json"
-    try:
-        if tj.is_file():
-            data = json.loads(tj.read_text(encoding="utf-8"))
-            vocab = (data.get("model") or {}).get("vocab")
-            if isinstance(vocab, list):  # unigram tokenizers store [piece, score] pairs
-                vocab = {p[0]: i for i, p in enumerate(vocab)}
-            for tok in data.get("added_tokens") or []:
-                vocab = dict(vocab or {})
-                vocab[tok["content"]] = tok["id"]
-        elif (folder / "vocab.json").is_file():
-            vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        vocab = None
-    special: dict[str, str] = {}
-    tc = folder / "tokenizer_config.json"
-    if tc.is_file():
-        try:
-            tcfg = json.loads(tc.read_text(encoding="utf-8"))
-            for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
-                val = tcfg.get(key)
-                if isinstance(val, dict):
-                    val = val.get("content")
-                if isinstance(val, str):
-                    special[key] = val
-        except (OSError, json.JSONDecodeError):
-            pass
-    if not vocab:
-        return "", special
-    blob = json.dumps(sorted(vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False).encode()
-    return hashlib.sha256(blob).hexdigest()[:16], special
-
-
-# ---------------------------------------------------------------------------------------------- GGUF files
-
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
-def _gguf_metadata(path: Path) -> dict[str, object]:
-    """The key/value header of a GGUF file (llama.cpp's format), read without loading any tensor.
-
-    Arrays are summarised by their length (the tokenizer's token list is what gives the vocabulary size)."""
-    import struct
-
-    def read(fmt: str):
-        size = struct.calcsize(fmt)
-        data = fh.read(size)
-        if len(data) != size:
-            raise ValueError("truncated GGUF header")
-        return struct.unpack(fmt, data)[0]
-
-    def read_str() -> str:
-        return fh.read(read("<Q")).decode("utf-8", errors="replace")
-
-    def read_value(vtype: int):
-        if vtype in _GGUF_SCALARS:
-            return read(_GGUF_SCALARS[vtype])
-        if vtype == 8:
-            return read_str()
-        if vtype == 9:
-            etype, count = read("<I"), read("<Q")
-            if etype in _GGUF_SCALARS:
-                fh.seek(struct.calcsize(_GGUF_SCALARS[etype]) * count, 1)
-            else:
-                for _ in range(count):
-                    read_value(etype)
-            return count
-        raise ValueError(f"unknown GGUF value type {vtype}")
-
-    with path.open("rb") as fh:
-        if fh.read(4) != b"GGUF":
-            raise ValueError("not a GGUF file (bad magic)")
-        version = read("<I")
-        if version < 2:
-            raise ValueError(f"GGUF version {version} is too old")
-        read("<Q")  # tensor count
-        meta: dict[str, object] = {}
-        for _ in range(read("<Q")):
-            key = read_str()
-            meta[key] = read_value(read("<I"))
-    return meta
-
-
-def read_gguf_model(path: str) -> Model:
-    """A llama.cpp GGUF file: architecture from its header, so planning works for GGUF-only deployments."""
-    file = user_path(path)
-    if not file.is_file():
-        raise CatalogError(
-            f"GGUF file '{path}' does not exist here.",
-            "Give the path of a local .gguf file, or the model's catalog alias / Hugging Face id.",
-        )
-    try:
-        meta = _gguf_metadata(file)
-    except (OSError, ValueError) as exc:
-        raise CatalogError(f"Cannot read GGUF file '{path}': {exc}.", "Check that it is a complete .gguf file.") from None
-    arch = str(meta.get("general.architecture", ""))
-
-    def get(key: str) -> int | None:
-        v = meta.get(f"{arch}.{key}")
-        return int(v) if isinstance(v, int | float) else None
-
-    hidden, heads, layers = get("embedding_length"), get("attention.head_count"), get("block_count")
-    kv_heads = get("attention.head_count_kv") or heads
-    head_dim = get("attention.key_length") or (hidden // heads if hidden and heads else None)
-    inter = get("feed_forward_length")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    vocab = int(tokens) if isinstance(tokens, int) else None
-    params = _estimate_params(file.parent / "__no_safetensors__", hidden, inter, layers, heads, kv_heads, head_dim, vocab, True)
-    name = str(meta.get("general.name") or file.stem)
-    return Model(
-        hf_id=str(file.resolve()),
-        aliases=[file.stem],
-        family=arch,
-        params_b=params,
-        num_layers=layers,
-        hidden_size=hidden,
-        intermediate_size=inter,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab_size=vocab,
-        tokenizer_family=f"gguf:{meta.get('tokenizer.ggml.model', '')}-{vocab}",
-        max_position_embeddings=get("context_length"),
-        tie_word_embeddings=True,
-        architecture=arch,
-        source=f"GGUF header of {file} ({name})",
-        confirmed="local",
-        local_path=str(file.resolve()),
-    )

@@ -20,6 +20,8 @@ def _row(m) -> tuple:
 
 
 _COLS = ["alias", "hf id", "params", "layers", "vocab", "tokenizer", "MTP", "drafters"]
+# Left out in this order when a terminal is too narrow for every column: 'specplug models show ALIAS' has them all.
+_OPTIONAL = ["hf id", "tokenizer", "vocab", "MTP", "layers"]
 
 
 @click.group()
@@ -34,7 +36,7 @@ def list_models(output: str) -> None:
     from specplug.catalog import models as all_models
 
     items = list(all_models())
-    emit(items, output, lambda _: table(f"{len(items)} models", _COLS, [_row(m) for m in items]))
+    emit(items, output, lambda _: table(f"{len(items)} models", _COLS, [_row(m) for m in items], optional=_OPTIONAL))
 
 
 @models.command("search")
@@ -45,28 +47,34 @@ def search(text: tuple[str, ...], output: str) -> None:
     from specplug.catalog import search_models
 
     items = search_models(" ".join(text))
-    emit(items, output, lambda _: table(f"{len(items)} match(es) for '{' '.join(text)}'", _COLS, [_row(m) for m in items]))
+    emit(items, output, lambda _: table(f"{len(items)} match(es) for '{' '.join(text)}'", _COLS, [_row(m) for m in items],
+                                        optional=_OPTIONAL))
 
 
 @models.command("show")
 @click.argument("name")
+@click.option("--revision", default=None, metavar="REV",
+              help="Read a Hugging Face id at this branch, tag or commit (same as NAME@REV); catalog facts still win.")
 @output_option
-def show(name: str, output: str) -> None:
-    """Show one model (alias, HF id or local folder) with its known drafters and where they load."""
+def show(name: str, revision: str | None, output: str) -> None:
+    """Show one model (alias, HF id or local folder): its facts, where each came from, and its known drafters."""
     from specplug.catalog import get_model
     from specplug.output import to_plain
 
-    m = get_model(name)
+    m = get_model(name, revision=revision)
     data = to_plain(m)
+    shown = [k for k, v in data.items() if k not in _NOT_FACTS and v not in (None, "", [], {}, 0)]
+    data["basis"] = {k: m.basis_of(k) for k in shown}
     data["known_drafters"] = [_drafter_plain(d) for d in _drafters_of(m)]
 
     def render(d):
-        facts = [(k, v) for k, v in d.items() if k not in ("known_drafters", "source", "notes") and v not in (None, "", [], {})]
-        out = [table(m.hf_id, ["field", "value"], facts)]
+        from rich.markup import escape
+
+        read_at = f"config.json at revision {m.revision[:10]} " if m.revision else ""
+        facts = [(k, escape(_value(d[k])), escape(_short_basis(d["basis"][k], read_at))) for k in shown]
+        out = [table(m.hf_id, ["field", "value", "basis"], facts)]
         if d["known_drafters"]:
             out.append(table("known drafters", _DRAFTER_COLS, [_drafter_row(x) for x in d["known_drafters"]]))
-            from rich.markup import escape
-
             # Bases quote configs like '[1, 46, 90]', which rich would otherwise read as markup.
             basis = [
                 escape(f"  {x['drafter_hf_id']}: {x['acceptance_length']:g} ({x['acceptance_basis']})")
@@ -82,13 +90,42 @@ def show(name: str, output: str) -> None:
                            + "\n".join(trained))
             if any(x["confirmed"] == "no" for x in d["known_drafters"]):
                 out.append("[dim]confirmed 'no': repository not confirmed to exist; listed for reference, never picked by the planner[/dim]")
-        out.append(f"[dim]source: {m.source}[/dim]")
+        if read_at:
+            out.append(f"[dim]basis 'config.json ...': {escape(read_at.strip())} of {escape(m.hf_id)}[/dim]")
+        out.append(f"[dim]source: {escape(m.source)}[/dim]")
         return out
 
     emit(data, output, render)
 
 
+# Identity, provenance and bookkeeping: printed apart from the facts, or not at all.
+_NOT_FACTS = {"hf_id", "source", "notes", "basis", "known_drafters", "special_tokens", "confirmed"}
+
+
+def _value(v: object) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {n}" for k, n in v.items())
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v)
+    return str(v)
+
+
+def _short_basis(basis: str, read_at: str) -> str:
+    """A fact's basis in the table: the key alone when it was read from the config.json named below the table,
+    'catalog' for a catalog row (its source is printed below)."""
+    if basis.startswith("catalog: "):
+        return "catalog"
+    if read_at and basis.startswith(read_at):
+        return "config.json " + basis[len(read_at):]
+    if read_at and basis.startswith("computed from " + read_at.strip()):
+        return "computed from config.json" + basis[len("computed from " + read_at.strip()):]
+    return basis
+
+
 _DRAFTER_COLS = ["method", "format", "drafter", "params (B)", "draft vocab", "stacks (first version)", "acceptance", "confirmed"]
+# Left out first in a narrow terminal: acceptance is listed again under the table, with its basis; format mostly
+# repeats the method.
+_DRAFTER_OPTIONAL = ["acceptance", "format", "draft vocab", "params (B)"]
 
 
 def _drafters_of(m: Model) -> list[Drafter]:
