@@ -6,17 +6,26 @@ the shared launcher. It binds 127.0.0.1 unless ``--host`` says otherwise; ``--ap
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both stream with ``"stream": true``),
 ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text, vLLM's metric names).
+
+SIGTERM drains: no new work (503s), in-flight requests get ``--shutdown-grace`` seconds to finish, then end
+with an OpenAI-shaped error (see :mod:`specplug.runtime.serving.lifecycle`).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
 
 API_KEY_ENV = "SPECPLUG_API_KEY"
 METHODS = ("none", "ngram", "draft_model")
+# Well inside the launcher's 20 s between SIGTERM and SIGKILL (specplug.launcher.STOP_GRACE).
+DEFAULT_SHUTDOWN_GRACE_S = 10.0
+# Longer than clients keep idle connections (httpx and the OpenAI SDK: 5 s; load balancers: 60 s), so a client
+# never sends a request down a connection the server is closing at that moment (it would get a read error).
+DEFAULT_KEEP_ALIVE_S = 75
 
 
 def _positive(text: str) -> int:
@@ -26,6 +35,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {v}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 <= v <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, got {text}")
     return v
 
 
@@ -68,6 +87,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--max-body-bytes", type=_positive, default=1 << 20, help="Largest request body (default 1 MiB).")
     s.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"), default="none",
                    help="Add vLLM's metrics.speculative_decoding to each response (default none, as vLLM).")
+    s.add_argument("--shutdown-grace", type=_seconds, default=DEFAULT_SHUTDOWN_GRACE_S, metavar="SECONDS",
+                   help="On SIGTERM, how long in-flight requests may take to finish before they are ended with a "
+                        f"503 or a stream error event (default {DEFAULT_SHUTDOWN_GRACE_S:.0f}).")
+    s.add_argument("--keep-alive-timeout", type=_positive, default=DEFAULT_KEEP_ALIVE_S, metavar="SECONDS",
+                   help=f"Close a kept-alive connection idle this long (default {DEFAULT_KEEP_ALIVE_S}).")
     s.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return p
 
@@ -87,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         from specplug.errors import SpecplugError
         from specplug.runtime.serving.app import ServerSettings, build_app
         from specplug.runtime.serving.backend import load_backend
+        from specplug.runtime.serving.lifecycle import Drain, DrainingServer
         from specplug.runtime.serving.metrics import ServerMetrics
         from specplug.runtime.serving.scheduler import Scheduler
     except ImportError as exc:
@@ -104,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), file=sys.stderr)
         return 1
 
+    # Everything loaded so far lives as long as the server: keep it out of the collector's full passes, which
+    # otherwise stop every thread (the event loop too) for up to half a second under load. vLLM does the same.
+    gc.collect()
+    gc.freeze()
     name = args.served_model_name or args.model
     max_model_len = min(args.max_model_len or model_info["max_model_len"], model_info["max_model_len"])
     settings = ServerSettings(
@@ -121,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     metrics = ServerMetrics(name, max_positions=max(args.num_speculative_tokens, 1))
     scheduler = Scheduler(backend, tokenizer, metrics, max_waiting=args.max_queue)
-    app = build_app(scheduler, tokenizer, settings, metrics)
+    drain = Drain()
+    app = build_app(scheduler, tokenizer, settings, metrics, drain)
     log.info(
         "serving %s on http://%s:%d/v1 (speculation: %s; batch %d, queue %d%s)",
         name, args.host, args.port, model_info.get("speculation", args.method), args.max_batch_size, args.max_queue,
@@ -129,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         log.warning("listening on %s without an API key: anyone who can reach this port can use the model", args.host)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                            timeout_keep_alive=args.keep_alive_timeout)
+    DrainingServer(config, drain, scheduler.abort_all, args.shutdown_grace).run()
     return 0
 
 

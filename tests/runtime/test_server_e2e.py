@@ -196,6 +196,29 @@ def test_64_concurrent_clients_zero_errors(server):
     assert _get(server + "/health")[0] == 200
 
 
+def test_an_idle_kept_alive_connection_outlives_client_pools(server):
+    """httpx and the OpenAI SDK keep an idle connection 5 s: the server must keep it longer, or a request sent
+    just as the server closes it is lost with a read error (uvicorn's default is also 5 s)."""
+    import http.client
+    from urllib.parse import urlparse
+
+    url = urlparse(server)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        conn.request("GET", "/health")
+        first = conn.getresponse()
+        first.read()
+        sock = conn.sock
+        time.sleep(6)
+        conn.request("GET", "/health")
+        second = conn.getresponse()
+        second.read()
+        assert (first.status, second.status) == (200, 200)
+        assert conn.sock is sock, "the second request needed a new connection"
+    finally:
+        conn.close()
+
+
 def _fuzz(schema, server: str, path: str, mode, examples: int, seen: dict[int, int]) -> None:
     from hypothesis import HealthCheck, given, settings
 

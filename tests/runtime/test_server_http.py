@@ -18,6 +18,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from specplug.runtime.serving.app import ServerSettings, build_app  # noqa: E402
+from specplug.runtime.serving.lifecycle import Drain  # noqa: E402
 from specplug.runtime.serving.metrics import ServerMetrics  # noqa: E402
 from specplug.runtime.serving.scheduler import Scheduler, StepOutput  # noqa: E402
 
@@ -85,13 +86,13 @@ class ScriptedBackend:
         self.live.pop(rid, None)
 
 
-def make_client(backend=None, max_waiting=64, **settings_kw):
+def make_client(backend=None, max_waiting=64, drain=None, **settings_kw):
     backend = backend or ScriptedBackend()
     tok = CharTokenizer()
     metrics = ServerMetrics("tiny")
     settings = ServerSettings(model_name="tiny", max_model_len=512, **{"max_tokens_limit": 256, **settings_kw})
     scheduler = Scheduler(backend, tok, metrics, max_waiting=max_waiting)
-    app = build_app(scheduler, tok, settings, metrics)
+    app = build_app(scheduler, tok, settings, metrics, drain)
     return TestClient(app), backend, scheduler
 
 
@@ -366,24 +367,202 @@ def test_full_queue_is_503_with_retry_after():
         assert c.get("/health").status_code == 200
 
 
+async def _cancelled_during_drain(app) -> tuple[list[dict], Drain]:
+    """Run ``app`` behind the guard, begin the drain, cancel it as uvicorn does past its timeout: what went out."""
+    from specplug.runtime.serving.app import GuardMiddleware
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    drain = Drain()
+    guard = GuardMiddleware(app, ServerSettings(model_name="tiny", max_model_len=8), ServerMetrics("tiny"), drain)
+    task = asyncio.create_task(guard({"type": "http", "path": "/v1/completions", "method": "GET", "headers": []},
+                                     receive, send))
+    await asyncio.sleep(0.05)
+    assert drain.in_flight == 1
+    drain.begin()
+    task.cancel()
+    await task  # no CancelledError out of the guard: uvicorn would log it with a traceback
+    return sent, drain
+
+
+def test_a_request_cancelled_in_the_drain_still_gets_an_openai_503():
+    async def hangs(scope, receive, send):
+        await asyncio.sleep(60)
+
+    sent, drain = asyncio.run(_cancelled_during_drain(hangs))
+    assert sent[0]["status"] == 503 and (b"connection", b"close") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"])["error"]["code"] == "server_shutting_down"
+    assert drain.in_flight == 0
+
+
+def test_a_stream_cancelled_in_the_drain_ends_with_an_error_event_and_done():
+    async def streams(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b'data: {"choices":[]}\n\n', "more_body": True})
+        await asyncio.sleep(60)
+
+    sent, _ = asyncio.run(_cancelled_during_drain(streams))
+    tail = sent[-1]
+    assert tail["more_body"] is False
+    error, done = tail["body"].decode().strip().split("\n\n")
+    assert json.loads(error.removeprefix("data: "))["error"]["code"] == "server_shutting_down"
+    assert done == "data: [DONE]"
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a /metrics body, read by prometheus_client's own parser: (name, labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_draining_refuses_new_work_with_openai_503_and_closes_the_connection():
+    drain = Drain()
+    c, _, _ = make_client(drain=drain)
+    with c:
+        assert c.get("/health").json()["status"] == "ok"
+        drain.begin()
+        for method, path in [("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]:
+            r = c.request(method, path, json={"model": "tiny", "prompt": "x"})
+            err = assert_openai_error(r, 503)
+            assert err["code"] == "server_shutting_down"
+            assert r.headers["retry-after"] == "1" and r.headers["connection"] == "close"
+        health = c.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "draining"
+        metrics = c.get("/metrics")
+        assert metrics.status_code == 200 and 'reason="shutting_down"' in metrics.text
+        assert drain.in_flight == 0
+
+
+def test_in_flight_requests_are_counted_for_the_drain():
+    drain = Drain()
+    backend = ScriptedBackend(max_batch_size=1, step_s=0.05)
+    c, _, _ = make_client(backend, drain=drain)
+    with c:
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(
+            c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 40})))
+        t.start()
+        deadline = time.time() + 5
+        while drain.in_flight == 0 and time.time() < deadline:
+            time.sleep(0.01)
+        assert drain.in_flight == 1
+        c.get("/health")
+        assert drain.in_flight == 1  # probes are not requests the drain waits for
+        t.join(10)
+    assert seen[0].status_code == 200 and drain.in_flight == 0
+
+
+def test_abort_ends_streams_with_an_error_event_then_done_and_others_with_503():
+    """What the end of the shutdown grace does: every request still running or queued ends OpenAI-shaped."""
+    backend = ScriptedBackend(max_batch_size=1, step_s=0.02)
+    c, _, scheduler = make_client(backend)
+    with c:
+        results: dict = {}
+
+        def stream():
+            body = {"model": "tiny", "prompt": "x", "max_tokens": 256, "stream": True}
+            with c.stream("POST", "/v1/completions", json=body) as r:
+                r.read()
+            results["stream"] = sse_events(r)
+
+        def plain():
+            results["plain"] = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 256})
+
+        threads = [threading.Thread(target=stream), threading.Thread(target=plain)]
+        for t in threads:
+            t.start()
+        deadline = time.time() + 5
+        while (scheduler.num_running + scheduler.num_waiting) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        assert scheduler.abort_all() == 2
+        for t in threads:
+            t.join(10)
+        events = results["stream"]
+        assert events[-1] == "[DONE]"
+        assert events[-2]["error"]["code"] == "server_shutting_down" and events[-2]["error"]["type"] == "server_error"
+        err = assert_openai_error(results["plain"], 503)
+        assert err["code"] == "server_shutting_down" and results["plain"].headers["retry-after"] == "1"
+        assert_openai_error(c.post("/v1/completions", json={"model": "tiny", "prompt": "x"}), 503)  # no new work
+
+
 def test_metrics_have_vllm_spec_decode_names(client):
     client.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 8})
-    text = client.get("/metrics").text
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)
-    assert values['vllm:spec_decode_num_drafts_total{model_name="tiny"}'] == 4
-    assert values['vllm:spec_decode_num_draft_tokens_total{model_name="tiny"}'] == 8
-    assert values['vllm:spec_decode_num_accepted_tokens_total{model_name="tiny"}'] == 4
-    assert values['vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="0"}'] == 4
-    assert values['vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="1"}'] == 0
-    assert values['vllm:generation_tokens_total{model_name="tiny"}'] == 8
-    assert values['vllm:request_success_total{model_name="tiny",finished_reason="length"}'] == 1
-    assert values['vllm:e2e_request_latency_seconds_count{model_name="tiny"}'] == 1
-    assert "# TYPE vllm:spec_decode_num_drafts counter" in text
-    assert "# TYPE vllm:time_to_first_token_seconds histogram" in text
+    values = _samples(client.get("/metrics").text)
+
+    def value(name: str, **labels: str) -> float:
+        return values[(name, frozenset({"model_name": "tiny", **labels}.items()))]
+
+    assert value("vllm:spec_decode_num_drafts_total") == 4
+    assert value("vllm:spec_decode_num_draft_tokens_total") == 8
+    assert value("vllm:spec_decode_num_accepted_tokens_total") == 4
+    assert value("vllm:spec_decode_num_accepted_tokens_per_pos_total", position="0") == 4
+    assert value("vllm:spec_decode_num_accepted_tokens_per_pos_total", position="1") == 0
+    assert value("vllm:generation_tokens_total") == 8
+    assert value("vllm:request_success_total", finished_reason="length") == 1
+    assert value("vllm:e2e_request_latency_seconds_count") == 1
+
+
+# Every family /metrics exports, with the type a Prometheus server must see (vLLM's names and types).
+EXPECTED_FAMILIES = {
+    "vllm:spec_decode_num_drafts": "counter",
+    "vllm:spec_decode_num_draft_tokens": "counter",
+    "vllm:spec_decode_num_accepted_tokens": "counter",
+    "vllm:spec_decode_num_accepted_tokens_per_pos": "counter",
+    "vllm:prompt_tokens": "counter",
+    "vllm:generation_tokens": "counter",
+    "vllm:request_success": "counter",
+    "specplug:requests_rejected": "counter",
+    "specplug:requests_cancelled": "counter",
+    "specplug:engine_steps": "counter",
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:time_per_output_token_seconds": "histogram",
+    "vllm:request_prompt_tokens": "histogram",
+    "vllm:request_generation_tokens": "histogram",
+}
+
+
+def test_metrics_are_valid_exposition_for_the_official_parser(client):
+    """prometheus_client's parser reads every family with its type: no empty counter, no untyped sample."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 8})
+    client.post("/v1/completions", json={"model": "tiny", "prompt": ""})  # a rejection, so a labelled series exists
+    r = client.get("/metrics")
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    created = {n for n in families if n.endswith("_created")}  # prometheus_client's creation-time gauges
+    assert all(families[n].type == "gauge" for n in created)
+    assert {n: f.type for n, f in families.items() if n not in created} == EXPECTED_FAMILIES
+    for name, fam in families.items():
+        assert fam.type in ("counter", "gauge", "histogram"), f"{name} is {fam.type}"
+        assert fam.samples, f"{name} has no samples"
+        for s in fam.samples:
+            assert isinstance(s.value, float) and s.value >= 0, s
+            assert s.labels["model_name"] == "tiny", s
+    assert families["vllm:spec_decode_num_drafts"].samples[0].name == "vllm:spec_decode_num_drafts_total"
+    assert "# TYPE vllm:spec_decode_num_drafts_total counter" in r.text  # HELP/TYPE name what samples carry
+    ttft = {s.name for s in families["vllm:time_to_first_token_seconds"].samples}
+    assert ttft == {"vllm:time_to_first_token_seconds_" + k for k in ("bucket", "count", "sum")}
+    rejected = families["specplug:requests_rejected"].samples
+    assert any(s.labels.get("reason") == "invalid_request" and s.value == 1 for s in rejected)
+
+
+def test_each_app_has_its_own_metrics():
+    a, b = ServerMetrics("a"), ServerMetrics("b")
+    a.engine_steps.inc(3)
+    assert a.engine_steps.value() == 3 and b.engine_steps.value() == 0
+    assert 'model_name="a"' not in b.render()
 
 
 def test_disconnect_cancels_the_request():

@@ -2,7 +2,9 @@
 
 Every failure a client can cause is a 4xx JSON body in OpenAI's error shape; the ASGI layers below the
 routes (body size, API key) answer in the same shape, and a catch-all turns a bug of ours into a 500 body
-rather than a dropped connection.
+rather than a dropped connection. Overload and shutdown are 503s in the same shape, with ``Retry-After``.
+The event loop only parses, tokenizes short texts and relays events: the model runs on the scheduler's
+engine thread, so ``/health`` and ``/metrics`` answer while it decodes.
 """
 
 from __future__ import annotations
@@ -22,8 +24,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from specplug.runtime.serving.metrics import ServerMetrics
-from specplug.runtime.serving.scheduler import QueueFull, RequestHandle, SamplingParams, Scheduler
+from specplug.runtime.serving.lifecycle import Drain
+from specplug.runtime.serving.metrics import CONTENT_TYPE, ServerMetrics
+from specplug.runtime.serving.scheduler import (
+    SHUTDOWN_MESSAGE,
+    SHUTTING_DOWN,
+    Event,
+    QueueFull,
+    RequestHandle,
+    SamplingParams,
+    Scheduler,
+    ShuttingDown,
+)
 from specplug.runtime.serving.schemas import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -38,7 +50,8 @@ from specplug.runtime.serving.schemas import (
 log = logging.getLogger("specplug.server")
 
 OPEN_PATHS = frozenset({"/health"})  # reachable without the API key (load balancers, specplug's health wait)
-DISCONNECT_POLL_S = 0.25
+PROBE_PATHS = frozenset({"/health", "/metrics"})  # answered while draining; not requests the drain waits for
+RETRY_AFTER_S = "1"
 
 
 @dataclass
@@ -62,32 +75,85 @@ class ApiError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
     def response(self) -> JSONResponse:
-        headers = {"Retry-After": "1"} if self.status == 503 else None
+        headers = {"Retry-After": RETRY_AFTER_S} if self.status == 503 else None
         return JSONResponse(error_body(self.message, self.type, self.param, self.code), self.status, headers=headers)
+
+
+def shutting_down() -> ApiError:
+    return ApiError(503, SHUTDOWN_MESSAGE, "server_error", code=SHUTTING_DOWN)
+
+
+def _event_error(ev: Event) -> ApiError:
+    """The answer for a request the scheduler ended with an error: shutdown is a 503, a model failure a 500."""
+    if ev.error_code == SHUTTING_DOWN:
+        return shutting_down()
+    return ApiError(500, ev.error or "The engine failed.", "server_error", code=ev.error_code)
 
 
 def _error_json(status: int, message: str, type_: str, code: str | None = None) -> tuple[dict, bytes]:
     body = json.dumps(error_body(message, type_, None, code)).encode()
-    start = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-    }
-    return start, body
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 503:
+        headers.append((b"retry-after", RETRY_AFTER_S.encode()))
+    return {"type": "http.response.start", "status": status, "headers": headers}, body
+
+
+class _Reply:
+    """``send`` for one request, remembering what went out; while draining it adds ``Connection: close``."""
+
+    def __init__(self, send: Callable, drain: Drain) -> None:
+        self._send = send
+        self._drain = drain
+        self.started = False
+        self.finished = False
+        self.sse = False
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            headers = list(message.get("headers", []))
+            self.sse = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers)
+            if self._drain.draining:  # the client must not send its next request down this connection
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.finished = True
+        await self._send(message)
 
 
 class GuardMiddleware:
-    """API key on every route but /health, and a hard cap on body size (counted, not trusted from headers)."""
+    """API key on every route but /health, a hard cap on body size (counted, not trusted from headers), and the
+    drain: 503s for new requests once shutdown began, and a count of the requests in flight."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]], settings: ServerSettings, metrics: ServerMetrics) -> None:
+    def __init__(self, app: Callable[..., Awaitable[None]], settings: ServerSettings, metrics: ServerMetrics,
+                 drain: Drain) -> None:
         self.app = app
         self.settings = settings
         self.metrics = metrics
+        self.drain = drain
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        reply = _Reply(send, self.drain)
+        probe = scope.get("path") in PROBE_PATHS
+        if self.drain.draining and not probe:
+            self.metrics.requests_rejected.inc(reason="shutting_down")
+            err = shutting_down()
+            await _send_error(reply, err.status, err.message, err.type, err.code)
+            return
+        weight = 0 if probe else 1  # the drain waits for requests, not for probes
+        self.drain.in_flight += weight
+        try:
+            await self._guarded(scope, receive, reply)
+        except asyncio.CancelledError:
+            if not self.drain.draining:
+                raise
+            await _finish_cancelled(reply)  # uvicorn cancelled it past the grace: end it cleanly, no traceback
+        finally:
+            self.drain.in_flight -= weight
+
+    async def _guarded(self, scope: dict, receive: Callable, send: Callable) -> None:
         key = self.settings.api_key
         if key and scope.get("path") not in OPEN_PATHS:
             given = _bearer(scope)
@@ -151,6 +217,20 @@ async def _send_error(send: Callable, status: int, message: str, type_: str, cod
     await send({"type": "http.response.body", "body": body})
 
 
+async def _finish_cancelled(reply: _Reply) -> None:
+    """End a response cut short by shutdown: a 503 if nothing was sent, else the stream's error event and [DONE]."""
+    if reply.finished:
+        return
+    err = shutting_down()
+    if not reply.started:
+        await _send_error(reply, err.status, err.message, err.type, err.code)
+    elif reply.sse:
+        tail = _sse_line({"error": error_body(err.message, err.type, None, err.code)["error"]}) + SSE_DONE
+        await reply({"type": "http.response.body", "body": tail, "more_body": False})
+    else:
+        await reply({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 def _header(scope: dict, name: bytes) -> str | None:
     for k, v in scope.get("headers", []):
         if k.lower() == name:
@@ -192,9 +272,13 @@ def _validation_error(exc: RequestValidationError) -> ApiError:
     return ApiError(400, f"Invalid value for {where}: {msg}.", param=param, code="invalid_value")
 
 
-def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, metrics: ServerMetrics) -> FastAPI:
-    """The ASGI app; ``scheduler`` must be started by the caller (the lifespan stops it)."""
+def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, metrics: ServerMetrics,
+              drain: Drain | None = None) -> FastAPI:
+    """The ASGI app; its lifespan starts and stops ``scheduler``. ``drain`` is the shutdown state a
+    :class:`~.lifecycle.DrainingServer` drives (default: one that never drains)."""
     from contextlib import asynccontextmanager
+
+    drain = drain or Drain()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -329,23 +413,36 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             return await asyncio.to_thread(_encode, tokenizer, text)
         return _encode(tokenizer, text)
 
-    def submit(prompt_ids: list[int], max_tokens: int, sampling: SamplingParams, stop: list[str]) -> RequestHandle:
+    def overloaded(detail: str) -> ApiError:
+        metrics.requests_rejected.inc(reason="queue_full")
+        return ApiError(503, f"The server is at capacity: {detail} Retry shortly.", "server_overloaded", code="queue_full")
+
+    def check_capacity() -> None:
+        # Before tokenizing: under overload most requests are refused, and refusing must stay cheap.
         if not scheduler.healthy:
             raise ApiError(503, "The engine failed and the server cannot decode; restart it.", "server_error", code="engine_dead")
+        if drain.draining:
+            raise shutting_down()
+        if not scheduler.has_room():
+            raise overloaded(f"{scheduler.num_waiting} requests are already waiting.")
+
+    def submit(prompt_ids: list[int], max_tokens: int, sampling: SamplingParams, stop: list[str]) -> RequestHandle:
+        check_capacity()  # again: tokenizing took time, and the engine or the drain may have moved meanwhile
         try:
             return scheduler.submit(prompt_ids, max_tokens, sampling, stop)
         except QueueFull as exc:
-            metrics.requests_rejected.inc(reason="queue_full")
-            raise ApiError(503, f"The server is at capacity: {exc} Retry shortly.", "server_overloaded", code="queue_full") from None
+            raise overloaded(str(exc)) from None
+        except ShuttingDown:
+            raise shutting_down() from None
 
     # -------------------------------------------------------------------- routes
 
-    @app.get("/health", summary="Liveness: 200 while the engine can decode.")
+    @app.get("/health", summary="Liveness: 200 while the engine can decode (503 once it failed or shutdown began).")
     async def health() -> JSONResponse:
-        ok = scheduler.healthy
-        body = {"status": "ok" if ok else "engine_failed", "model": settings.model_name,
+        status = "draining" if drain.draining else ("ok" if scheduler.healthy else "engine_failed")
+        body = {"status": status, "model": settings.model_name,
                 "running": scheduler.num_running, "waiting": scheduler.num_waiting, **settings.info}
-        return JSONResponse(body, 200 if ok else 503)
+        return JSONResponse(body, 200 if status == "ok" else 503)
 
     @app.get("/version")
     async def version() -> dict:
@@ -353,7 +450,7 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
 
     @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (vLLM names).")
     async def prometheus() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/models", response_model=ModelList, responses=errors)
     async def models() -> dict:
@@ -368,6 +465,7 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
     @app.post("/v1/completions", responses={200: {"model": CompletionResponse}, **errors})
     async def completions(body: CompletionRequest, request: Request) -> Response:
         check_model(body.model)
+        check_capacity()
         prompt = body.prompt_text_or_ids()
         if isinstance(prompt, str):
             if not prompt:
@@ -411,6 +509,7 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
     @app.post("/v1/chat/completions", responses={200: {"model": ChatCompletionResponse}, **errors})
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         check_model(body.model)
+        check_capacity()
         if not getattr(tokenizer, "chat_template", None):
             raise ApiError(400, f"The model '{settings.model_name}' has no chat template; use /v1/completions.", code="no_chat_template")
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
@@ -455,7 +554,7 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.add_middleware(GuardMiddleware, settings=settings, metrics=metrics)
+    app.add_middleware(GuardMiddleware, settings=settings, metrics=metrics, drain=drain)
     return app
 
 
@@ -481,35 +580,51 @@ def _usage(handle: RequestHandle) -> dict:
     }
 
 
-async def _collect(handle: RequestHandle, request: Request) -> tuple[str | None, str | None]:
-    """All of a request's text, or (None, None) if the client went away (the request is then cancelled)."""
+async def _gather(handle: RequestHandle) -> tuple[str, str | None]:
+    """A request's whole text and finish reason; raises the :class:`ApiError` for an error event."""
     parts: list[str] = []
     reason: str | None = None
+    async for ev in handle.events():
+        if ev.error:
+            raise _event_error(ev)
+        parts.append(ev.text)
+        if ev.finished:
+            reason = ev.finish_reason
+    return "".join(parts), reason
 
-    async def gather() -> None:
-        nonlocal reason
-        async for ev in handle.events():
-            if ev.error:
-                raise ApiError(500, ev.error, "server_error", code="engine_error")
-            parts.append(ev.text)
-            if ev.finished:
-                reason = ev.finish_reason
 
-    task = asyncio.create_task(gather())
+async def _disconnected(request: Request) -> None:
+    """Returns once the client hangs up (the body was read already: receive() now only reports that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _collect(handle: RequestHandle, request: Request) -> tuple[str | None, str | None]:
+    """All of a request's text, or (None, None) if the client went away first (the request is then cancelled).
+
+    Waits on the result and the disconnect together rather than polling, so a thousand waiting requests
+    cost the event loop nothing until something happens."""
+    result = asyncio.ensure_future(_gather(handle))
+    gone = asyncio.ensure_future(_disconnected(request))
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                task.result()
-                return "".join(parts), reason
-            if await request.is_disconnected():
-                handle.cancel()
-                task.cancel()
-                return None, None
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         handle.cancel()
-        task.cancel()
+        _discard(result, gone)
         raise
+    _discard(gone)
+    if result.done():
+        return result.result()
+    handle.cancel()
+    _discard(result)
+    return None, None
+
+
+def _discard(*tasks: asyncio.Future) -> None:
+    """Cancel helper tasks nobody awaits any more, and swallow what they end with (no 'never retrieved' log)."""
+    for task in tasks:
+        task.cancel()
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 def _stream_usage(body: CompletionRequest | ChatCompletionRequest) -> tuple[bool, bool]:
@@ -526,11 +641,24 @@ def _metrics(m: dict | None) -> dict:
 SpecFn = Callable[[RequestHandle], dict | None]
 
 
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def _sse_line(chunk: dict) -> bytes:
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _stream_error(ev: Event) -> dict:
+    """The SSE error event (OpenAI's error shape) for a request the scheduler ended with an error."""
+    err = _event_error(ev)
+    return {"error": error_body(err.message, err.type, None, err.code)["error"]}
+
+
 def _sse(chunks: AsyncIterator[dict], headers: dict[str, str] | None = None) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         async for chunk in chunks:
-            yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
-        yield b"data: [DONE]\n\n"
+            yield _sse_line(chunk)
+        yield SSE_DONE  # after an error event too: clients wait for it
 
     return StreamingResponse(body(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
@@ -551,7 +679,7 @@ async def _completion_stream(
             yield chunk(echo, None)
         async for ev in handle.events():
             if ev.error:
-                yield {"error": error_body(ev.error, "server_error", None, "engine_error")["error"]}
+                yield _stream_error(ev)
                 return
             if ev.text or ev.finished:
                 c = chunk(ev.text, ev.finish_reason if ev.finished else None)
@@ -579,7 +707,7 @@ async def _chat_stream(
         yield chunk({"role": "assistant", "content": ""}, None)
         async for ev in handle.events():
             if ev.error:
-                yield {"error": error_body(ev.error, "server_error", None, "engine_error")["error"]}
+                yield _stream_error(ev)
                 return
             if ev.text:
                 c = chunk({"content": ev.text}, None)

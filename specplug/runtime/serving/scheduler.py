@@ -78,6 +78,15 @@ class QueueFull(Exception):
     """The waiting queue is at its bound; the server answers 503."""
 
 
+class ShuttingDown(Exception):
+    """The scheduler has stopped taking requests; the server answers 503."""
+
+
+ENGINE_ERROR = "engine_error"  # the model failed: a 500 the client should not simply retry
+SHUTTING_DOWN = "server_shutting_down"  # the server is stopping: a 503, retryable elsewhere or later
+SHUTDOWN_MESSAGE = "The server is shutting down; retry the request (on another replica, or once it is back)."
+
+
 @dataclass
 class Event:
     text: str = ""
@@ -85,6 +94,7 @@ class Event:
     finished: bool = False
     finish_reason: str | None = None
     error: str | None = None
+    error_code: str = ENGINE_ERROR  # what kind of error: ENGINE_ERROR or SHUTTING_DOWN
 
 
 class RequestHandle:
@@ -204,10 +214,27 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def abort_all(self, message: str = SHUTDOWN_MESSAGE) -> int:
+        """End every waiting and running request now with a retryable :data:`SHUTTING_DOWN` error, and take no
+        more; returns how many were ended. Called from the event loop when the shutdown grace is over: it does not
+        wait for the step in progress, whose tokens are then dropped."""
+        with self._cond:
+            self._stopping = True
+            ended = self._fail_all(message, SHUTTING_DOWN)
+            self._cond.notify_all()
+        return ended
+
+    def has_room(self) -> bool:
+        """Whether a request submitted now would be queued (a hint for rejecting before tokenizing)."""
+        return not self._stopping and len(self._waiting) < self.max_waiting
+
     def submit(self, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams, stop: Sequence[str]) -> RequestHandle:
-        """Queue a request; raises :class:`QueueFull` when the waiting queue is at its bound."""
+        """Queue a request; raises :class:`QueueFull` when the waiting queue is at its bound and
+        :class:`ShuttingDown` once the scheduler is stopping."""
         loop = asyncio.get_running_loop()
         with self._cond:
+            if self._stopping:
+                raise ShuttingDown(SHUTDOWN_MESSAGE)
             if len(self._waiting) >= self.max_waiting:
                 raise QueueFull(f"{len(self._waiting)} requests are already waiting (bound {self.max_waiting}).")
             rid = f"r{next(self._ids)}"
@@ -248,7 +275,7 @@ class Scheduler:
                 while not self._stopping and not self._waiting and not self._running and not self._cancelled:
                     self._cond.wait()
                 if self._stopping:
-                    self._fail_all("The server is shutting down.")
+                    self._fail_all(SHUTDOWN_MESSAGE, SHUTTING_DOWN)
                     return
                 cancelled, self._cancelled = self._cancelled, set()
                 admit: list[_Live] = []
@@ -329,11 +356,15 @@ class Scheduler:
         if live.first_token_at is not None and live.generated > 1:
             m.tpot.observe((now - live.first_token_at) / (live.generated - 1))
 
-    def _fail_all(self, message: str) -> None:
-        for live in list(self._running.values()) + list(self._waiting):
-            _post(live, Event(error=message, finished=True))
+    def _fail_all(self, message: str, code: str = ENGINE_ERROR) -> int:
+        """Post ``message`` to every running and waiting request and forget them (hold ``self._cond``)."""
+        doomed = list(self._running.values()) + list(self._waiting)
+        for live in doomed:
+            _post(live, Event(error=message, finished=True, error_code=code))
         self._running.clear()
         self._waiting.clear()
+        self.metrics.num_waiting.set(0)
+        return len(doomed)
 
     def _reset_backend(self) -> None:
         reset = getattr(self.backend, "reset", None)
