@@ -104,7 +104,20 @@ def canon(plan: Plan, display_name: str) -> Canon:
         extra_args=list(serve.extra_args),
         env=dict(serve.env),
         api_key_env=serve.api_key_env,
+        notes=feature_notes(plan),
     )
+
+
+def feature_notes(plan: Plan) -> list[str]:
+    """What the render says about the features specplug plans around but does not turn on: the plan was checked
+    against the stack's compatibility table with them; the stack's own flags for them go in serve.extra_args."""
+    from specplug.compat import FEATURES, serve_features
+
+    on = serve_features(plan.serve, plan.workload, 1)
+    if not on:
+        return []
+    return [f"Planned with {', '.join(FEATURES[f] for f in sorted(on))}: checked against this release's known "
+            "incompatibilities with speculation, but not rendered; add the stack's own flags for them with serve.extra_args."]
 
 
 def require_drafter(c: Canon, display_name: str, method: str) -> str:

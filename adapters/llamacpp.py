@@ -63,7 +63,8 @@ UNSUPPORTED = {
 }
 
 # canonical field -> flag, per generation
-OLD = {"drafter": "-md", "drafter_hf": "-hfrd", "k": "--draft-max", "k_min": "--draft-min", "draft_ngl": "-ngld"}
+OLD = {"drafter": "-md", "drafter_hf": "-hfrd", "k": "--draft-max", "k_min": "--draft-min", "draft_ngl": "-ngld",
+       "p_min": "--draft-p-min"}
 NEW = {
     "spec_type": "--spec-type",
     "drafter": "--spec-draft-model",
@@ -71,6 +72,7 @@ NEW = {
     "k": "--spec-draft-n-max",
     "k_min": "--spec-draft-n-min",
     "draft_ngl": "--spec-draft-ngl",
+    "p_min": "--spec-draft-p-min",
     "ngram_n": "--spec-ngram-simple-size-n",
     "ngram_m": "--spec-ngram-simple-size-m",
 }
@@ -83,6 +85,9 @@ SERVE_FLAGS = {
 }
 # Offload everything: llama.cpp clamps the layer count to what the model has.
 ALL_LAYERS = "999"
+# Spec types whose drafter proposes token by token and stops early below --spec-draft-p-min (a DFlash block and the
+# n-gram types have no such stop).
+EARLY_STOP_TYPES = ("draft-simple", "draft-mtp", "draft-eagle3")
 
 
 def _is_gguf_path(s: str) -> bool:
@@ -184,6 +189,7 @@ def _kv_args(p: Precision, version: str | None, extra: list[str], notes: list[st
 
 class LlamaCppAdapter(BaseAdapter):
     name = "llamacpp"
+    compat_file = "compat_llamacpp.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "llamacpp"  # its own row in policies/default.yaml
     vocab_mismatch = ("llama-server refuses drafts whose vocab type, special tokens or token texts differ (vocab sizes may "
                       "differ by up to 128)")
@@ -276,8 +282,20 @@ class LlamaCppAdapter(BaseAdapter):
         d = require_drafter(c, "llama.cpp", method)
         return _model_args(d, flags["drafter"], flags["drafter_hf"], QUANT_TAGS.get((c.dtype or "").lower()), c.notes)
 
+    def _pinned_p_min(self, c: Canon, flag: str) -> list[str]:
+        """The draft early-stop threshold the plan assumes, stated explicitly: llama.cpp moved its default (0.75 ->
+        0.0 in b9235), so an upgrade would otherwise change how many tokens are drafted (compat_llamacpp.yaml)."""
+        pinned = self.compatibility().default("draft_p_min")
+        if pinned is None or has_flag(c.extra_args, OLD["p_min"], NEW["p_min"]):
+            return []
+        c.notes.append(f"{flag} {pinned.assumed} is rendered explicitly: llama.cpp changed its default from {pinned.before} "
+                       f"to {pinned.after} in {pinned.changed_in} ({pinned.source.split(' ')[0]}); the plan predicts k drafts "
+                       "every step, which is what this value does.")
+        return [flag, str(pinned.assumed)]
+
     def _old(self, plan: Plan, c: Canon, gpu: bool) -> list[str]:
         out = self._drafter_args(c, OLD, c.method) + [OLD["k"], str(c.k), OLD["k_min"], "0"]
+        out += self._pinned_p_min(c, OLD["p_min"])
         if gpu:
             out += [OLD["draft_ngl"], ALL_LAYERS]
         return out
@@ -293,6 +311,8 @@ class LlamaCppAdapter(BaseAdapter):
         if spec_type in ("draft-simple", "draft-eagle3", "draft-dflash") or c.drafter:
             out += self._drafter_args(c, NEW, c.method)
         out += [NEW["k"], str(c.k), NEW["k_min"], "0"]
+        if spec_type in EARLY_STOP_TYPES:
+            out += self._pinned_p_min(c, NEW["p_min"])
         if gpu and spec_type != "draft-mtp":
             out += [NEW["draft_ngl"], ALL_LAYERS]
         return out

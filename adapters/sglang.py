@@ -145,11 +145,12 @@ ADAPTIVE_BLOCKERS = ("--enable-dp-attention", "--enable-multi-layer-eagle", "--e
 # _handle_ngram / _handle_eagle_family (0.5.23): NGRAM and STANDALONE refuse DP attention.
 DP_ATTENTION_FLAG = "--enable-dp-attention"
 NO_DP_ATTENTION = ("NGRAM", "STANDALONE")
-NGRAM_TRIE_DEPTH_DEFAULT = 18  # spec.py 0.5.23 speculative_ngram_max_trie_depth
+COMPAT_FILE = "compat_sglang.yaml"
 
 
 class SGLangAdapter(BaseAdapter):
     name = "sglang"
+    compat_file = COMPAT_FILE  # what breaks speculation per release (specplug.compat)
     cost_profile = "sglang"  # its own row in policies/default.yaml
     vocab_mismatch = ("SGLang validates draft/target vocabularies (since PR #23838; older versions silently accepted a "
                       "mismatch, losing acceptance)")
@@ -367,22 +368,26 @@ class SGLangAdapter(BaseAdapter):
         return out
 
     def _match_window(self, plan: Plan, c: Canon, version: str | None) -> list[str]:
-        """prompt_lookup_min/max as the trie's match window, where the version has one."""
+        """prompt_lookup_min/max as the trie's match window where the version has one; from 0.5.23 (no window) the
+        trie depth, always explicit."""
         s = plan.speculation
-        if s.prompt_lookup_min is None and s.prompt_lookup_max is None:
-            return []
         w = spelling(FLAGS, "ngram_match_window", version)
         depth_flag = spelling(FLAGS, "ngram_trie_depth", version)
         if w is None and depth_flag is not None:
+            if has_flag(c.extra_args, depth_flag.value):
+                return []
             # A trie path holds a match and the drafts after it: deep enough for the plan's longest match and its k.
-            longest = s.prompt_lookup_max or s.prompt_lookup_min
-            assert longest is not None
+            longest = s.prompt_lookup_max or s.prompt_lookup_min or 0
             need = longest + (s.tree.num_draft_tokens - 1 if s.tree else c.k)
-            if need <= NGRAM_TRIE_DEPTH_DEFAULT:
-                return []  # SGLang's own depth holds it; it matches suffixes up to that depth, longer than asked
-            c.notes.append(f"The trie is made {need} deep (SGLang's default {NGRAM_TRIE_DEPTH_DEFAULT}) so a path holds a "
-                           f"match of up to {longest} tokens and the drafts after it; SGLang has no minimum match length.")
-            return [depth_flag.value, str(need)]
+            default = self._trie_depth_default()
+            if need > default:
+                c.notes.append(f"The trie is made {need} deep (SGLang's default {default}) so a path holds a match of up "
+                               f"to {longest} tokens and the drafts after it; SGLang has no minimum match length.")
+            # Stated even at SGLang's own default (it matches suffixes up to that depth, longer than asked), so a
+            # release that changes the default cannot shorten the drafts the plan predicts.
+            return [depth_flag.value, str(max(need, default))]
+        if s.prompt_lookup_min is None and s.prompt_lookup_max is None:
+            return []
         if w is None:
             c.notes.append(f"SGLang {version or '(newest)'} has no n-gram match window; prompt_lookup_min/max are not rendered.")
             return []
@@ -391,6 +396,12 @@ class SGLangAdapter(BaseAdapter):
             if value is not None:
                 out += [w.value.format(bound), str(value)]
         return out
+
+    def _trie_depth_default(self) -> int:
+        """SGLang's own n-gram trie depth (compat_sglang.yaml's defaults, read in 0.5.23's spec.py)."""
+        pinned = self.compatibility().default("ngram_max_trie_depth")
+        assert pinned is not None, f"{COMPAT_FILE} states ngram_max_trie_depth"
+        return int(pinned.assumed)
 
     def _adaptive(self, plan: Plan, c: Canon, algorithm: str, topk: int, version: str | None) -> dict | None:
         """The plan's per-batch schedule as SGLang's adaptive-steps slots, or None (with a note) where it cannot be.
@@ -409,6 +420,9 @@ class SGLangAdapter(BaseAdapter):
             why = f"SGLang's adaptive steps need topk 1 (the plan's tree has topk {topk})"
         elif any(has_flag(c.extra_args, f) for f in ADAPTIVE_BLOCKERS):
             why = f"SGLang turns adaptive steps off with {', '.join(f for f in ADAPTIVE_BLOCKERS if has_flag(c.extra_args, f))}"
+        elif plan.serve.lora and plan.serve.lora.adapters:
+            # lora_hook.py (0.5.23): the draft is built from a static args snapshot (compat_sglang.yaml)
+            why = "SGLang refuses --speculative-adaptive with LoRA"
         elif max(e.num_speculative_tokens for e in s.schedule) < 1:
             why = "the schedule never drafts"
         if why is not None:

@@ -71,6 +71,7 @@ SERVE_FLAGS = {
 
 class TGIAdapter(BaseAdapter):
     name = "tgi"
+    compat_file = "compat_tgi.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "tgi"  # its own row in policies/default.yaml
     vocab_mismatch = "TGI has no separate-draft-model mode"
     display_name = "TGI (text-generation-inference)"
@@ -110,6 +111,8 @@ class TGIAdapter(BaseAdapter):
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:
         c = canon(plan, self.display_name)
+        if legacy := self.compatibility().legacy:
+            c.notes.append(f"Legacy stack: {legacy}")
         model_id = c.model
         if c.speculating:
             self.require_method(c.method, version)

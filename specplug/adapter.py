@@ -19,8 +19,15 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from specplug.capabilities import ACCEPTANCE_GATE, BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
+from specplug.capabilities import (
+    ACCEPTANCE_GATE,
+    BLOCK_VERIFICATION,
+    FLY_VERIFICATION,
+    PROBABILISTIC_DRAFTING,
+)
+from specplug.compat import EMPTY, CompatTable, parse_table
 from specplug.errors import StackError
+from specplug.versions import version_key  # re-exported: adapters import it from here
 
 if TYPE_CHECKING:
     from specplug.plan import Plan
@@ -177,6 +184,7 @@ SPEC_CONTROLS: dict[tuple[str, str], tuple[str, str]] = {
     ("acceptance_floor", SET): (ACCEPTANCE_GATE, "has no acceptance gate that turns speculation off"),
     ("verification", "block"): (BLOCK_VERIFICATION, "verifies drafts token by token only"),
     ("draft_sampling", "probabilistic"): (PROBABILISTIC_DRAFTING, "scores drafts as the drafter's argmax only"),
+    ("verification", "fly"): (FLY_VERIFICATION, "has no FLy verifier"),
 }
 
 
@@ -259,6 +267,8 @@ class Problem:
     message: str
     hint: str | None = None
     key: str | None = None  # the specplug.yaml key to change (speculation.drafter, serve.quantization ...)
+    # A known-broken combination from the stack's compatibility table: 'launch --force' may start it anyway.
+    overridable: bool = False
 
     def text(self) -> str:
         return f"{self.message} {self.hint}" if self.hint else self.message
@@ -360,26 +370,27 @@ def default_stack() -> str:
     """The best installed stack, else vLLM."""
     for name in STACK_PREFERENCE:
         a = _builtin(name)
-        if a is not None and not a.fallback_only and a.installed_version():
+        if a is not None and not a.fallback_only and not _legacy(a) and a.installed_version():
             return name
     return DEFAULT_STACK
 
 
+def _legacy(adapter: Adapter) -> str | None:
+    """What a stack no longer maintained says about itself (its compatibility table's ``legacy``), else None."""
+    table = getattr(adapter, "compatibility", None)
+    return table().legacy if callable(table) else None
+
+
+@cache
+def load_compat(filename: str) -> CompatTable:
+    """A built-in compatibility table, ``adapters/data/<filename>`` (package data of specplug.adapters)."""
+    from importlib import resources
+
+    text = resources.files("specplug.adapters").joinpath(f"data/{filename}").read_text(encoding="utf-8")
+    return parse_table(text, filename)
+
+
 # ---------------------------------------------------------------------------------------------- versions
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    """Comparable key for release strings: '0.10.1' -> (0, 10, 1, 0, 0, 0), 'b4600' -> (4600, 0, 0, 0, 0, 0).
-
-    A release candidate sorts before its release and by its number ('1.3.0rc8' -> (1, 3, 0, 0, -1, 8)), since
-    TensorRT-LLM changes fields between release candidates of one version."""
-    main, rc, tail = version.split("+")[0].split(".dev")[0].partition("rc")
-    nums = [int(n) for n in re.findall(r"\d+", main)[:4]] or [0]
-    nums += [0] * (4 - len(nums))
-    if not rc:
-        return (*nums, 0, 0)
-    rc_num = re.match(r"\d+", tail)
-    return (*nums, -1, int(rc_num.group()) if rc_num else 0)
 
 
 def version_at_least(version: str | None, floor: str) -> bool:
@@ -493,6 +504,13 @@ class BaseAdapter:
     # Serve arguments that make the stack draft exactly the configured k every step (tune measures step cost per
     # k); a stack that never changes k on its own needs none.
     fixed_k_args: ClassVar[tuple[str, ...]] = ()
+    # Its compatibility table (specplug.compat): what breaks speculation with LoRA, structured output ... per
+    # release, and the defaults it changed. A built-in names its file in adapters/data; a plugin overrides
+    # compatibility() to read its own.
+    compat_file: ClassVar[str | None] = None
+
+    def compatibility(self) -> CompatTable:
+        return load_compat(self.compat_file) if self.compat_file else EMPTY
 
     # -- versions --------------------------------------------------------------------------------------
     def installed_version(self) -> str | None:

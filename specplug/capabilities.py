@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from specplug.compat import CompatRow, Finding, findings
+
 # Control names shared by adapters' control tables and the planner (which reads them from ``controls``).
 BLOCK_VERIFICATION = "block_verification"  # speculation.verification: block
 PROBABILISTIC_DRAFTING = "probabilistic_drafting"  # speculation.draft_sampling: probabilistic
+FLY_VERIFICATION = "fly_verification"  # speculation.verification: fly (lossy)
 ACCEPTANCE_GATE = "acceptance_gate"  # speculation.acceptance_floor: speculation off for good under it
 # The gate averages the acceptance rate over speculating steps only, so a schedule's smaller or zero k is no trip.
 ACCEPTANCE_RATE_GATE = "acceptance_rate_gate"
@@ -43,6 +46,8 @@ class StackCapabilities:
     # How a separate draft model is sharded: "own" (a draft TP of 1 or the target's), "target" (the target's) or None.
     draft_tp: str | None = None
     reserves_full_context: bool = False  # the KV cache must hold one request of max_model_len at start
+    # The stack's compatibility rows (specplug.compat): what breaks speculation with which feature, per version.
+    compat: tuple[CompatRow, ...] = ()
 
     def costed_as(self, rows: Iterable[str]) -> str:
         """The policy row that costs this stack: its own, else the one its adapter declares."""
@@ -51,6 +56,10 @@ class StackCapabilities:
     def schedules_for(self, method: str) -> bool:
         """Whether a schedule (its k=0 ranges included) takes effect for ``method``; else it is advisory."""
         return self.schedules or method in self.schedule_methods
+
+    def compat_findings(self, method: str, on: Iterable[str], model: str | None = None) -> list[Finding]:
+        """The compatibility rows that apply to ``method`` with the features ``on`` at the version planned for."""
+        return findings(self.compat, self.version, method, on, model)
 
     def why_not(self, method: str) -> str | None:
         return self.methods.get(method, f"{self.name} does not offer {method}")

@@ -53,6 +53,12 @@ WORKLOADS: tuple[str, ...] = Workload.__args__  # type: ignore[attr-defined]
 StackName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 
+def _unset(value: Any) -> bool:
+    """Fields added after locks were first written are left out of dumps while unset (exclude_if), so a config that
+    does not use them keeps its lock digest and render hash."""
+    return value is None or value is False
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
@@ -77,6 +83,10 @@ class WorkloadSpec(Strict):
     traffic: OneLine | None = Field(
         None, description="JSONL file of logged requests and completions; its measured shape and acceptance replace the type's prior."
     )
+    multimodal: bool = Field(
+        False, exclude_if=_unset,
+        description="Requests carry images, audio or video: the planner avoids methods known broken with multimodal input.",
+    )
 
 
 # Speculation fields the config and the Plan both hold, stated once.
@@ -91,9 +101,17 @@ DraftSampling = Annotated[Literal["greedy", "probabilistic"] | None, Field(
     "whole distribution used in the rejection test: more accepted at temperature > 0, more memory). Default: the "
     "stack's own (greedy).",
 )]
-Verification = Annotated[Literal["standard", "block"] | None, Field(
+Verification = Annotated[Literal["standard", "block", "fly"] | None, Field(
     description="How drafts are verified: 'standard' (token by token) or 'block' (jointly, as one block: still lossless, "
-    "accepts more at temperature > 0, the same at 0). Default: the stack's own (standard).",
+    "accepts more at temperature > 0, the same at 0); 'fly' (vLLM's FLy: accepts some drafts the target rejects, so "
+    "LOSSY: output differs from the target's, needs allow_lossy: true). Default: the stack's own (standard).",
+)]
+# Verifiers that do not preserve the target's output distribution: refused unless speculation.allow_lossy.
+LOSSY_VERIFICATION: tuple[str, ...] = ("fly",)
+AllowLossy = Annotated[bool, Field(
+    exclude_if=_unset,
+    description="Accept a lossy verifier (verification: fly): outputs may differ from the target model's own. specplug "
+    "refuses one otherwise, and marks every prediction made with it 'lossy'.",
 )]
 
 
@@ -129,6 +147,7 @@ class SpeculationSpec(Strict):
     acceptance_floor: AcceptanceFloor = None
     draft_sampling: DraftSampling = None
     verification: Verification = None
+    allow_lossy: AllowLossy = False
 
     @model_validator(mode="after")
     def _as_its_method(self) -> SpeculationSpec:
@@ -148,6 +167,7 @@ class NoSpeculation(SpeculationSpec):
     @model_validator(mode="after")
     def _nothing_to_control(self) -> NoSpeculation:
         given = [f for f in ("acceptance_floor", "draft_sampling", "verification") if getattr(self, f) is not None]
+        given += ["allow_lossy"] if self.allow_lossy else []
         if given:
             raise ValueError(f"{', '.join(given)} shape speculation, and method 'none' does not speculate: remove "
                              f"{'it' if len(given) == 1 else 'them'} or pick a method")
@@ -168,6 +188,9 @@ class CopySpeculation(SpeculationSpec):
         if self.draft_sampling is not None:
             raise ValueError(f"draft_sampling applies to drafters; {self.method} copies its drafts from text (no "
                              "distribution to sample): remove it")
+        if self.verification in LOSSY_VERIFICATION:
+            raise ValueError(f"verification {self.verification} applies to drafters; {self.method} copies its drafts "
+                             "from text: remove it")
         return self
 
 
@@ -187,8 +210,26 @@ def _members() -> TypeAdapter[Any]:
     return TypeAdapter(Speculation)
 
 
+# A LoRA adapter's name as clients ask for it (the OpenAI 'model' field), and the largest rank a stack takes.
+LoraName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+# Structured-output (guided decoding) backends as the stacks name them; true: the stack's default one.
+StructuredOutputBackend = Literal["auto", "xgrammar", "guidance", "llguidance", "outlines", "lm-format-enforcer"]
+
+
+class LoraSpec(Strict):
+    """serve.lora: LoRA adapters served on top of the target (speculation drafts for the base model)."""
+
+    adapters: dict[LoraName, OneLine] = Field(
+        default_factory=dict, description="Adapter name (what requests ask for) -> its Hugging Face id or folder."
+    )
+    max_rank: int | None = Field(None, ge=1, le=1024, description="The largest LoRA rank among the adapters.")
+
+
 class ServeOptions(Strict):
-    """How the server is run, apart from how it is split over GPUs (the Plan keeps that in ``parallelism``)."""
+    """How the server is run, apart from how it is split over GPUs (the Plan keeps that in ``parallelism``).
+
+    lora, structured_output, prefix_caching and reasoning_parser say which features the deployment uses, so
+    plans avoid combinations a stack release is known to break with speculation (specplug.compat)."""
 
     host: Host = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
     port: int = Field(8000, ge=1, le=65535)
@@ -207,6 +248,18 @@ class ServeOptions(Strict):
     )
     extra_args: list[NoNul] = Field(default_factory=list, description="Extra engine arguments, passed verbatim.")
     env: dict[EnvName, NoNul] = Field(default_factory=dict, description="Extra non-secret environment variables.")
+    lora: LoraSpec | None = Field(None, exclude_if=_unset, description="LoRA adapters served with the target.")
+    structured_output: bool | StructuredOutputBackend = Field(
+        False, exclude_if=_unset,
+        description="Requests use structured output (JSON schema, regex, grammar): true, or the backend's name.",
+    )
+    prefix_caching: bool | None = Field(
+        None, exclude_if=lambda v: v is None, description="Reuse the KV cache of shared prompt prefixes (unset: the stack's default).",
+    )
+    reasoning_parser: OneLine | None = Field(
+        None, exclude_if=_unset,
+        description="The stack's reasoning parser for a thinking model (deepseek_r1, qwen3, kimi_k2 ...).",
+    )
 
     @field_validator("quantization")
     @classmethod

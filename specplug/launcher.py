@@ -329,6 +329,7 @@ def launch(
     wait: bool = True,
     plan: Plan | None = None,
     out: TextIO | None = None,
+    force: bool = False,
     **flags: Any,
 ) -> LaunchResult:
     """Resolve the plan (the config with the plan flags of :class:`~specplug.request.PlanRequest` on top), preflight,
@@ -337,10 +338,20 @@ def launch(
     ``wait=False`` returns as soon as the server is healthy (``result.server.stop()`` ends it); otherwise
     this blocks until the server exits or a signal arrives, and stops the whole process group on the way out.
     ``fallback`` names an adapter to relaunch the plan with when STACK is missing or dies before it is healthy.
+    ``force`` starts a combination the stack's compatibility table marks broken (saying so); nothing else.
     """
+    from specplug.validate import forcing
+
+    with forcing() if force else contextlib.nullcontext():
+        return _launch(stack, config_path=config_path, dry_run=dry_run, timeout=timeout, fallback=fallback,
+                       allow_no_gpu=allow_no_gpu, run_dir=run_dir, wait=wait, plan=plan, out=out or sys.stdout, **flags)
+
+
+def _launch(stack: str, *, config_path: str | None, dry_run: bool, timeout: float, fallback: str | None,
+            allow_no_gpu: bool, run_dir: str | None, wait: bool, plan: Plan | None, out: TextIO,
+            **flags: Any) -> LaunchResult:
     from specplug.rendering import plan_for_request, render_plan
 
-    out = out or sys.stdout
     if plan is None:
         plan, cfg = plan_for_request(stack, config_path=config_path, **flags)
         if fallback is None and cfg.fallback != "none":
@@ -372,10 +383,12 @@ def _launch_plan(
 ) -> LaunchResult:
     from specplug.fileio import write_atomic
     from specplug.rendering import render_plan
-    from specplug.validate import validate_plan
+    from specplug.validate import overridden, validate_plan
 
     adapter = get_adapter(plan.stack.name)
     validate_plan(plan)  # before preflight, dry runs included: a plan the stack would refuse never starts
+    for p in overridden(plan):
+        out.write(f"warning: --force: starting a known-broken combination: {p.message}\n")
     r = render_plan(plan)
     spec = r.spec
     rdir = Path(run_dir or Path(".specplug") / "run" / f"{plan.stack.name}-{plan.serve.port}").resolve()

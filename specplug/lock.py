@@ -225,6 +225,8 @@ def summarize(plan: Plan) -> dict[str, Any]:
         "breakeven_batch_size": p.breakeven_batch_size,
         "memory_fits": None if plan.memory is None else plan.memory.fits,
     }
+    if s.lossy:  # only then, so locks of lossless plans stay as they were
+        out["lossy"] = f"verification {s.verification}: outputs differ from the target model's own"
     return out
 
 

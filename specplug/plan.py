@@ -9,7 +9,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.config import (
+    LOSSY_VERIFICATION,
     AcceptanceFloor,
+    AllowLossy,
     DraftSampling,
     Method,
     ScheduleEntry,
@@ -67,10 +69,16 @@ class Speculation(PlanModel):
     acceptance_floor: AcceptanceFloor = None
     draft_sampling: DraftSampling = None
     verification: Verification = None
+    allow_lossy: AllowLossy = False
 
     @property
     def enabled(self) -> bool:
         return self.method != "none" and self.num_speculative_tokens > 0
+
+    @property
+    def lossy(self) -> bool:
+        """Whether the verifier may change the output (so every speedup shown with it says 'lossy')."""
+        return self.enabled and self.verification in LOSSY_VERIFICATION
 
 
 class MemoryBudget(PlanModel):
@@ -120,6 +128,21 @@ class Candidate(PlanModel):
     chosen: bool = False
 
 
+class ShapeAlternative(PlanModel):
+    """A speculation shape the plan weighed for its technique at its batch size, fastest first."""
+
+    num_speculative_tokens: int = Field(ge=0, description="Draft length k (a tree's depth).")
+    tree: TreeSpec | None = Field(None, description="The tree (steps x topk, draft tokens verified); None for a chain.")
+    speedup: float = Field(description="Predicted decode throughput ratio vs no speculation at the plan's batch size.")
+    acceptance_length: float = Field(description="Predicted mean tokens per verification step, bonus token included.")
+    basis: OneLine = Field(description="What the prediction rests on: the acceptance's source and the shape model's data.")
+    chosen: bool = False
+    within_error: bool = Field(
+        False, description="Predicted within the model's own error of the chosen shape: the data cannot tell them apart "
+        "(measure both, e.g. with specplug tune)."
+    )
+
+
 class Plan(PlanModel):
     plan_version: int = PLAN_VERSION
     model: ModelRef
@@ -132,6 +155,9 @@ class Plan(PlanModel):
     memory: MemoryBudget | None = None
     prediction: Prediction = Field(default_factory=Prediction)
     candidates: list[Candidate] = Field(default_factory=list)
+    alternatives: list[ShapeAlternative] = Field(
+        default_factory=list, description="The best shapes (k, tree) for the chosen technique, the chosen one among them."
+    )
     reasons: list[str] = Field(default_factory=list, description="Why this choice, in plain sentences.")
     warnings: list[str] = Field(default_factory=list)
     traffic: dict | None = Field(

@@ -158,6 +158,8 @@ def summary(plan: Plan) -> str:
     if s.drafter:
         parts.append(f"drafter {s.drafter}")
     parts.append(f"k={s.num_speculative_tokens}")
+    if s.lossy:
+        parts.append(f"LOSSY verification {s.verification}")
     return f"{plan.model.name}, " + ", ".join(parts)
 
 

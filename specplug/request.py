@@ -15,8 +15,10 @@ from specplug.errors import SpecplugError
 
 # Flag -> where it lands in specplug.yaml.
 WORKLOAD_FLAGS = {"concurrency": "concurrency", "input_len": "input_len", "output_len": "output_len",
-                  "workload": "type", "temperature": "temperature", "traffic": "traffic"}
-SERVE_FLAGS = ("host", "port", "quantization", "kv_cache_dtype", "max_model_len")
+                  "workload": "type", "temperature": "temperature", "traffic": "traffic", "multimodal": "multimodal"}
+SERVE_FLAGS = ("host", "port", "quantization", "kv_cache_dtype", "max_model_len", "structured_output", "reasoning_parser")
+# On/off flags that can only turn a feature on (absent: the config's value stands).
+SWITCHES = ("structured_output", "multimodal")
 
 
 class PlanRequest(BaseModel):
@@ -44,6 +46,11 @@ class PlanRequest(BaseModel):
     host: str | None = None
     port: int | None = None
     extra_args: tuple[str, ...] = ()
+    # Features that decide what speculation can be combined with (specplug.compat).
+    structured_output: bool | str | None = None
+    reasoning_parser: str | None = None
+    multimodal: bool | None = None
+    lora: tuple[str, ...] = ()  # NAME=PATH, added to serve.lora.adapters
 
     @classmethod
     def from_flags(cls, *, batch_size: int | None = None, **flags: Any) -> PlanRequest:
@@ -53,6 +60,9 @@ class PlanRequest(BaseModel):
         if flags.get("traffic") is not None:
             flags["traffic"] = str(flags["traffic"])
         flags["extra_args"] = tuple(flags.get("extra_args") or ())
+        flags["lora"] = tuple(flags.get("lora") or ())
+        for switch in SWITCHES:
+            flags[switch] = flags.get(switch) or None
         return cls(**flags)
 
     def overrides(self) -> bool:
@@ -73,10 +83,14 @@ class PlanRequest(BaseModel):
             data["workload"] = {**(data.get("workload") or {}), **workload}
         self._speculation(data)
         serve = _given(**{key: getattr(self, key) for key in SERVE_FLAGS})
-        if serve or self.extra_args:
+        if serve or self.extra_args or self.lora:
             merged = {**(data.get("serve") or {}), **serve}
             if self.extra_args:
                 merged["extra_args"] = [*merged.get("extra_args", []), *self.extra_args]
+            if self.lora:
+                lora = dict(merged.get("lora") or {})
+                lora["adapters"] = {**(lora.get("adapters") or {}), **_lora_adapters(self.lora)}
+                merged["lora"] = lora
             data["serve"] = merged
         try:
             return Config.model_validate(data)
@@ -110,6 +124,17 @@ class PlanRequest(BaseModel):
             raise SpecplugError("-k needs a technique to apply to.", "Add --method (ngram, draft_model, eagle3, ...).")
         spec.update(_given(drafter=self.drafter, num_speculative_tokens=self.num_speculative_tokens))
         data["speculation"] = spec
+
+
+def _lora_adapters(pairs: tuple[str, ...]) -> dict[str, str]:
+    """--lora NAME=PATH (repeatable) as serve.lora.adapters."""
+    out = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise SpecplugError(f"--lora {pair!r} is not NAME=PATH.", "Give each adapter as --lora NAME=HF_ID_OR_FOLDER.")
+        out[name] = path
+    return out
 
 
 def _given(**values: Any) -> dict[str, Any]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from specplug.adapter import default_stack, get_adapter
 from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
+from specplug.compat import EMPTY, CompatTable
 
-__all__ = ["declared", "default_stack", "resolve"]
+__all__ = ["compat_table", "declared", "default_stack", "resolve"]
 
 
 def resolve(name: str, pinned: str | None = None, flag: str | None = None) -> StackCapabilities:
@@ -42,4 +43,11 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         frozenset(name for name, why in adapter.controls(version).items() if why is None),
         adapter.draft_tp,
         adapter.reserves_full_context,
+        compat_table(adapter).rows,
     )
+
+
+def compat_table(adapter: object) -> CompatTable:
+    """An adapter's compatibility table (a plugin without one: empty)."""
+    table = getattr(adapter, "compatibility", None)
+    return table() if callable(table) else EMPTY

@@ -15,27 +15,58 @@ render, launch (dry runs included) and check call it; the rules are:
    SGLang replicate KV heads), for the target and for a separate draft model at the size it runs at; pipeline
    size may not exceed the layer count;
 4. everything the stack's adapter refuses in render (``adapter.problems(plan, version)``: method support,
-   per-version fields, schedules, precision), so render and validate run the same checks.
+   per-version fields, schedules, precision), so render and validate run the same checks;
+5. a combination the stack's compatibility table (specplug.compat) marks broken at this release (LoRA,
+   structured output, a reasoning parser, pipeline parallelism ... with this method), with the row's source and
+   the fix (a release, another method); ``launch --force`` (:func:`forcing`) lets these through, nothing else;
+6. a lossy verifier (verification: fly) only with ``speculation.allow_lossy: true``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from specplug.adapter import Adapter, Problem, get_adapter
+from specplug.compat import (
+    CONFIG_FEATURES,
+    FEATURES,
+    Finding,
+    blocked,
+    drafter_features,
+    findings,
+    serve_features,
+)
+from specplug.config import LOSSY_VERIFICATION
 from specplug.errors import SpecplugError, StackError
+from specplug.stackcaps import compat_table
 
 if TYPE_CHECKING:
     from specplug.capabilities import StackCapabilities
     from specplug.catalog import Model
     from specplug.plan import Plan
 
-__all__ = ["InvalidPlan", "Problem", "plan_problems", "validate_plan"]
+__all__ = ["InvalidPlan", "Problem", "forcing", "overridden", "plan_features", "plan_problems", "validate_plan"]
 
 # Stacks that shard attention heads across tensor-parallel ranks (llama.cpp splits layers; embedded is one device).
 # Drafters worth naming: catalog models sharing the target's tokenizer, 1/200 to 1/6 of its size.
 DRAFT_SIZE_RANGE = (1 / 200, 1 / 6)
 MAX_SUGGESTIONS = 6
+# Set while 'launch --force' runs: overridable problems (known-broken combinations) no longer refuse a plan.
+_FORCED: ContextVar[bool] = ContextVar("specplug_forced", default=False)
+
+
+@contextmanager
+def forcing() -> Iterator[None]:
+    """Within this block, :func:`validate_plan` lets known-broken combinations (rule 5) through: the user has read
+    why and starts the plan anyway. Every other problem still refuses it."""
+    token = _FORCED.set(True)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
 
 
 class InvalidPlan(StackError):
@@ -50,7 +81,7 @@ class InvalidPlan(StackError):
 
 def validate_plan(plan: Plan) -> None:
     """Raise :class:`InvalidPlan` with every problem of ``plan`` (nothing when it can be served)."""
-    problems = plan_problems(plan)
+    problems = [p for p in plan_problems(plan) if not (p.overridable and _FORCED.get())]
     if not problems:
         return
     where = f"{plan.model.name} on {plan.stack.name} {plan.stack.version or '(newest)'}"
@@ -63,6 +94,11 @@ def validate_plan(plan: Plan) -> None:
         if p.hint:
             lines.append(f"  fix: {p.hint}")
     raise InvalidPlan("\n".join(lines), "Change specplug.yaml (or the flags) as above and run again.", problems)
+
+
+def overridden(plan: Plan) -> list[Problem]:
+    """The known-broken combinations :func:`forcing` is letting through for ``plan`` (empty when not forcing)."""
+    return [p for p in plan_problems(plan) if p.overridable] if _FORCED.get() else []
 
 
 def plan_problems(plan: Plan) -> list[Problem]:
@@ -80,6 +116,8 @@ def plan_problems(plan: Plan) -> list[Problem]:
         out += adapter.problems(plan, version)
     except SpecplugError as exc:  # a plugin that raises instead of listing: still one problem, not a crash
         out.append(Problem(exc.message, exc.hint))
+    out += _compat_problems(plan, adapter)
+    out += _lossy_problems(plan)
     return _unique(out)
 
 
@@ -125,6 +163,9 @@ def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     names = compatible_drafters(target, caps)
     hint = (f"Drafters that share {target.hf_id}'s vocabulary: {', '.join(names)}." if names
             else f"No catalog drafter shares {target.hf_id}'s vocabulary; use a drafter-free method (ngram, suffix) or an EAGLE/MTP head.")
+    # The stack's own record of what a mismatch does there (specplug.compat), with its source.
+    hint += "".join(f" {f.row.note} ({f.row.source})." for f in findings(
+        compat_table(adapter).rows, plan.stack.version, s.method, {"draft_vocab_mismatch"}))
     return [Problem(f"Draft model {s.drafter} cannot draft for {target.hf_id}: {verdict.reason}.", hint,
                     key="speculation.drafter")]
 
@@ -232,4 +273,54 @@ def _draft_tp_problems(plan: Plan, tp: int, adapter: Adapter) -> list[Problem]:
         f"The draft model {s.drafter} runs at tensor parallel size {dtp}, which does not split its {heads} attention"
         f" heads ({kv} KV heads).",
         hint + ".", key="speculation.draft_tensor_parallel_size" if own else "speculation.drafter",
+    )]
+
+
+# ---------------------------------------------------------------------------------------------- rule 5
+
+
+def plan_features(plan: Plan) -> frozenset[str]:
+    """The features of specplug.compat that ``plan`` turns on (its serve options, workload, split and drafter)."""
+    s = plan.speculation
+    return (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size)
+            | drafter_features(s.method, s.drafter))
+
+
+def _compat_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
+    s = plan.speculation
+    if not s.enabled:
+        return []
+    rows, version, on = compat_table(adapter).rows, plan.stack.version, plan_features(plan)
+    return [
+        Problem(f.message(adapter.display_name, version, s.method), _compat_fix(f, plan, adapter, on),
+                key="speculation.method", overridable=True)
+        for f in findings(rows, version, s.method, on, plan.model.hf_id) if f.refuses
+    ]
+
+
+def _compat_fix(f: Finding, plan: Plan, adapter: Adapter, on: frozenset[str]) -> str:
+    """What would work instead: the release with the fix, the methods not known broken here, the feature off."""
+    rows, version, model = compat_table(adapter).rows, plan.stack.version, plan.model.hf_id
+    fixes = [f"render for {adapter.display_name} {f.row.fixed_in} or newer (stack.version)"] if f.row.fixed_in else []
+    others = [m for m in adapter.supported_methods(version)
+              if m != plan.speculation.method and blocked(rows, version, m, on, model) is None]
+    if others:
+        fixes.append(f"use another method ({', '.join(others[:6])}; 'speculation: auto' picks among them)")
+    fixes += [f"turn off {FEATURES[x]}" for x in f.row.features if x in CONFIG_FEATURES]
+    text = "; or ".join(fixes)
+    return text[:1].upper() + text[1:] + ". 'specplug launch --force' starts it anyway."
+
+
+# ---------------------------------------------------------------------------------------------- rule 6
+
+
+def _lossy_problems(plan: Plan) -> list[Problem]:
+    s = plan.speculation
+    if not s.enabled or s.verification not in LOSSY_VERIFICATION or s.allow_lossy:
+        return []
+    return [Problem(
+        f"verification: {s.verification} is a lossy verifier: it accepts drafts the target would reject, so outputs "
+        "differ from the target model's own (speculation is otherwise lossless).",
+        "Set speculation.allow_lossy: true to accept that, or leave speculation.verification unset.",
+        key="speculation.verification",
     )]

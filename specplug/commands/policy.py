@@ -57,6 +57,7 @@ def show(policy_path, config_path, output) -> None:
                 ("draft_model.params_slope", p.acceptance.draft_model.params_slope),
                 ("draft_model.reference_params_b", p.acceptance.draft_model.reference_params_b),
                 ("tree.gain", p.acceptance.tree.gain),
+                ("tree.confidence", p.acceptance.tree.confidence),
                 ("max_alpha", p.acceptance.max_alpha),
             ],
         )

@@ -100,14 +100,17 @@ class Calibration(BaseModel):
         return best[2] if best else None
 
 
-def first_alpha_from(entry: CalibrationEntry, decay: float, match_accept: float | None = None, tree_gain: float = 0.0) -> float:
+def first_alpha_from(
+    entry: CalibrationEntry, decay: float, match_accept: float | None = None, tree_gain: float = 0.0, tree_confidence: float = 1.0
+) -> float:
     """Turn a measurement into the first-position alpha the model uses (``match_accept``: see perf.solve_alpha). A
     length measured on a tree is read back through that tree, so the plan's own tree does not count its gain twice."""
     from specplug.policy.perf import solve_alpha
 
     k = entry.num_speculative_tokens
     if entry.acceptance_length is not None and k:
-        tree = (entry.tree_topk, entry.num_draft_tokens - 1, tree_gain) if entry.tree_topk and entry.num_draft_tokens else None
+        tree = ((entry.tree_topk, entry.num_draft_tokens - 1, tree_gain, tree_confidence)
+                if entry.tree_topk and entry.num_draft_tokens else None)
         return solve_alpha(entry.acceptance_length, k, decay, match_accept, tree)
     rate = float(entry.acceptance_rate or 0.0)
     if not k or decay >= 1.0:

@@ -258,7 +258,8 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
         if e is not None:
             from specplug.policy.calibration import first_alpha_from
 
-            return min(first_alpha_from(e, prior.decay, prior.match_accept, c.policy.acceptance.tree.gain), c.policy.acceptance.max_alpha), "calibrated"
+            tree = c.policy.acceptance.tree
+            return min(first_alpha_from(e, prior.decay, prior.match_accept, tree.gain, tree.confidence), c.policy.acceptance.max_alpha), "calibrated"
     ratio = params = None
     if d.method == "draft_model" and d.drafter_arch is not None:
         ratio, params = d.drafter_arch.params_b / max(c.target.params_b, 1e-3), d.drafter_arch.params_b
@@ -286,6 +287,14 @@ def drafts_in_parallel(c: Context, d: DraftChoice) -> bool:
 
 def score(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> Outcome:
     return perf.best(
+        c.policy, d.method, alpha, c.target, d.drafter_arch, c.device, c.factors, c.tp, batch, c.ctx, cands, rates_for(c, d),
+        parallel=drafts_in_parallel(c, d),
+    )
+
+
+def ranked(c: Context, d: DraftChoice, alpha: float, batch: int, cands: list[Shape]) -> list[Outcome]:
+    """Every shape in ``cands`` scored at ``batch``, fastest first (its head is :func:`score`'s choice)."""
+    return perf.ranked(
         c.policy, d.method, alpha, c.target, d.drafter_arch, c.device, c.factors, c.tp, batch, c.ctx, cands, rates_for(c, d),
         parallel=drafts_in_parallel(c, d),
     )

@@ -3,10 +3,11 @@
 Per decoding step (the Medusa/EAGLE form):
 ``speedup = tau * T_base / (T_verify + T_draft + T_spec_overhead)``, where T_base is one ordinary step of the
 target at batch b, T_verify the target's pass over the b*(k+1) (or tree) tokens, T_draft the drafter's
-passes. A forward pass costs the larger of the GPU time (weights + KV bytes over bandwidth vs FLOPs over
-throughput, per tensor-parallel rank, plus all-reduces) and the host time to launch it (eager stacks launch
-per layer; CUDA-graph stacks barely at all). Acceptance follows Leviathan et al. with a per-position decay;
-a tree holds its likeliest drafts, the j-th ranked sibling adding (1 - alpha) * ((j-1)^-gain - j^-gain).
+passes (one per tree level, topk tokens wide). A forward pass costs the larger of the GPU time (weights + KV bytes
+over bandwidth vs FLOPs over throughput, per tensor-parallel rank, plus all-reduces) and the host time to launch it
+(eager stacks launch per layer; CUDA-graph stacks barely at all); a tree's verification adds the stack's tree-mask
+cost per token. Acceptance follows Leviathan et al. with a per-position decay; a tree holds the drafts its builder
+scores likeliest, the j-th ranked sibling adding (1 - alpha) * ((j-1)^-gain - j^-gain).
 """
 
 from __future__ import annotations
@@ -60,9 +61,13 @@ class Shape:
 
     @property
     def width(self) -> float:
-        if self.topk <= 1 or not self.steps:
-            return 1.0
-        return max(1.0, min(float(self.topk), (self.verify_tokens - 1) / self.steps))
+        """Tokens per sequence a drafting level runs: a tree builder expands its topk best branches at every level,
+        however few of them the verification budget keeps (EAGLE-2, SGLang)."""
+        return float(self.topk) if self.topk > 1 and self.steps else 1.0
+
+    @property
+    def is_tree(self) -> bool:
+        return self.topk > 1 and self.steps > 0
 
 
 def logit(p: float) -> float:
@@ -97,43 +102,53 @@ def first_alpha(
     return min(sigmoid(x), policy.acceptance.max_alpha)
 
 
-def position_alphas(alpha: float, decay: float, depth: int, tree_gain: float = 0.0, topk: int = 1, nodes: int = 0) -> list[float]:
+def position_alphas(
+    alpha: float, decay: float, depth: int, tree_gain: float = 0.0, topk: int = 1, nodes: int = 0, confidence: float = 1.0
+) -> list[float]:
     """Acceptance at each draft position, conditional on the one before: alpha * decay^i for a chain; for a tree
     of ``nodes`` drafts (at most ``topk`` siblings per node), the ratio of the chances that the accepted path
-    reaches depth i+1 and depth i (see :func:`tree_reach`)."""
-    if topk <= 1 or nodes <= depth:
+    reaches depth i+1 and depth i (see :func:`tree_reach`), whatever its budget: a tree of ``depth`` nodes is
+    chosen by the drafter's scores and need not be the chain."""
+    if topk <= 1:
         return [alpha * decay**i for i in range(depth)]
-    reach = tree_reach(alpha, decay, depth, tree_gain, topk, nodes)
+    reach = tree_reach(alpha, decay, depth, tree_gain, topk, nodes, confidence)
     return [r / prev if prev > 0 else 0.0 for r, prev in zip(reach, (1.0, *reach), strict=False)]
 
 
-def tree_reach(alpha: float, decay: float, depth: int, tree_gain: float, topk: int, nodes: int) -> list[float]:
-    """Chance that the accepted path reaches each depth of a tree holding the ``nodes`` most likely drafts.
+def rank_chances(a: float, gain: float, topk: int) -> list[float]:
+    """Chance that the drafter's j-th ranked guess is the target's token, j = 1..topk: c(j) - c(j-1), where its top j
+    catch it with c(j) = 1 - (1 - a) * j^-gain (the drafter's top-k mass)."""
+    c = [0.0] + [1.0 - (1.0 - a) * j ** (-gain) for j in range(1, topk + 1)]
+    return [c[j] - c[j - 1] for j in range(1, topk + 1)]
 
-    The drafter's j-th ranked guess at depth d is right with chance c(j) - c(j-1), where the top j catch the
-    target's token with c(j) = 1 - (1 - alpha_d) * j^-gain; a node's chance is the product along its path.
-    Tree builders keep the likeliest nodes (EAGLE-2 and SGLang per step, static trees from calibration data),
-    so the tree is the ``nodes`` best, found best-first with siblings taken in rank order (at a very low alpha a
-    second guess can beat the first; it still joins after it); a depth's reach is the sum of its nodes' chances."""
+
+def tree_reach(
+    alpha: float, decay: float, depth: int, tree_gain: float, topk: int, nodes: int, confidence: float = 1.0
+) -> list[float]:
+    """Chance that the accepted path reaches each depth of a tree of ``nodes`` drafts.
+
+    The drafter's j-th ranked guess at depth d is right with :func:`rank_chances`; a node's chance is the product
+    along its path and a depth's reach the sum of its nodes' chances. Tree builders (EAGLE-2, SGLang, TensorRT-LLM's
+    dynamic trees) keep the nodes the drafter itself scores highest, best-first with siblings in rank order. That
+    score is the drafter's probability, not the greedy acceptance: its top guess scores ``confidence`` * alpha_d and
+    the rest of its mass splits over the siblings as the true chances do. Below 1 the builder spends budget on
+    siblings that a deeper node would have used better, so a tree no larger than its depth falls below the chain."""
     import heapq
 
-    p = []
-    for d in range(depth):
-        a = alpha * decay**d
-        c = [0.0] + [1.0 - (1.0 - a) * j ** (-tree_gain) for j in range(1, topk + 1)]
-        p.append([c[j] - c[j - 1] for j in range(1, topk + 1)])
+    true = [rank_chances(alpha * decay**d, tree_gain, topk) for d in range(depth)]
+    scored = [rank_chances(confidence * alpha * decay**d, tree_gain, topk) for d in range(depth)]
     reach = [0.0] * depth
-    heap = [(-p[0][0], 0, 0, 1.0)]  # (-chance, depth, rank among siblings, parent's chance)
+    # (-score of the path, depth, rank among siblings, parent's score, parent's chance, own chance)
+    heap = [(-scored[0][0], 0, 0, 1.0, 1.0, true[0][0])]
     for _ in range(nodes):
         if not heap:
             break
-        q, d, j, parent = heapq.heappop(heap)
-        q = -q
+        s, d, j, ps, pc, q = heapq.heappop(heap)
         reach[d] += q
         if j + 1 < topk:
-            heapq.heappush(heap, (-parent * p[d][j + 1], d, j + 1, parent))
+            heapq.heappush(heap, (-ps * scored[d][j + 1], d, j + 1, ps, pc, pc * true[d][j + 1]))
         if d + 1 < depth:
-            heapq.heappush(heap, (-q * p[d + 1][0], d + 1, 0, q))
+            heapq.heappush(heap, (s * scored[d + 1][0], d + 1, 0, -s, q, q * true[d + 1][0]))
     return reach
 
 
@@ -147,17 +162,19 @@ def acceptance_length(alphas: list[float]) -> float:
 
 
 def solve_alpha(
-    tau: float, k: int, decay: float, match_accept: float | None = None, tree: tuple[int, int, float] | None = None
+    tau: float, k: int, decay: float, match_accept: float | None = None, tree: tuple[float, ...] | None = None
 ) -> float:
     """First-position alpha whose chain of k gives acceptance length ``tau`` (bisection), scored as
     :func:`evaluate` scores it: with ``match_accept`` (a copy method) only a share alpha / match_accept of steps
-    draft; with ``tree`` (topk, drafts, gain) the k levels hold that tree."""
+    draft; with ``tree`` (topk, drafts, gain[, confidence]) the k levels hold that tree."""
     tau = min(max(tau, 1.0), k + 1.0)
-    topk, nodes, gain = tree or (1, k, 0.0)
+    topk, nodes, gain, conf = (*tree, 1.0)[:4] if tree else (1, k, 0.0, 1.0)
 
     def length(a: float) -> float:
         share = min(1.0, a / match_accept) if match_accept else 1.0
-        return 1.0 + share * (acceptance_length(position_alphas(a / share, decay, k, gain, topk, nodes)) - 1.0) if share > 0 else 1.0
+        if share <= 0:
+            return 1.0
+        return 1.0 + share * (acceptance_length(position_alphas(a / share, decay, k, gain, int(topk), int(nodes), conf)) - 1.0)
 
     lo, hi = 0.0, 0.9999
     for _ in range(50):
@@ -328,6 +345,8 @@ def step_cost(
             draft += forward_ms(d, dev, sf, dtp, batch * 2, batch, ctx) * 0.5
     tokens = 1 + share * (shape.verify_tokens - 1)
     overhead = sf.spec_overhead_ms + sf.spec_overhead_per_seq_ms * batch + sf.spec_overhead_per_token_ms * batch * tokens
+    if shape.is_tree:
+        overhead += sf.tree_token_overhead_ms * batch * shape.verify_tokens
     return StepCost(base, verify, draft, overhead)
 
 
@@ -367,8 +386,9 @@ def evaluate(
     else:
         # A copy method drafts on a share of steps only: its drafts accept alpha / share once it matched, and the
         # first position's unconditional rate is share times that.
-        alphas = position_alphas(alpha / share, prior.decay, shape.depth, policy.acceptance.tree.gain, shape.topk if shape.steps else 1,
-                                 shape.verify_tokens - 1)
+        tree = policy.acceptance.tree
+        alphas = position_alphas(alpha / share, prior.decay, shape.depth, tree.gain, shape.topk if shape.steps else 1,
+                                 shape.verify_tokens - 1, tree.confidence)
         if alphas:
             alphas[0] *= share
     tau = acceptance_length(alphas)
@@ -389,6 +409,31 @@ def shapes_for(policy: Policy, method: str, trees: bool) -> list[Shape]:
                     if steps < tokens <= steps * topk + 1:
                         out.append(Shape(steps, steps, topk, tokens))
     return out
+
+
+def ranked(
+    policy: Policy,
+    method: str,
+    alpha: float,
+    target: Arch,
+    drafter: Arch | None,
+    dev: Device,
+    sf: StackFactors,
+    tp: int,
+    batch: int,
+    ctx: float,
+    shapes: list[Shape],
+    rates: tuple[float, ...] | None = None,
+    parallel: bool = False,
+) -> list[Outcome]:
+    """Every shape's outcome, fastest first; a shape within 0.05% of a faster one keeps its place only if it came
+    first in ``shapes`` (ties go to the smaller, earlier shape, so choices are stable)."""
+    outs = [evaluate(policy, method, s, alpha, target, drafter, dev, sf, tp, batch, ctx, rates, parallel) for s in shapes]
+    order: list[Outcome] = []
+    for o in outs:
+        at = next((i for i, x in enumerate(order) if o.speedup > x.speedup * 1.0005), len(order))
+        order.insert(at, o)
+    return order
 
 
 def best(

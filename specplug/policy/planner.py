@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
+from specplug.compat import CompatRow, drafter_features, serve_features
 from specplug.config import Config, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
 from specplug.methods import COPY_METHODS, HEAD_METHODS, LOOKUP_METHODS
@@ -23,6 +24,7 @@ from specplug.plan import (
     Plan,
     Prediction,
     ScheduleEntry,
+    ShapeAlternative,
     Speculation,
     StackRef,
 )
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from specplug.capabilities import StackCapabilities
 
 NGRAM_LOOKUP = (2, 4)
+# Shapes shown beside the chosen one: the chosen and the next best, three in all.
+ALTERNATIVES = 3
 
 
 def _choose_gpus(
@@ -372,6 +376,7 @@ class Planning:
     spec: Speculation = field(default_factory=Speculation)
     pred: Prediction = field(default_factory=Prediction)
     budget: MemoryBudget | None = None
+    alternatives: list[ShapeAlternative] = field(default_factory=list)
 
     @property
     def stack(self) -> str:
@@ -555,6 +560,7 @@ def _score_candidates(s: Planning) -> None:
     pol, c, seqs = s.pol, s.c, s.seqs
     s.explicit = s.cfg.speculation if isinstance(s.cfg.speculation, SpeculationSpec) else None
     s.cands = _candidates(c, s.model, s.caps, s.kvb)
+    _rule_out_known_broken(s)
     for d in s.cands:
         cand = Candidate(method=d.method, drafter=d.drafter_id)  # type: ignore[arg-type]
         if d.ruled_out:
@@ -591,6 +597,36 @@ def _score_candidates(s: Planning) -> None:
                 best = t
                 break
     s.best = best
+
+
+def _features(s: Planning, d: E.DraftChoice) -> frozenset[str]:
+    """The compatibility-table features (specplug.compat) this deployment turns on with candidate ``d``."""
+    return (serve_features(s.cfg.serve, s.wl, s.par.pipeline_parallel_size)
+            | drafter_features(d.method, d.drafter_id))
+
+
+def _rule_out_known_broken(s: Planning) -> None:
+    """Candidates the stack's compatibility table marks broken with this deployment's features at this release are
+    ruled out with the row's note and source; one reason per row says what was avoided and why."""
+    avoided: dict[CompatRow, list[str]] = {}
+    for d in s.cands:
+        if d.ruled_out:
+            continue
+        hit = next((f for f in s.caps.compat_findings(d.method, _features(s, d), s.model.hf_id) if f.refuses), None)
+        if hit is not None:
+            d.ruled_out = f"known broken on {s.stack} {s.caps.version or '(newest)'} with {hit.row.about()} ({hit.row.source})"
+            avoided.setdefault(hit.row, []).append(d.method)
+    for row, methods in avoided.items():
+        fix = f"; fixed in {s.stack} {row.fixed_in}" if row.fixed_in else ""
+        s.reasons.append(f"Not planned on {s.stack} {s.caps.version or '(newest)'} with {row.about()}: "
+                         f"{', '.join(dict.fromkeys(methods))}: {row.note} ({row.source}{fix}).")
+
+
+def _compat_warnings(s: Planning, d: E.DraftChoice) -> None:
+    """What the compatibility table says about the chosen technique short of refusing it (and, for a configured
+    one that 'launch --force' starts anyway, what it refuses)."""
+    for f in s.caps.compat_findings(d.method, _features(s, d), s.model.hf_id):
+        s.warnings.append(f.message(s.stack, s.caps.version, d.method))
 
 
 def _decide(s: Planning) -> None:
@@ -639,6 +675,63 @@ def _decide(s: Planning) -> None:
         )
 
 
+def _alternatives(
+    c: E.Context, d: E.DraftChoice, alpha: float, batch: int, pool: list[Shape], chosen: Outcome, scale: float,
+    source: str | None, published: float | None,
+) -> list[ShapeAlternative]:
+    """The chosen shape and the next best of ``pool`` at the plan's batch, fastest first, each with its basis and
+    marked where it is within the model's own error of the chosen one. ``scale`` carries the headline's hold (the
+    curve never gains with batch) to every shape alike."""
+    outs = E.ranked(c, d, alpha, batch, pool if chosen.shape in pool else [chosen.shape, *pool])
+    # The best of the other kind (a chain beside a tree, a tree beside a chain) first, then the next best.
+    other = [o for o in outs if o.shape.is_tree != chosen.shape.is_tree][:1]
+    rest = [o for o in outs if o.shape != chosen.shape and o not in other]
+    keep = sorted([chosen, *other, *rest][:ALTERNATIVES], key=lambda o: -o.speedup)
+    err = c.policy.rules.shape_error
+    return [
+        ShapeAlternative(
+            num_speculative_tokens=o.shape.depth,
+            tree=_tree(c, d.method, o.shape) if o.shape.is_tree else None,
+            speedup=round(o.speedup * min(scale, 1.0), 3),
+            acceptance_length=round(o.acceptance_length, 3),
+            basis=_shape_basis(c, d, o.shape, source, published),
+            chosen=o.shape == chosen.shape,
+            within_error=o.shape != chosen.shape and abs(math.log(o.speedup / chosen.speedup)) <= err,
+        )
+        for o in keep
+    ]
+
+
+def _shape_basis(c: E.Context, d: E.DraftChoice, shape: Shape, source: str | None, published: float | None) -> str:
+    """What a shape's prediction rests on: where its acceptance comes from, how the shape changes it, and the published
+    sweeps the shape model was fitted to."""
+    acc = {"calibrated": "acceptance from the calibration file", "traffic": "acceptance measured on the traffic"}.get(source or "")
+    if acc is None and published is not None:
+        own = d.catalog is not None and d.catalog.acceptance_length
+        acc = f"{d.drafter_id}'s published acceptance" if own else f"published acceptance of {d.method} heads for this model"
+    acc = acc or f"{c.policy.prior(d.method).prior_from or d.method} prior"
+    tree = c.policy.acceptance.tree
+    how = (f"tree: top-k gain {tree.gain:g}, builder confidence {tree.confidence:g}" if shape.is_tree
+           else f"chain: acceptance x{c.policy.prior(d.method).decay:g} per position")
+    sweeps = c.policy.sources.get("shape_sweeps") or []
+    return f"{acc}; {how}; step cost of {c.factors.label or c.stack}" + (f"; shape sweeps fitted: {', '.join(sweeps)}" if sweeps else "")
+
+
+def _tie_reason(alts: list[ShapeAlternative], tied: list[ShapeAlternative], err: float) -> str:
+    """The sentence a plan carries when other shapes are predicted within the model's error of its own."""
+    chosen = next(a for a in alts if a.chosen)
+    names = ", ".join(f"{_shape_name(a)} ({a.speedup:.2f}x)" for a in tied)
+    return (f"{names} {'is' if len(tied) == 1 else 'are'} predicted within the model's error (about {math.expm1(err):.0%}) of "
+            f"{_shape_name(chosen)} ({chosen.speedup:.2f}x): the published data cannot order them; measure both "
+            "(specplug tune).")
+
+
+def _shape_name(a: ShapeAlternative) -> str:
+    if a.tree is not None and a.tree.topk > 1:
+        return f"tree {a.tree.steps}x{a.tree.topk}/{a.tree.num_draft_tokens}"
+    return f"k={a.num_speculative_tokens}"
+
+
 def _schedule_and_speculation(s: Planning) -> None:
     """k per batch size for the chosen technique, its prediction, and the Plan's speculation section."""
     if s.chosen is not None:
@@ -649,9 +742,11 @@ def _schedule_and_speculation(s: Planning) -> None:
         )
         sched, curve, last_on = _schedule(c, d, alpha, cand_shapes)
         at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
+        pool = E.shapes(c, d.method) if explicit else cand_shapes  # the shapes the alternatives are drawn from
         if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
             # The plan's own batch follows the schedule (k never grows with batch).
-            o = E.score(c, d, alpha, seqs, [x for x in cand_shapes if x.depth <= at.num_speculative_tokens])
+            pool = [x for x in cand_shapes if x.depth <= at.num_speculative_tokens]
+            o = E.score(c, d, alpha, seqs, pool)
             s.chosen = (d, alpha, o)
         if explicit is None and not s.caps.schedules_for(d.method):
             # The stack runs one k at every batch: the plan's shape along the curve, on until it stops paying.
@@ -701,6 +796,7 @@ def _schedule_and_speculation(s: Planning) -> None:
             schedule=explicit.schedule if explicit and explicit.schedule else sched,
             verification=explicit.verification if explicit else None,
             draft_sampling=explicit.draft_sampling if explicit else None,
+            allow_lossy=explicit.allow_lossy if explicit else False,
         )
         if d.method in LOOKUP_METHODS:
             lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
@@ -711,6 +807,10 @@ def _schedule_and_speculation(s: Planning) -> None:
             )
         if d.note:
             s.warnings.append(d.note)
+        _compat_warnings(s, d)
+        if spec.lossy:
+            s.warnings.append(f"LOSSY: verification {spec.verification} accepts drafts the target would reject, so outputs "
+                              "differ from the target model's own; the predicted speedup does not count its extra gain.")
         if (note := E.cross_target_note(d, s.c.model)) is not None:
             s.warnings.append(note)
         for cand in s.candidates:
@@ -726,6 +826,9 @@ def _schedule_and_speculation(s: Planning) -> None:
             s.reasons.append(f"Acceptance is the median of the published figures of {d.method} heads for this model.")
         elif source is None and (note := borrowed_note(c.policy, d.method)) is not None:
             s.reasons.append(note)
+        s.alternatives = _alternatives(c, d, alpha, seqs, pool, o, headline / o.speedup, source, published)
+        if (tied := [a for a in s.alternatives if a.within_error]):
+            s.reasons.append(_tie_reason(s.alternatives, tied, c.policy.rules.shape_error))
         if pred.breakeven_batch_size is not None and spec.schedule and spec.schedule == sched:
             s.reasons.append(
                 f"Speculation stops paying (gaining {c.policy.rules.min_speedup:.2f}x or more) above batch size "
@@ -872,6 +975,7 @@ def _build(s: Planning) -> Plan:
         memory=s.budget,
         prediction=s.pred,
         candidates=s.candidates,
+        alternatives=s.alternatives,
         reasons=s.reasons,
         warnings=s.warnings,
     )

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from specplug.plan import Plan
+from specplug.plan import Plan, ShapeAlternative
 
 
 def _range(lo: int, hi: int | None) -> str:
     if hi is None:
         return f"{lo}+"
     return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _alternative_row(a: ShapeAlternative) -> tuple[str, ...]:
+    if a.tree is not None and a.tree.topk > 1:
+        shape = f"tree {a.tree.steps} steps x topk {a.tree.topk}, {a.tree.num_draft_tokens} tokens"
+    else:
+        shape = f"chain k={a.num_speculative_tokens}"
+    verdict = "CHOSEN" if a.chosen else ("within the model's error" if a.within_error else "")
+    return (shape, f"{a.speedup:.2f}x", f"{a.acceptance_length:.2f}", verdict, a.basis)
 
 
 def plan_tables(plan: Plan) -> list[Any]:
@@ -31,7 +40,9 @@ def plan_tables(plan: Plan) -> list[Any]:
     wl = plan.workload
     rows = [
         ("recommendation", choice),
-        ("predicted speedup", f"{p.speedup:.2f}x at batch size {wl.concurrency}" if s.method != "none" else "1.00x (off)"),
+        ("predicted speedup", (f"{p.speedup:.2f}x at batch size {wl.concurrency}" + (f" (LOSSY: verification {s.verification})"
+                                                                                    if s.lossy else ""))
+         if s.method != "none" else "1.00x (off)"),
         ("acceptance length", f"{p.acceptance_length:.2f} tokens/step" + (f" (alpha {p.acceptance_rate:.2f})" if p.acceptance_rate else "")),
         ("stops paying above batch", "never (up to 256)" if p.breakeven_batch_size is None else str(p.breakeven_batch_size)),
         *([("loses below", f"{p.breakeven_acceptance_rate:.0%} of drafted tokens accepted (at batch {wl.concurrency})")]
@@ -68,6 +79,9 @@ def plan_tables(plan: Plan) -> list[Any]:
             table("predicted curve", ["batch", *[str(c.batch_size) for c in p.curve]],
                   [("speedup", *[f"{c.speedup:.2f}" for c in p.curve]), ("k", *[str(c.num_speculative_tokens) for c in p.curve])])
         )
+    if plan.alternatives:
+        out.append(table(f"shapes for {s.method} (best first)", ["shape", "speedup", "tokens/step", "", "basis"],
+                         [_alternative_row(a) for a in plan.alternatives]))
     out.append(
         table(
             "candidates",

@@ -81,9 +81,15 @@ class DraftModelPrior(_Strict):
 
 
 class TreePrior(_Strict):
-    """Tree drafting: a drafter's top j guesses catch the target's token with 1 - (1 - alpha) * j^-gain (perf.tree_reach)."""
+    """Tree drafting: a drafter's top j guesses catch the target's token with 1 - (1 - alpha) * j^-gain; the tree keeps
+    the nodes the drafter scores highest, its top guess scoring ``confidence`` times its acceptance (perf.tree_reach)."""
 
-    gain: float = Field(0.45, ge=0.0, le=1.0)
+    gain: float = Field(0.45, ge=0.0, le=1.5)
+    confidence: float = Field(
+        1.0, gt=0.0, le=1.0,
+        description="The drafter's own probability of its top guess over that guess's greedy acceptance: below 1 the "
+        "tree builder favours siblings over depth.",
+    )
 
 
 class AcceptancePriors(_Strict):
@@ -143,6 +149,10 @@ class StackFactors(_Strict):
     spec_overhead_per_seq_ms: float = Field(
         0.0, ge=0.0, description="Extra time per running request per step when speculating (proposer, sampler metadata)."
     )
+    tree_token_overhead_ms: float = Field(
+        0.0, ge=0.0, description="Extra time per verified token across the batch when the draft is a tree (topk > 1): "
+        "tree attention masks and the kernels a stack uses for them instead of its chain path's."
+    )
     allreduce_latency_us: float = Field(10.0, ge=0.0, description="Latency of one tensor-parallel all-reduce.")
     layer_latency_us: float = Field(
         0.0, ge=0.0, description="GPU time per layer per forward that does not scale with tokens (kernel latencies)."
@@ -194,6 +204,10 @@ class Rules(_Strict):
     k_range: tuple[int, int] = (1, 8)
     batch_curve: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
     high_temperature: float = Field(0.7, ge=0.0)
+    shape_error: float = Field(
+        0.05, ge=0.0, description="|ln| of the speedup ratio of two shapes (k, trees) under which the model cannot order "
+        "them: its median error on that ratio in published shape sweeps (benchmarks/shape_ranking.py)."
+    )
     gpu_counts: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
     tp_max: int = Field(8, ge=1, description="Largest tensor-parallel group (one node).")
     nvlink_gbs: float = Field(300.0, gt=0.0, description="All-reduce bandwidth per GPU over NVLink/xGMI.")

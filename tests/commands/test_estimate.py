@@ -46,3 +46,19 @@ def test_stack_version_decides_what_estimate_accepts(run_cli) -> None:
     assert old.exit_code == 1 and "needs vLLM 0.20.0" in old.stderr
     new = run_cli(*args, "--stack-version", "0.32.0")
     assert new.exit_code == 0 and json.loads(new.stdout)["speedup"] > 1.0
+
+
+def test_estimate_answers_any_shape_and_the_tree_pays_only_while_verification_is_cheap() -> None:
+    kw = dict(gpu="h100", stack="sglang", workload="math")
+    shapes = [dict(num_speculative_tokens=k) for k in (1, 3, 5, 7)] + [
+        dict(num_speculative_tokens=3, tree_topk=t, num_draft_tokens=n) for t, n in ((4, 4), (2, 6), (4, 21))]
+    for s in shapes:
+        e = specplug.estimate("qwen3-8b", "eagle3", **kw, **s)
+        assert e.speedup > 0 and 1.0 <= e.acceptance_length <= s["num_speculative_tokens"] + 1
+    # SpecDecode-Bench (SGLang, Qwen3-8B on an H100): the depth-3 tree of 21 tokens beats the chain of 3 at batch 1
+    # and falls far below it at batch 128, where verifying its rejected branches is compute.
+    tree = dict(num_speculative_tokens=3, tree_topk=4, num_draft_tokens=21)
+    for batch, tree_wins in ((1, True), (128, False)):
+        t = specplug.estimate("qwen3-8b", "eagle3", batch_size=batch, **kw, **tree)
+        c = specplug.estimate("qwen3-8b", "eagle3", batch_size=batch, num_speculative_tokens=3, **kw)
+        assert (t.speedup > c.speedup) == tree_wins

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -66,3 +67,39 @@ def test_a_reader_that_stops_early_is_no_failure() -> None:
         err = p.stderr.read()
         assert p.wait(timeout=60) == 0, (fmt, err)
         assert err == b"", (fmt, err)
+
+
+def test_recommend_shows_the_best_shapes_with_their_basis() -> None:
+    # Llama-3.1-8B on one H200 with SGLang: the tree the plan picks, beside the best chain, each with its basis.
+    args = ("recommend", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-gpus", "1", "--stack", "sglang")
+    plan = json.loads(_run(*args, "--output", "json").output)
+    alts = plan["alternatives"]
+    assert 2 <= len(alts) <= 3 and sum(a["chosen"] for a in alts) == 1
+    assert [a["speedup"] for a in alts] == sorted((a["speedup"] for a in alts), reverse=True)
+    assert {bool(a["tree"]) for a in alts} == {True, False}  # a tree and a chain, whichever is chosen
+    for a in alts:
+        assert a["acceptance_length"] > 1.0 and a["basis"] and a["num_speculative_tokens"] >= 1
+    chosen = next(a for a in alts if a["chosen"])
+    assert chosen["num_speculative_tokens"] == plan["speculation"]["num_speculative_tokens"]
+    assert chosen["speedup"] == plan["prediction"]["speedup"]
+    table = _run(*args).output
+    assert "shapes for eagle3" in table and "CHOSEN" in table
+
+
+def test_shapes_within_the_models_error_are_said_to_be() -> None:
+    from specplug.planning import recommend
+
+    plan = recommend(model="llama-3.1-8b", gpu="h200", num_gpus=1, stack="sglang", batch_size=8)
+    tied = [a for a in plan.alternatives if a.within_error]
+    chosen = next(a for a in plan.alternatives if a.chosen)
+    for a in plan.alternatives:
+        close = not a.chosen and abs(math.log(a.speedup / chosen.speedup)) <= plan_error()
+        assert a.within_error == close
+    if tied:
+        assert any("within the model's error" in r for r in plan.reasons)
+
+
+def plan_error() -> float:
+    from specplug.policy.data import load_policy
+
+    return load_policy().rules.shape_error + 1e-3  # speedups are rounded to 3 digits in the plan

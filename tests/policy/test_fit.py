@@ -33,7 +33,9 @@ def test_numpy_features_match_estimate(monkeypatch) -> None:
     pred, _ = feats.predict(x)
     pol = F.make_policy(x)
     est = np.array([estimate(r.model, r.method, policy=pol, **r.estimate_kwargs()).speedup for r in rows])
-    assert np.max(np.abs(np.log(est / pred))) < 2e-3
+    # Trees are tabulated over logit(alpha): between grid points the table smooths the steps a tree builder's node set
+    # takes as acceptance rises (perf.tree_reach), which costs the mirror up to half a percent on the largest trees.
+    assert np.max(np.abs(np.log(est / pred))) < 5e-3
 
 
 def test_perf_stays_free_of_numpy() -> None:
@@ -118,3 +120,21 @@ def test_a_row_that_names_its_head_is_scored_with_that_heads_independent_figure_
         # Figures read from the scored sources are withheld inside.
         assert find_drafter("yuhuili/EAGLE-Vicuna-7B-v1.3").acceptance_length is None
     assert own < unnamed  # AngelSlim's published 2.01 tokens/step is below the EAGLE-3 prior
+
+
+def test_published_shapes_parse_as_their_sources_state_them() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import fit_policy as F
+
+    # SpecDecode-Bench Fig. 2: depth 3, k tokens verified, branching 2 for k=6 and 4 for k=21; chains of k=3.
+    assert F._first(F.TREES, "EAGLE-3 tree k=6 tree k=6, tree depth 3") == (3, 2, 6)
+    assert F._first(F.TREES, "EAGLE tree k=21 tree k=21, tree depth 3") == (3, 4, 21)
+    assert F._k("MTP 3 (nextn=3); TP8 EP2/EP4 mixed; CUDA graph") == 3
+    if not DATA.exists():
+        return
+    rows, _ = F.parse_rows(DATA)
+    sdb = {F.shape_of(r) for r in rows if r.src == "SDB" and r.stack == "sglang"}
+    assert sdb == {(3, 1, 4), (3, 2, 6), (3, 4, 21)}
+    # EAGLE-1's static tree and EAGLE-2's dynamic one are two programs, not one shape sweep.
+    mixed = [g for g in F.shape_groups(rows) if {F.shape_of(r) for r in g} == {(5, 4, 26), (6, 10, 60)}]
+    assert not mixed

@@ -58,3 +58,34 @@ def test_a_bigger_drafter_predicts_better_at_the_same_size_ratio() -> None:
     big = first_alpha(pol, "draft_model", "chat", 0.0, 1.0 / 405, 1.0)
     tiny = first_alpha(pol, "draft_model", "chat", 0.0, 0.068 / 33, 0.068)
     assert big > tiny
+
+
+@pytest.mark.parametrize("alpha", [0.6, 0.7, 0.8])
+@pytest.mark.parametrize("k,topk", [(3, 3), (3, 4), (5, 4), (7, 4)])
+def test_a_tree_no_larger_than_its_depth_is_not_the_chain(alpha: float, k: int, topk: int) -> None:
+    # SGLang trees of topk 3-4 verifying k+1 tokens accept less than the chain of k (issue 42): the builder keeps the
+    # nodes the drafter scores highest, and its scores favour siblings over depth. The shipped policy says the same at
+    # the acceptance of learned drafters (a drafter near 0.9 scores its chain above any sibling and keeps it).
+    from specplug.policy.data import load_policy
+
+    tree = load_policy().acceptance.tree
+    chain = acceptance_length(position_alphas(alpha, 0.95, k))
+    small = acceptance_length(position_alphas(alpha, 0.95, k, tree.gain, topk=topk, nodes=k, confidence=tree.confidence))
+    assert small < chain
+
+
+def test_a_confident_builder_keeps_the_chain_and_a_doubtful_one_spends_on_siblings() -> None:
+    # Scored by its true chances, a budget of depth nodes is the chain (the likeliest path); scored low, it is wider.
+    chain = tree_reach(0.8, 0.95, 3, 0.8, 4, 3, confidence=1.0)
+    assert chain == pytest.approx([0.8, 0.8 * 0.76, 0.8 * 0.76 * 0.722])
+    doubtful = tree_reach(0.8, 0.95, 3, 0.8, 4, 3, confidence=0.5)
+    assert doubtful[2] == 0.0 and sum(doubtful) < sum(chain)
+    # Given room (20 drafts over 3 levels), the wider tree gains over the chain whatever the builder's confidence.
+    assert sum(tree_reach(0.8, 0.95, 3, 0.8, 4, 20, confidence=0.5)) > sum(chain)
+
+
+def test_a_tree_drafts_topk_wide_at_every_level() -> None:
+    from specplug.policy.perf import Shape
+
+    assert Shape(3, 3, 4, 4).width == 4.0 and Shape(3, 3, 4, 21).width == 4.0
+    assert Shape(5).width == 1.0 and Shape(3, 3, 1, 4).width == 1.0
