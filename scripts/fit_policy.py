@@ -1,6 +1,6 @@
-"""Fit specplug's acceptance priors and stack factors on shared/data/published_results.csv.
+"""Fit specplug's acceptance priors and stack factors on benchmarks/data/published_results.csv.
 
-    python scripts/fit_policy.py [--data ../shared/data/published_results.csv] [--out policies/fitted.yaml]
+    python scripts/fit_policy.py [--data benchmarks/data/published_results.csv] [--out policies/fitted.yaml]
 
 Few, physically meaningful parameters (for generalisation, not for the rows): one acceptance level per
 technique, a workload effect per technique kind (learned drafter vs copy-based), a temperature slope per kind,
@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DATA = ROOT.parent / "shared" / "data" / "published_results.csv"
+DATA = ROOT / "benchmarks" / "data" / "published_results.csv"  # a copy of shared/data's file, kept in the repository
 # Sourced MoE, multi-GPU and SGLang results that shared/data lacks (benchmarks/data/README.md cites each).
 EXTRA = ROOT / "benchmarks" / "data" / "extra_results.csv"
 OUT = ROOT / "policies" / "fitted.yaml"
@@ -306,7 +306,7 @@ def _csv_rows(paths: list[Path]):
 
 
 def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[str, int]]:
-    """Rows mapped to estimate() arguments, and counts of why others were left out (default: shared/data's
+    """Rows mapped to estimate() arguments, and counts of why others were left out (default: benchmarks/data's
     published results and benchmarks/data's extra ones)."""
     paths = [DATA, EXTRA] if path is None else (list(path) if isinstance(path, list) else [path])
     from specplug.catalog import get_model
@@ -881,7 +881,7 @@ def write(x: list[float], out: Path, rows: list[Row], skipped: dict[str, int], m
     srcs = sorted({r.src for r in rows})
     data["sources"] = {
         "fitted_by": "scripts/fit_policy.py",
-        "data": "shared/data/published_results.csv",
+        "data": "benchmarks/data/published_results.csv",
         "rows_used": len(rows),
         "sources": srcs,
         "rows_left_out": dict(sorted(skipped.items())),

@@ -164,7 +164,8 @@ def validate_lws(doc: dict) -> None:
 
 
 def test_405b_on_h100_renders_a_vllm_ray_leaderworkerset():
-    plan = make_plan(model="meta-llama/Llama-3.1-405B-Instruct", tp=8, pp=2, nodes=2)
+    # vLLM before 0.30 refuses speculation with pipeline parallelism (the compatibility table's row).
+    plan = make_plan(version="0.32.0", model="meta-llama/Llama-3.1-405B-Instruct", tp=8, pp=2, nodes=2)
     files = render(plan, ["lws"])
     lws = yaml.safe_load(files["lws/leaderworkerset.yaml"])
     validate_lws(lws)
@@ -192,7 +193,7 @@ def test_sglang_multi_node_flags():
 
 
 def test_lws_rejects_an_invalid_field():
-    lws = yaml.safe_load(render(make_plan(tp=8, pp=2, nodes=2), ["lws"])["lws/leaderworkerset.yaml"])
+    lws = yaml.safe_load(render(make_plan(version="0.32.0", tp=8, pp=2, nodes=2), ["lws"])["lws/leaderworkerset.yaml"])
     lws["spec"]["leaderWorkerTemplate"]["sizee"] = 2
     import jsonschema
 

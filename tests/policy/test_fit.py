@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data" / "published_results.csv"
+DATA = ROOT / "benchmarks" / "data" / "published_results.csv"
 
 
 @pytest.mark.skipif(not DATA.exists(), reason="published_results.csv not available")
