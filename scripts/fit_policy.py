@@ -311,7 +311,7 @@ def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[s
     paths = [DATA, EXTRA] if path is None else (list(path) if isinstance(path, list) else [path])
     from specplug.catalog import get_model
     from specplug.policy.data import load_policy
-    from specplug.policy.planner import _choose_gpus
+    from specplug.policy.engine import choose_gpus
 
     pol = load_policy()
     skipped: dict[str, int] = {}
@@ -378,7 +378,7 @@ def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[s
             from specplug.catalog import get_gpu
             from specplug.policy import engine as E
 
-            num = _choose_gpus(pol, m, E.arch_of(m, E.serve_format(m, None, dtype)), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8) or 8
+            num = choose_gpus(pol, m, E.arch_of(m, E.serve_format(m, None, dtype)), get_gpu(gpu).memory_gb or 80, batch, inp + 256, 8) or 8
         out.append(
             Row(r["id"], r["src"], model, method, drafter, gpu, num, stack, None if tree else (k or _k(r["config"])), tree,
                 batch, temp, wl, speedup, tau, dtype, inp, r["dataset"], (r["flag"] or "").lower(), r.get("_extra") == "1",

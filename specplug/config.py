@@ -87,6 +87,19 @@ class WorkloadSpec(Strict):
         False, exclude_if=_unset,
         description="Requests carry images, audio or video: the planner avoids methods known broken with multimodal input.",
     )
+    request_rate: float | None = Field(
+        None, gt=0.0, le=1e6, exclude_if=_unset,
+        description="Requests per second arriving (Poisson): the plan predicts the running batch, TPOT, TTFT and "
+        "throughput at this rate, with and without speculation, and plans for the batch the rate keeps running.",
+    )
+    slo_tpot_ms: float | None = Field(
+        None, gt=0.0, exclude_if=_unset,
+        description="Target p90 time per output token (ms): the plan reports the highest request rate each arm sustains within it.",
+    )
+    slo_ttft_ms: float | None = Field(
+        None, gt=0.0, exclude_if=_unset,
+        description="Target p90 time to first token (ms): the plan reports the highest request rate each arm sustains within it.",
+    )
 
 
 # Speculation fields the config and the Plan both hold, stated once.

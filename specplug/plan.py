@@ -104,6 +104,10 @@ class CurvePoint(PlanModel):
 
 class Prediction(PlanModel):
     speedup: float = Field(1.0, description="Predicted decode throughput ratio vs no speculation at this batch.")
+    batch_size: int | None = Field(
+        None, description="The running batch the prediction is for: the configured concurrency, or what the request "
+        "rate keeps running, within capacity."
+    )
     acceptance_length: float = Field(1.0, description="Mean tokens per verification step, bonus token included.")
     acceptance_rate: float | None = Field(None, description="Per-token acceptance alpha.")
     curve: list[CurvePoint] = Field(default_factory=list)
@@ -116,6 +120,42 @@ class Prediction(PlanModel):
         None, description="Largest batch size the schedule still speculates at, where the predicted gain reaches the "
         "policy's min_speedup (None: across the whole curve; 0: not even at batch 1)."
     )
+
+
+class ArmLoad(PlanModel):
+    """One arm (no speculation, or the plan's) at the workload's request rate."""
+
+    running_batch: float = Field(description="Requests decoding at once in the steady state.")
+    tpot_ms_p50: float = Field(description="Median time per output token (ms).")
+    tpot_ms_p90: float = Field(description="90th-percentile time per output token (ms).")
+    ttft_ms_p50: float | None = Field(description="Median time to first token (ms); None: saturated, requests queue without bound.")
+    ttft_ms_p90: float | None = Field(description="90th-percentile time to first token (ms); None when saturated.")
+    output_tokens_per_s: float = Field(description="Output tokens per second served (capped at saturation).")
+    saturated: bool = Field(description="The rate is at or above what the arm sustains: requests queue.")
+
+
+class RateByArm(PlanModel):
+    baseline: float
+    speculative: float
+
+
+class LoadPrediction(PlanModel):
+    """The deployment under open-loop load: both arms at the workload's request rate (a continuous-batching model
+    over the cost model's step times; see 'basis')."""
+
+    request_rate: float = Field(description="Requests per second (Poisson arrivals).")
+    capacity_requests: int = Field(description="Requests the plan's KV cache (with its drafter) holds at once.")
+    baseline: ArmLoad
+    speculative: ArmLoad
+    crossover_request_rate: float | None = Field(
+        description="Request rate above which speculation no longer lowers median TPOT (None: it does up to the "
+        "baseline's saturation; 0: at no rate)."
+    )
+    saturation_request_rate: RateByArm = Field(description="Request rate at which each arm's running batch fills its capacity.")
+    max_request_rate_within_slo: RateByArm | None = Field(
+        None, description="Highest rate each arm sustains within workload.slo_tpot_ms / slo_ttft_ms (p90); None without targets."
+    )
+    basis: str = Field(description="What the figures rest on.")
 
 
 class Candidate(PlanModel):
@@ -160,6 +200,14 @@ class Plan(PlanModel):
     )
     reasons: list[str] = Field(default_factory=list, description="Why this choice, in plain sentences.")
     warnings: list[str] = Field(default_factory=list)
+    capacity_requests: int | None = Field(
+        None, description="Requests the KV cache holds at once at the workload's lengths, with the plan's drafter, "
+        "within the stack's request cap: a larger batch queues."
+    )
+    capacity_requests_without_drafter: int | None = Field(
+        None, description="The same without speculation: the drafter's price in requests."
+    )
+    load: LoadPrediction | None = Field(None, description="Both arms at workload.request_rate (set with --request-rate).")
     traffic: dict | None = Field(
         None, description="The traffic file planned from (workload.traffic / --traffic): its path, digest and measured figures."
     )

@@ -15,7 +15,8 @@ from specplug.errors import SpecplugError
 
 # Flag -> where it lands in specplug.yaml.
 WORKLOAD_FLAGS = {"concurrency": "concurrency", "input_len": "input_len", "output_len": "output_len",
-                  "workload": "type", "temperature": "temperature", "traffic": "traffic", "multimodal": "multimodal"}
+                  "workload": "type", "temperature": "temperature", "traffic": "traffic", "multimodal": "multimodal",
+                  "request_rate": "request_rate", "slo_tpot_ms": "slo_tpot_ms", "slo_ttft_ms": "slo_ttft_ms"}
 SERVE_FLAGS = ("host", "port", "quantization", "kv_cache_dtype", "max_model_len", "structured_output", "reasoning_parser")
 # On/off flags that can only turn a feature on (absent: the config's value stands).
 SWITCHES = ("structured_output", "multimodal")
@@ -37,6 +38,9 @@ class PlanRequest(BaseModel):
     workload: str | None = None
     temperature: float | None = None
     traffic: str | None = None
+    request_rate: float | None = None
+    slo_tpot_ms: float | None = None
+    slo_ttft_ms: float | None = None
     method: str | None = None
     drafter: str | None = None
     num_speculative_tokens: int | None = None

@@ -18,7 +18,7 @@ from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight
 from specplug.config import TreeSpec
 from specplug.errors import CatalogError, SpecplugError
 from specplug.methods import BLOCK_METHODS, COPY_METHODS, SPECULATING
-from specplug.policy import perf
+from specplug.policy import context, perf
 from specplug.policy.perf import Arch, Device, Outcome, Shape
 from specplug.policy.schema import Policy, StackFactors
 from specplug.policy.tokenizers import compatible
@@ -266,6 +266,8 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     a = published_alpha(c, d) or perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio, params)
     if d.catalog is not None and d.catalog.cross_target:
         a = perf.sigmoid(perf.logit(a) - c.policy.acceptance.cross_target_logit)
+    # Priors and published figures are short-context acceptance: learned drafters accept less over a long context.
+    a = context.alpha_at(d.method, a, c.ctx)
     if c.traffic is not None and prior.kind == "model":
         shifted = perf.sigmoid(perf.logit(a) + c.traffic.workload_shift())
         return min(shifted, c.policy.acceptance.max_alpha), "traffic"
@@ -361,6 +363,56 @@ def memory(
     rules = policy.rules.memory
     act = rules.activation_gb + rules.activation_frac * gpu_gb
     return Memory(gpu_gb, target_gb, dw, kv_gb, dkv, act, gpu_gb * rules.gpu_memory_utilization)
+
+
+def capacity(
+    policy: Policy, model: Model, target: Arch, gpu_gib: float, tp: int, pp: int, tokens_per_seq: int, d: DraftChoice | None,
+) -> int:
+    """How many requests of ``tokens_per_seq`` the KV cache holds at once beside the weights (and ``d``'s weights and
+    KV cache): what memory allows, before any request cap the stack sets."""
+    empty = memory(policy, model, target, gpu_gib, tp, pp, 0, tokens_per_seq, d)
+    one = memory(policy, model, target, gpu_gib, tp, pp, 1, tokens_per_seq, d)
+    per_request = one.used_gb - empty.used_gb
+    if per_request <= 0:
+        return 0
+    return max(0, math.floor(empty.headroom_gb / per_request + 1e-9))
+
+
+def request_cap(caps: StackCapabilities, max_num_seqs: int | None, speculating: bool) -> int | None:
+    """The most requests the stack runs at once as configured (None: as many as memory holds)."""
+    found = [x for x in (max_num_seqs or caps.max_batch, caps.running_cap if speculating else None) if x]
+    return min(found) if found else None
+
+
+def capped_capacity(
+    policy: Policy, model: Model, target: Arch, gpu_gib: float, tp: int, pp: int, tokens_per_seq: int, d: DraftChoice | None,
+    caps: StackCapabilities, max_num_seqs: int | None = None,
+) -> int:
+    """:func:`capacity` within the stack's request cap: the requests that run at once; more queue."""
+    n = capacity(policy, model, target, gpu_gib, tp, pp, tokens_per_seq, d)
+    cap = request_cap(caps, max_num_seqs, d is not None and d.method != "none")
+    return min(n, cap) if cap else n
+
+
+def choose_gpus(
+    policy: Policy, model: Model, target: Arch, gpu_gib: float, seqs: int, tokens: int, per_node: int, context: int = 0
+) -> int | None:
+    """Smallest GPU count (1, 2, 4, 8, then whole nodes) whose memory holds the model and the KV cache of ``seqs``
+    requests (and one request of ``context`` tokens)."""
+    for n in policy.rules.gpu_counts:
+        tp, pp = split_gpus(n, policy, per_node, model)
+        if memory(policy, model, target, gpu_gib, tp, pp, seqs, tokens, None, context).fits:
+            return n
+    return None
+
+
+def fits_on_no_count(model: Model, fmt: str, seqs: int, tokens: int, policy: Policy, gpu: str) -> SpecplugError:
+    """The error when no GPU count :func:`choose_gpus` tries holds the model (recommend and estimate say the same)."""
+    return SpecplugError(
+        f"{model.name} in {fmt} with {seqs} x {tokens} tokens of KV cache does not fit even on {policy.rules.gpu_counts[-1]} x {gpu}.",
+        "Serve lighter weights (--quantization fp8 or int4-awq), an FP8 KV cache (--kv-cache-dtype fp8), "
+        "fewer concurrent requests or a shorter context.",
+    )
 
 
 def draft_tp(d: DraftChoice, tp: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from specplug.catalog.precision import kv_cache_bytes
 from specplug.config import WORKLOADS, ServeOptions, TreeSpec, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.methods import HEAD_METHODS, SPECULATING
-from specplug.plan import ModelRef, Parallelism, Plan, Speculation, StackRef
+from specplug.plan import LoadPrediction, ModelRef, Parallelism, Plan, Speculation, StackRef
+from specplug.policy import arms
 from specplug.policy import engine as E
+from specplug.policy import load as L
 from specplug.policy.data import load_policy
 from specplug.policy.planner import cost_context
 from specplug.policy.schema import Policy
@@ -49,6 +52,9 @@ class Estimate(BaseModel):
     spec_step_ms: float
     calibrated: bool = False
     fits: bool = True
+    capacity_requests: int = Field(0, description="Requests the KV cache holds at once with the drafter, within the stack's cap.")
+    capacity_requests_without_drafter: int = Field(0, description="The same without speculation.")
+    load: LoadPrediction | None = Field(None, description="Both arms at request_rate (set with --request-rate).")
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -61,8 +67,8 @@ def estimate(
     tree_topk: int | None = None,
     num_draft_tokens: int | None = None,
     gpu: str,
-    num_gpus: int = 1,
-    batch_size: int = 1,
+    num_gpus: int | None = None,
+    batch_size: int | None = None,
     workload: str = "chat",
     temperature: float = 0.0,
     stack: str = "vllm",
@@ -74,11 +80,17 @@ def estimate(
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
     traffic: str | Path | None = None,
+    request_rate: float | None = None,
+    slo_tpot_ms: float | None = None,
+    slo_ttft_ms: float | None = None,
     require_fit: bool = True,
     caps: StackCapabilities | None = None,
     validate: Callable[[Plan], None] | None = None,
 ) -> Estimate:
-    """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given.
+    """Predicted speedup and acceptance of one configuration. k (and the tree) are optimised when not given; the GPU
+    count, when not given, is the smallest that holds the model and ``batch_size`` requests (as recommend chooses).
+    More requests than the KV cache holds queue: the speedup is then the ratio of both arms' throughput with all
+    their slots busy. ``request_rate`` adds both arms' TPOT, TTFT and throughput under that load.
     ``validate`` is the stack's checks, run on the Plan this estimate stands for (the caller's: the policy never
     asks an adapter)."""
     if method not in ESTIMATE_METHODS:
@@ -86,7 +98,7 @@ def estimate(
     if workload not in WORKLOADS:
         raise SpecplugError(f"Unknown workload '{workload}'.", f"Choose one of: {', '.join(WORKLOADS)}.")
     for name, v, lo in (("num_gpus", num_gpus, 1), ("batch_size", batch_size, 1), ("input_len", input_len, 1), ("output_len", output_len, 1)):
-        if v < lo:
+        if v is not None and v < lo:
             raise SpecplugError(f"{name} must be at least {lo}, got {v}.")
     if temperature < 0:
         raise SpecplugError(f"temperature must be 0 or more, got {temperature}.")
@@ -98,16 +110,22 @@ def estimate(
     fmt = E.serve_format(m, quantization, dtype)
     kvb = kv_cache_bytes(kv_cache_dtype)
     target = E.arch_of(m, fmt, kvb)
-    tp, pp = E.split_gpus(num_gpus, pol, 8, m)
     dev = E.device_of(g, pol)
     prof = E.load_traffic_opt(traffic, m)
     if prof is not None and (input_len, output_len) == (1024, 256):
         # The defaults give way to what the traffic measured.
         input_len, output_len = max(1, round(prof.input_len or input_len)), max(1, round(prof.output_len or output_len))
     caps = caps or _unresolved(stack)
+    warnings: list[str] = []
+    from_rate = batch_size is None and request_rate is not None
+    batch_size = batch_size or 1
+    if num_gpus is None:
+        num_gpus = _gpu_count(pol, m, target, g, dev, batch_size, input_len + output_len, caps, fmt.name)
+        warnings.append(f"{num_gpus} x {g.name} is the smallest count that holds {m.name} ({fmt.name} weights) and its "
+                        "KV cache, as recommend chooses; set --num-gpus to estimate another.")
+    tp, pp = E.split_gpus(num_gpus, pol, 8, m)
     c = cost_context(pol, caps, m, target, g, dev, tp, pp, batch_size, input_len, output_len,
                      workload, temperature, E.load_calibration_opt(calibration), prof)
-    warnings: list[str] = []
     if drafter:
         d = E.resolve_drafter(method, drafter, m, target, pol, caps, kvb)
     elif method == "draft_model":
@@ -139,7 +157,25 @@ def estimate(
             raise SpecplugError("num_draft_tokens must be at least 2.")
         tree = TreeSpec(steps=steps, topk=topk, num_draft_tokens=tokens)
     alpha, cal = E.alpha_for(c, d)
-    o = E.score(c, d, alpha, batch_size, E.shapes(c, method, num_speculative_tokens, tree))
+    tokens = input_len + output_len
+    cap_base = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, None, caps)
+    cap = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, d, caps)
+    # require_fit=False scores a batch that ran (a published row), whatever this memory model says it holds.
+    if from_rate:
+        # recommend's rule: the batch the request rate keeps running without speculation.
+        batch_size = max(1, min(cap_base, round(L.running_batch(arms.baseline_arm(c, input_len, cap_base), request_rate,
+                                                                 output_len))))
+    running = max(1, min(batch_size, cap_base)) if require_fit else batch_size
+    c.batch = running
+    queued = require_fit and 1 <= cap < running
+    o = E.score(c, d, alpha, cap if queued else running, E.shapes(c, method, num_speculative_tokens, tree))
+    if queued:
+        # The drafter's memory leaves fewer slots than the baseline runs: its throughput with every slot busy.
+        base_ms = arms.baseline_arm(c, input_len, cap_base).step_ms(running)
+        o = dataclasses.replace(o, speedup=(cap * o.acceptance_length / o.cost.spec_ms) / (running / base_ms))
+    if batch_size > running:
+        warnings.append(f"The KV cache holds {cap_base} requests of {tokens} tokens on {num_gpus} x {g.name}: of the "
+                        f"{batch_size} requests, {cap_base} run at once and the rest queue; estimated at that batch.")
     if tree is None and o.shape.steps:
         tree = TreeSpec(steps=o.shape.steps, topk=o.shape.topk, num_draft_tokens=o.shape.tokens)
     if stack != RESEARCH_CODE and validate is not None:
@@ -147,7 +183,8 @@ def estimate(
         # published runs used it: stacks fill trees their own way, so its size is not held to the plan's rule.
         validate(_plan_of(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth,
                           quantization, kv_cache_dtype))
-    mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, batch_size, input_len + output_len, d)
+    # A stack starts with room for one request and queues the rest: what must fit is one request beside the weights.
+    mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, 1, tokens, d)
     if not mem.fits and not require_fit:
         warnings.append(f"Does not fit: {mem.used_gb:.1f} GB needed per GPU, {mem.usable_gb:.1f} GB usable.")
     elif not mem.fits:
@@ -182,8 +219,31 @@ def estimate(
         spec_step_ms=r(o.cost.spec_ms),
         calibrated=cal == "calibrated",
         fits=mem.fits,
+        capacity_requests=cap,
+        capacity_requests_without_drafter=cap_base,
+        load=_load(c, d, alpha, o, input_len, output_len, cap_base, cap, request_rate, slo_tpot_ms, slo_ttft_ms)
+        if request_rate is not None and mem.fits else None,
         warnings=warnings,
     )
+
+
+def _load(c: E.Context, d: E.DraftChoice, alpha: float, o: Any, input_len: int, output_len: int, cap_base: int, cap: int,
+          rate: float, slo_tpot_ms: float | None, slo_ttft_ms: float | None) -> LoadPrediction:
+    """Both arms at ``rate``: the configuration's one shape at every batch (an estimate has no schedule)."""
+    base = arms.baseline_arm(c, input_len, cap_base)
+    spec = arms.speculative_arm(c, d, alpha, o.shape, None, input_len, cap)
+    return arms.predict_load(base, spec, rate, output_len, slo_tpot_ms, slo_ttft_ms)
+
+
+def _gpu_count(pol: Policy, m: Any, target: Any, g: Any, dev: E.Device, batch: int, tokens: int, caps: StackCapabilities,
+               fmt: str) -> int:
+    """recommend's rule: the smallest count that holds the model and ``batch`` requests (and, on a stack that reserves
+    one request of max_model_len at start, a useful context)."""
+    context = min(m.max_position_embeddings or 0, pol.rules.memory.min_context) if caps.reserves_full_context else 0
+    n = E.choose_gpus(pol, m, target, dev.memory_gb, batch, tokens, 8, context)
+    if n is None:
+        raise E.fits_on_no_count(m, fmt, batch, tokens, pol, g.name)
+    return n
 
 
 def _unresolved(stack: str) -> StackCapabilities:

@@ -3,6 +3,7 @@ decision, its per-batch schedule, memory, and the Plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from specplug.methods import COPY_METHODS, HEAD_METHODS, LOOKUP_METHODS
 from specplug.plan import (
     Candidate,
     CurvePoint,
+    LoadPrediction,
     MemoryBudget,
     ModelRef,
     Parallelism,
@@ -28,7 +30,9 @@ from specplug.plan import (
     Speculation,
     StackRef,
 )
+from specplug.policy import arms, context
 from specplug.policy import engine as E
+from specplug.policy import load as loadmodel
 from specplug.policy.data import load_policy
 from specplug.policy.perf import Arch, Outcome, Shape
 from specplug.policy.schema import Policy
@@ -39,18 +43,6 @@ if TYPE_CHECKING:
 NGRAM_LOOKUP = (2, 4)
 # Shapes shown beside the chosen one: the chosen and the next best, three in all.
 ALTERNATIVES = 3
-
-
-def _choose_gpus(
-    policy: Policy, model: Model, target: Arch, gpu_gb: float, seqs: int, tokens: int, per_node: int, context: int = 0
-) -> int | None:
-    """Smallest GPU count (1, 2, 4, 8, then whole nodes) whose memory holds the model and its KV cache (and one
-    request of ``context`` tokens)."""
-    for n in policy.rules.gpu_counts:
-        tp, pp = E.split_gpus(n, policy, per_node, model)
-        if E.memory(policy, model, target, gpu_gb, tp, pp, seqs, tokens, None, context).fits:
-            return n
-    return None
 
 
 def _candidates(c: E.Context, model: Model, caps: StackCapabilities, kvb: float) -> list[E.DraftChoice]:
@@ -156,9 +148,9 @@ def _tree(c: E.Context, method: str, shape: Shape) -> TreeSpec | None:
     return TreeSpec(steps=shape.k, topk=1, num_draft_tokens=shape.k + 1)
 
 
-def _off_below(c: E.Context, d: E.DraftChoice, alpha: float, batch: int) -> int | None:
+def _off_below(c: E.Context, d: E.DraftChoice, alpha: float, batch: int, capacity: int) -> int | None:
     """The first batch size of the schedule's walk, up to ``batch``, where ``d`` stops paying (None: on up to it)."""
-    _, curve, last_on = _schedule(c, d, alpha, E.shapes(c, d.method))
+    _, curve, last_on = _schedule(c, d, alpha, E.shapes(c, d.method), capacity)
     if last_on is None or last_on >= batch:
         return None
     return last_on + 1
@@ -187,12 +179,13 @@ def _breakeven_rate(c: E.Context, d: E.DraftChoice, o: Outcome, batch: int) -> f
 
 
 def _schedule(
-    c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape]
+    c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape], capacity: int
 ) -> tuple[list[ScheduleEntry], list[CurvePoint], int | None]:
-    """k per batch size along the policy's batch curve, and the largest batch that still speculates (None: up to
-    the curve's end). A bigger batch leaves less idle compute, so k never grows with batch and, once off, stays
-    off: each point only considers shapes no deeper than the last. The off point is found to the batch."""
-    pts = c.policy.rules.batch_curve
+    """k per batch size along the policy's batch curve up to ``capacity`` (no batch beyond what the KV cache holds
+    runs), and the largest batch that still speculates (None: up to capacity). A bigger batch leaves less idle
+    compute, so k never grows with batch and, once off, stays off: each point only considers shapes no deeper than
+    the last. The off point is found to the batch."""
+    pts = [b for b in c.policy.rules.batch_curve if b < capacity] + [max(capacity, 1)]
     curve: list[CurvePoint] = []
     depth_cap: int | None = None
     gain_cap = math.inf
@@ -377,6 +370,10 @@ class Planning:
     pred: Prediction = field(default_factory=Prediction)
     budget: MemoryBudget | None = None
     alternatives: list[ShapeAlternative] = field(default_factory=list)
+    # capacity: requests the KV cache holds at once without a drafter (within the stack's cap), and per candidate
+    capacity: int = 0
+    capacities: dict[int, int] = field(default_factory=dict)
+    load: LoadPrediction | None = None
 
     @property
     def stack(self) -> str:
@@ -439,14 +436,14 @@ def _hardware(s: Planning) -> None:
         # Where the stack reserves one request of max_model_len at start, the count holds a useful one (min_context,
         # or the configured max_model_len); _served_context then serves the longest that fits.
         ctx = s.useful_context if s.context_auto else s.context
-        n = _choose_gpus(pol, model, s.target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
+        n = E.choose_gpus(pol, model, s.target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
         if n is None and cfg.serve.quantization is None and s.fmt.bits_per_weight > 8.1:
             # Nothing holds the checkpoint as it is: FP8 weights (quantized at load by the CUDA stacks) may.
             from specplug.catalog.precision import get_weight_format
 
             fp8 = get_weight_format("fp8")
             t8 = E.arch_of(model, fp8, s.kvb)
-            n = _choose_gpus(pol, model, t8, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
+            n = E.choose_gpus(pol, model, t8, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
             if n is not None:
                 s.fmt, s.target = fp8, t8
                 s.cfg = cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"quantization": "fp8"})})
@@ -455,12 +452,7 @@ def _hardware(s: Planning) -> None:
                     "planned with FP8 weights (serve.quantization: fp8)."
                 )
         if n is None:
-            top = pol.rules.gpu_counts[-1]
-            raise SpecplugError(
-                f"{model.name} in {s.fmt.name} with {s.seqs} x {s.tokens} tokens of KV cache does not fit even on {top} x {gpu.name}.",
-                "Serve lighter weights (--quantization fp8 or int4-awq), an FP8 KV cache (--kv-cache-dtype fp8), "
-                "fewer concurrent requests or a shorter context.",
-            )
+            raise E.fits_on_no_count(model, s.fmt.name, s.seqs, s.tokens, pol, gpu.name)
         msg = (
             f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} "
             f"({s.fmt.name} weights) and its KV cache"
@@ -531,28 +523,91 @@ def _cost_context(s: Planning) -> None:
 
 
 def _feasibility(s: Planning) -> None:
-    """The target must fit before any drafter is considered."""
-    base_mem = _memory_with(s, None)
+    """The target must fit with one request (and the context the stack reserves) before any drafter is considered;
+    more requests than the KV cache holds queue: the plan runs as many as it holds."""
+    base_mem = _memory_with(s, None, seqs=1)
     if not base_mem.fits:
         fixes = [] if s.fixing else _fixes(s.cfg, s.caps, s.plan_kw, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens, False)
         held = (f"one request of max_model_len {s.context} tokens, which {s.stack} reserves at start"
-                if not s.context_auto and s.context > s.seqs * s.tokens else f"{s.seqs} x {s.tokens} tokens")
+                if not s.context_auto and s.context > s.tokens else f"one request of {s.tokens} tokens")
         raise _does_not_fit(
             f"{s.model.name} does not fit on {s.n} x {s.gpu.name}: {base_mem.used_gb:.1f} GB needed per GPU "
             f"({base_mem.target_gb:.1f} GB of {s.fmt.name} weights, {base_mem.kv_gb:.1f} GB of KV cache for {held}), "
             f"{base_mem.usable_gb:.1f} GB usable.",
             fixes, "Use more GPUs, lighter weights or a shorter context.",
         )
-    if s.context_auto and not _memory_with(s, None, s.useful_context).fits:
+    if s.context_auto and not _memory_with(s, None, s.useful_context, seqs=1).fits:
         s.useful_context = 0
+    s.capacity = _capacity_with(s, None)
+    if s.wl.request_rate is not None and "concurrency" not in s.wl.model_fields_set:
+        _batch_from_rate(s)
+    elif s.seqs > s.capacity:
+        s.warnings.append(
+            f"The KV cache holds {s.capacity} requests of {s.tokens} tokens on {s.n} x {s.gpu.name} "
+            f"({_capacity_limit(s, None)}): of the {s.seqs} concurrent requests configured, {s.capacity} run at once "
+            "and the rest queue; planned at that batch. More GPUs, an FP8 KV cache or lighter weights hold more."
+        )
+        _set_batch(s, s.capacity)
 
 
-def _memory_with(s: Planning, drafter: Any, context: int | None = None) -> E.Memory:
-    """Memory per GPU with ``drafter``; the context the stack reserves counts unless it is the model's own maximum,
-    which :func:`_served_context` lowers to what fits."""
+def _set_batch(s: Planning, batch: int) -> None:
+    """Plan at ``batch`` running requests (the cost model's context follows)."""
+    s.seqs = batch
+    s.c.batch = batch
+
+
+def _batch_from_rate(s: Planning) -> None:
+    """With a request rate and no concurrency given, plan at the batch that rate keeps running without speculation."""
+    rate, out = s.wl.request_rate, s.wl.output_len
+    base = arms.baseline_arm(s.c, s.wl.input_len, s.capacity)
+    b = loadmodel.running_batch(base, rate, out)
+    batch = max(1, min(s.capacity, round(b)))
+    sat = loadmodel.saturation_rate(base, out)
+    tail = (f"; past its saturation ({sat:.3g} requests/s) all {s.capacity} slots are busy and requests queue"
+            if rate >= sat else "")
+    s.reasons.append(f"At {rate:g} requests/s of {s.wl.input_len} tokens in / {out} out, about {b:.1f} requests decode at "
+                     f"once without speculation{tail}: planned at batch size {batch}.")
+    _set_batch(s, batch)
+
+
+def _stack_cap(s: Planning, speculating: bool) -> int | None:
+    return E.request_cap(s.caps, s.cfg.serve.max_num_seqs, speculating)
+
+
+def _capacity_with(s: Planning, d: Any) -> int:
+    """Requests of the workload's lengths that run at once with drafter ``d`` (:func:`E.capped_capacity`)."""
+    key = id(d)
+    if key not in s.capacities:
+        s.capacities[key] = E.capped_capacity(s.pol, s.model, s.target, s.device.memory_gb, s.par.tensor_parallel_size,
+                                              s.par.pipeline_parallel_size, s.tokens, d, s.caps, s.cfg.serve.max_num_seqs)
+    return s.capacities[key]
+
+
+def _capacity_limit(s: Planning, d: Any) -> str:
+    """What sets the capacity with ``d``: memory or the stack's request cap."""
+    cap = _stack_cap(s, d is not None and d.method != "none")
+    if cap and _capacity_with(s, d) == cap:
+        return f"{s.stack}'s cap of {cap} running requests"
+    return "its KV cache at these lengths"
+
+
+def _memory_with(s: Planning, drafter: Any, context: int | None = None, seqs: int | None = None) -> E.Memory:
+    """Memory per GPU with ``drafter`` and ``seqs`` running requests (default: the plan's batch); the context the stack
+    reserves counts unless it is the model's own maximum, which :func:`_served_context` lowers to what fits."""
     ctx = (0 if s.context_auto else s.context) if context is None else context
     return E.memory(s.pol, s.model, s.target, s.device.memory_gb, s.par.tensor_parallel_size,
-                    s.par.pipeline_parallel_size, s.seqs, s.tokens, drafter, ctx)
+                    s.par.pipeline_parallel_size, s.seqs if seqs is None else seqs, s.tokens, drafter, ctx)
+
+
+def _score_at_capacity(s: Planning, d: Any, alpha: float, shapes: list[Shape]) -> Outcome:
+    """``d`` scored at the plan's batch; where its drafter leaves room for fewer requests than that, the rest queue and
+    the speedup is its throughput at its own capacity over the baseline's at the plan's batch."""
+    cap = _capacity_with(s, d)
+    if cap >= s.seqs or cap < 1:
+        return E.score(s.c, d, alpha, s.seqs, shapes)
+    o = E.score(s.c, d, alpha, cap, shapes)
+    base = E.score(s.c, d, alpha, s.seqs, [Shape(0)]).cost.baseline_ms
+    return dataclasses.replace(o, speedup=(cap * o.acceptance_length / o.cost.spec_ms) / (s.seqs / base))
 
 
 def _score_candidates(s: Planning) -> None:
@@ -567,13 +622,13 @@ def _score_candidates(s: Planning) -> None:
             cand.ruled_out = d.ruled_out
             s.candidates.append(cand)
             continue
-        mem = _memory_with(s, d, s.useful_context if s.context_auto else None)
+        mem = _memory_with(s, d, s.useful_context if s.context_auto else None, seqs=1)
         alpha, _ = E.alpha_for(c, d)
-        o = E.score(c, d, alpha, seqs, E.shapes(c, d.method))
+        o = _score_at_capacity(s, d, alpha, E.shapes(c, d.method))
         cand.speedup = round(o.speedup, 3)
         cand.acceptance_length = round(o.acceptance_length, 3)
         cand.num_speculative_tokens = o.shape.depth
-        if not mem.fits:
+        if not mem.fits or _capacity_with(s, d) < 1:
             room = f" and a {s.useful_context}-token context" if s.context_auto and s.useful_context else ""
             cand.ruled_out = f"does not fit in memory with the drafter{room} ({mem.used_gb:.1f} of {mem.usable_gb:.1f} GB per GPU)"
             cand.speedup = None
@@ -581,7 +636,7 @@ def _score_candidates(s: Planning) -> None:
             cand.ruled_out = d.unconfirmed
         elif o.speedup < pol.rules.min_speedup:
             cand.ruled_out = f"loses at batch size {seqs} (predicted {fmt(o.speedup)})"
-        elif seqs > 1 and (off := _off_below(c, d, alpha, seqs)) is not None:
+        elif seqs > 1 and (off := _off_below(c, d, alpha, seqs, _capacity_with(s, d))) is not None:
             # Gains fade as batches grow: a technique that does not pay at a smaller batch is off at this one too.
             cand.ruled_out = f"does not pay at batch size {off} (the schedule keeps it off above)"
         else:
@@ -653,7 +708,7 @@ def _decide(s: Planning) -> None:
             s.warnings.append(f"The configured method may not work: {supported[explicit.method]}.")
         alpha, _ = E.alpha_for(c, d)
         shapes = E.shapes(c, d.method, explicit.num_speculative_tokens or None, explicit.tree)
-        o = E.score(c, d, alpha, seqs, shapes)
+        o = _score_at_capacity(s, d, alpha, shapes)
         s.chosen = (d, alpha, o)
         s.reasons.append(f"Speculation is set in the configuration: {explicit.method} kept as given.")
         if best is not None and (best[0].method, best[0].drafter_id) != (d.method, d.drafter_id) and best[2].speedup > o.speedup * 1.05:
@@ -740,17 +795,18 @@ def _schedule_and_speculation(s: Planning) -> None:
         cand_shapes = E.shapes(
             c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
         )
-        sched, curve, last_on = _schedule(c, d, alpha, cand_shapes)
+        cap = _capacity_with(s, d)
+        sched, curve, last_on = _schedule(c, d, alpha, cand_shapes, cap)
         at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
         pool = E.shapes(c, d.method) if explicit else cand_shapes  # the shapes the alternatives are drawn from
         if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
             # The plan's own batch follows the schedule (k never grows with batch).
             pool = [x for x in cand_shapes if x.depth <= at.num_speculative_tokens]
-            o = E.score(c, d, alpha, seqs, pool)
+            o = _score_at_capacity(s, d, alpha, pool)
             s.chosen = (d, alpha, o)
         if explicit is None and not s.caps.schedules_for(d.method):
             # The stack runs one k at every batch: the plan's shape along the curve, on until it stops paying.
-            fixed = _schedule(c, d, alpha, [o.shape])
+            fixed = _schedule(c, d, alpha, [o.shape], cap)
             if any(e.num_speculative_tokens for e in fixed[0]):
                 sched, curve, last_on = fixed
         if explicit is not None and not any(e.num_speculative_tokens for e in sched):
@@ -766,6 +822,7 @@ def _schedule_and_speculation(s: Planning) -> None:
         headline = min(o.speedup, pt.speedup) if explicit is None and pt is not None and pt.num_speculative_tokens else o.speedup
         s.pred = pred = Prediction(
             speedup=round(headline, 3),
+            batch_size=seqs,
             acceptance_length=round(o.acceptance_length, 3),
             acceptance_rate=round(alpha, 3),
             curve=curve,
@@ -836,6 +893,8 @@ def _schedule_and_speculation(s: Planning) -> None:
             )
         if source == "calibrated":
             s.reasons.append("Acceptance comes from the calibration file, not the prior.")
+        if (note := _context_note(c, d, alpha)) is not None:
+            s.reasons.append(note)
         if explicit is not None:
             spec.acceptance_floor = explicit.acceptance_floor
         elif (ACCEPTANCE_GATE in s.caps.controls and source is None and pred.breakeven_acceptance_rate
@@ -855,10 +914,23 @@ def _schedule_and_speculation(s: Planning) -> None:
         s.reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))
 
 
+def _context_note(c: E.Context, d: E.DraftChoice, alpha: float) -> str | None:
+    """What a long context does to the chosen drafter's acceptance, and what that rests on."""
+    if c.ctx <= context.REFERENCE_CONTEXT or context.slope(d.method) == 0.0:
+        return None
+    short = E.alpha_for(dataclasses.replace(c, ctx=float(context.REFERENCE_CONTEXT)), d)[0]
+    if abs(short - alpha) < 0.005:
+        return None
+    return (f"At a mean context of {c.ctx:,.0f} tokens (input plus half the output) {d.method} accepts less: alpha "
+            f"{alpha:.2f} vs {short:.2f} at {context.REFERENCE_CONTEXT} tokens. {context.basis(d.method)}")
+
+
 def _memory(s: Planning) -> None:
     """The memory budget with the chosen drafter; a configured drafter that does not fit is an error with fixes."""
     chosen = s.chosen
-    mem = _memory_with(s, chosen[0] if chosen else None)
+    drafter = chosen[0] if chosen else None
+    running = max(1, min(s.seqs, _capacity_with(s, drafter)))
+    mem = _memory_with(s, drafter, seqs=running)
     if not mem.fits:
         # Only a configured drafter gets here (chosen ones were checked): the drafter is what does not fit.
         fixes = [] if s.fixing else _fixes(s.cfg, s.caps, s.plan_kw, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens, True)
@@ -868,22 +940,67 @@ def _memory(s: Planning) -> None:
             f"{mem.usable_gb:.1f} GB usable.",
             fixes, "Use a smaller drafter or more GPUs.",
         )
-    s.budget = _budget(_served_context(s, mem), None)
+    s.budget = _budget(_served_context(s, mem, running), None)
+    _capacity_reason(s)
 
 
-def _served_context(s: Planning, mem: E.Memory) -> E.Memory:
+def _capacity_reason(s: Planning) -> None:
+    """How many requests run at once, and what the drafter costs in requests and in throughput at saturation."""
+    d = s.chosen[0] if s.chosen and s.spec.enabled else None
+    base = s.capacity
+    cap = _capacity_with(s, d) if d is not None else base
+    text = f"Capacity: {cap} requests of {s.tokens} tokens run at once ({_capacity_limit(s, d)})"
+    if d is not None and cap < base:
+        b_arm = arms.baseline_arm(s.c, s.wl.input_len, base)
+        s_arm = _spec_arm(s, cap)
+        lost = 1 - (s_arm.tokens_per_step(cap) / s_arm.step_ms(cap)) * cap / (base / b_arm.step_ms(base))
+        text += (f"; {base} without the drafter: it costs {base - cap} requests ({(base - cap) / base:.0%})"
+                 + (f" and {lost:.0%} of decode throughput when every slot is busy" if lost > 0 else
+                    f", yet decode throughput when every slot is busy is {-lost:.0%} higher with it"))
+    s.reasons.append(text + ".")
+
+
+def _spec_arm(s: Planning, cap: int) -> loadmodel.Arm:
+    d, alpha, o = s.chosen
+    schedule = s.spec.schedule if s.caps.schedules_for(d.method) else None
+    shape = Shape(s.spec.num_speculative_tokens) if s.spec.tree is None or s.spec.tree.topk <= 1 else o.shape
+    return arms.speculative_arm(s.c, d, alpha, shape, schedule, s.wl.input_len, cap)
+
+
+def _load(s: Planning) -> None:
+    """Both arms at the workload's request rate: TPOT, TTFT, throughput, saturation and crossover rates."""
+    rate = s.wl.request_rate
+    if rate is None:
+        return
+    base = arms.baseline_arm(s.c, s.wl.input_len, s.capacity)
+    spec = _spec_arm(s, _capacity_with(s, s.chosen[0])) if s.chosen is not None and s.spec.enabled else base
+    s.load = lp = arms.predict_load(base, spec, rate, s.wl.output_len, s.wl.slo_tpot_ms, s.wl.slo_ttft_ms)
+    if spec is base:
+        return
+    if lp.crossover_request_rate is None:
+        s.reasons.append(f"Under load, speculation keeps lowering time per output token up to the baseline's saturation "
+                         f"({lp.saturation_request_rate.baseline:.3g} requests/s).")
+    elif lp.crossover_request_rate == 0:
+        s.reasons.append("Under load, speculation does not lower time per output token at any request rate.")
+    else:
+        s.reasons.append(f"Under load, speculation lowers time per output token up to {lp.crossover_request_rate:.3g} "
+                         f"requests/s and costs it above (the baseline saturates at {lp.saturation_request_rate.baseline:.3g}, "
+                         f"speculation at {lp.saturation_request_rate.speculative:.3g}).")
+
+
+def _served_context(s: Planning, mem: E.Memory, seqs: int) -> E.Memory:
     """Where the stack must hold one request of the model's whole context at start and that does not fit, serve the
     longest context that does (a multiple of 1024 tokens) and say so; the memory budget at the served context."""
     if not (s.context_auto and s.context > s.tokens):
         return mem
     drafter = s.chosen[0] if s.chosen else None
-    full = _memory_with(s, drafter, s.context)
+    full = _memory_with(s, drafter, s.context, seqs)
     if full.fits:
         return full
     lo, hi = s.tokens, s.context  # lo fits (mem did), hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _memory_with(s, drafter, mid).fits else (lo, mid)
+        lo, hi = (mid, hi) if _memory_with(s, drafter, mid, seqs).fits else (lo, mid)
     served = max(s.tokens, lo // 1024 * 1024)
     s.cfg = s.cfg.model_copy(update={"serve": s.cfg.serve.model_copy(update={"max_model_len": served})})
     s.reasons.append(
@@ -891,7 +1008,7 @@ def _served_context(s: Planning, mem: E.Memory) -> E.Memory:
         f"not fit beside the weights on {s.n} x {s.gpu.name}, so the plan serves max_model_len {served}. Set "
         "serve.max_model_len to choose, or give it room: more GPUs, an FP8 KV cache, lighter weights."
     )
-    return _memory_with(s, drafter, served)
+    return _memory_with(s, drafter, served, seqs)
 
 
 def _stack_warnings(s: Planning) -> None:
@@ -927,6 +1044,7 @@ STAGES = (
     _decide,
     _schedule_and_speculation,
     _memory,
+    _load,
     _stack_warnings,
 )
 
@@ -959,6 +1077,7 @@ def plan(
 def _build(s: Planning) -> Plan:
     """The Plan from what the stages resolved, checked as every command checks it."""
     model = s.model
+    s.pred.batch_size = s.seqs
     out = Plan(
         model=ModelRef(
             name=s.cfg.model or model.hf_id,
@@ -978,6 +1097,9 @@ def _build(s: Planning) -> Plan:
         alternatives=s.alternatives,
         reasons=s.reasons,
         warnings=s.warnings,
+        capacity_requests=_capacity_with(s, s.chosen[0]) if s.chosen and s.spec.enabled else s.capacity,
+        capacity_requests_without_drafter=s.capacity,
+        load=s.load,
     )
     if s.prof is not None and "traffic" in Plan.model_fields:
         out.traffic = s.prof.summary()

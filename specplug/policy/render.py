@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specplug.plan import Plan, ShapeAlternative
+from specplug.plan import LoadPrediction, Plan, ShapeAlternative
 
 
 def _range(lo: int, hi: int | None) -> str:
@@ -20,6 +20,39 @@ def _alternative_row(a: ShapeAlternative) -> tuple[str, ...]:
         shape = f"chain k={a.num_speculative_tokens}"
     verdict = "CHOSEN" if a.chosen else ("within the model's error" if a.within_error else "")
     return (shape, f"{a.speedup:.2f}x", f"{a.acceptance_length:.2f}", verdict, a.basis)
+
+
+def _ms(x: float | None) -> str:
+    return "queues" if x is None else f"{x:.1f}"
+
+
+def load_tables(load: LoadPrediction) -> list[Any]:
+    """Both arms at the request rate (recommend and estimate print the same table)."""
+    from rich.text import Text
+
+    from specplug.output import table
+
+    within = load.max_request_rate_within_slo
+    rows = []
+    for name, arm, sat, slo in (("no speculation", load.baseline, load.saturation_request_rate.baseline,
+                                 within.baseline if within else None),
+                                ("speculation", load.speculative, load.saturation_request_rate.speculative,
+                                 within.speculative if within else None)):
+        rows.append((name, f"{arm.running_batch:.1f}", f"{arm.tpot_ms_p50:.1f} / {arm.tpot_ms_p90:.1f}",
+                     f"{_ms(arm.ttft_ms_p50)} / {_ms(arm.ttft_ms_p90)}", f"{arm.output_tokens_per_s:,.0f}", f"{sat:.3g}",
+                     *([f"{slo:.3g}"] if within else [])))
+    cols = ["arm", "running batch", "TPOT ms p50/p90", "TTFT ms p50/p90", "output tok/s", "saturates at req/s",
+            *(["max req/s within SLO (p90)"] if within else [])]
+    out: list[Any] = [table(f"at {load.request_rate:g} requests/s (capacity {load.capacity_requests} requests)", cols, rows)]
+    cross = load.crossover_request_rate
+    if cross is None:
+        out.append(Text(f"Speculation lowers TPOT up to the baseline's saturation ({load.saturation_request_rate.baseline:.3g} req/s)."))
+    elif cross == 0:
+        out.append(Text("Speculation does not lower TPOT at any request rate."))
+    else:
+        out.append(Text(f"Crossover: speculation stops lowering TPOT above {cross:.3g} requests/s."))
+    out.append(Text(f"Basis: {load.basis}.", style="dim"))
+    return out
 
 
 def plan_tables(plan: Plan) -> list[Any]:
@@ -40,13 +73,19 @@ def plan_tables(plan: Plan) -> list[Any]:
     wl = plan.workload
     rows = [
         ("recommendation", choice),
-        ("predicted speedup", (f"{p.speedup:.2f}x at batch size {wl.concurrency}" + (f" (LOSSY: verification {s.verification})"
+        ("predicted speedup", (f"{p.speedup:.2f}x at batch size {p.batch_size or wl.concurrency}" + (f" (LOSSY: verification {s.verification})"
                                                                                     if s.lossy else ""))
          if s.method != "none" else "1.00x (off)"),
         ("acceptance length", f"{p.acceptance_length:.2f} tokens/step" + (f" (alpha {p.acceptance_rate:.2f})" if p.acceptance_rate else "")),
-        ("stops paying above batch", "never (up to 256)" if p.breakeven_batch_size is None else str(p.breakeven_batch_size)),
-        *([("loses below", f"{p.breakeven_acceptance_rate:.0%} of drafted tokens accepted (at batch {wl.concurrency})")]
+        ("stops paying above batch", f"never (up to capacity, {plan.capacity_requests})" if p.breakeven_batch_size is None
+         else str(p.breakeven_batch_size)),
+        *([("capacity", f"{plan.capacity_requests} requests at once"
+            + (f" ({plan.capacity_requests_without_drafter} without the drafter)"
+               if plan.capacity_requests_without_drafter != plan.capacity_requests else ""))]
+          if plan.capacity_requests is not None else []),
+        *([("loses below", f"{p.breakeven_acceptance_rate:.0%} of drafted tokens accepted (at batch {p.batch_size or wl.concurrency})")]
           if p.breakeven_acceptance_rate is not None else []),
+        *([("request rate", f"{wl.request_rate:g} requests/s")] if wl.request_rate is not None else []),
         ("model", f"{plan.model.name} ({plan.model.hf_id})"),
         ("hardware", f"{hw.num_gpus} x {hw.gpu} ({hw.memory_gb:g} GiB, {hw.source}); TP {plan.parallelism.tensor_parallel_size}"
          + (f", PP {plan.parallelism.pipeline_parallel_size}" if plan.parallelism.pipeline_parallel_size > 1 else "")),
@@ -79,6 +118,8 @@ def plan_tables(plan: Plan) -> list[Any]:
             table("predicted curve", ["batch", *[str(c.batch_size) for c in p.curve]],
                   [("speedup", *[f"{c.speedup:.2f}" for c in p.curve]), ("k", *[str(c.num_speculative_tokens) for c in p.curve])])
         )
+    if plan.load is not None:
+        out += load_tables(plan.load)
     if plan.alternatives:
         out.append(table(f"shapes for {s.method} (best first)", ["shape", "speedup", "tokens/step", "", "basis"],
                          [_alternative_row(a) for a in plan.alternatives]))

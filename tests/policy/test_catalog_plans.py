@@ -70,8 +70,9 @@ def test_deepseek_v3_on_8_h200_fits_in_fp8_and_runs_mtp_in_the_published_range()
     assert p32.speculation.method == "mtp" and p32.prediction.speedup < p.prediction.speedup
     # One MTP token (the published runs' setting) at larger batches: 1.5x at batch 32 on 8 x H200 (5015) and on
     # Gaudi (5020), 1.35x at 128 and none at 256 (5021-5022): within the model's 25%.
+    # Scored as the published runs ran (require_fit=False): at the batch they ran, their running-request cap raised.
     k1 = {b: specplug.estimate("deepseek-v3", "mtp", gpu="h200", num_gpus=8, batch_size=b, stack="sglang",
-                               num_speculative_tokens=1).speedup for b in (32, 128, 256)}
+                               num_speculative_tokens=1, require_fit=False).speedup for b in (32, 128, 256)}
     assert 1.2 <= k1[32] <= 1.88 and 1.08 <= k1[128] <= 1.69 and k1[256] <= 1.15
 
 

@@ -85,7 +85,8 @@ def test_speedup_falls_with_batch_size() -> None:
     p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, batch_size=1, stack="vllm")
     sp = [c.speedup for c in p.prediction.curve]
     assert sp[0] >= sp[-1]
-    assert [c.batch_size for c in p.prediction.curve] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    # The policy's batch grid, then the capacity: no batch beyond what the KV cache holds runs.
+    assert [c.batch_size for c in p.prediction.curve] == [1, 2, 4, 8, 16, 32, 64, 128, 256, p.capacity_requests]
 
 
 def test_70b_on_one_l4_does_not_fit_and_says_how_to_fix() -> None:
@@ -374,8 +375,9 @@ def test_an_unmeasured_plan_on_a_stack_with_an_acceptance_gate_sets_it_where_spe
 def test_the_planner_sets_an_old_style_gate_only_where_the_schedule_cannot_trip_it() -> None:
     # Before 1.3.0rc21 the gate averages whole requests: a schedule that lowers k at larger batches would read as low
     # acceptance, so the plan sets no floor there; from 1.3.0rc21 it averages speculating steps and does.
-    old = specplug.recommend("qwen3-30b-a3b", gpu="h100", num_gpus=1, batch_size=32, stack="trtllm", stack_version="1.3.0rc20")
-    new = specplug.recommend("qwen3-30b-a3b", gpu="h100", num_gpus=1, batch_size=32, stack="trtllm", stack_version="1.3.0rc21")
+    # Two GPUs: room for batches large enough that the schedule lowers k (one GPU holds 70 requests, all at one k).
+    old = specplug.recommend("qwen3-30b-a3b", gpu="h100", num_gpus=2, batch_size=32, stack="trtllm", stack_version="1.3.0rc20")
+    new = specplug.recommend("qwen3-30b-a3b", gpu="h100", num_gpus=2, batch_size=32, stack="trtllm", stack_version="1.3.0rc21")
     assert len({e.num_speculative_tokens for e in old.speculation.schedule}) > 1
     assert old.speculation.acceptance_floor is None
     assert new.speculation.acceptance_floor == new.prediction.breakeven_acceptance_rate is not None

@@ -1,0 +1,77 @@
+"""The continuous-batching load model: Little's law holds, capacity caps the batch, and the rates it reports mean
+what their names say."""
+
+from __future__ import annotations
+
+import pytest
+
+from specplug.policy import load as L
+
+
+def linear_arm(base_ms: float, per_seq_ms: float, tokens: float = 1.0, prefill_ms: float = 30.0, capacity: int = 64) -> L.Arm:
+    return L.Arm(lambda b: base_ms + per_seq_ms * b, lambda b: tokens, prefill_ms, capacity)
+
+
+def test_the_running_batch_is_littles_law_at_the_predicted_tpot() -> None:
+    arm = linear_arm(10.0, 0.05)
+    p = L.predict(arm, 4.0, 256)
+    # requests in decode = arrival rate x time each spends decoding
+    assert p.running_batch == pytest.approx(4.0 * 256 * p.tpot_ms_p50 / 1000.0, rel=1e-3)
+    assert not p.saturated and p.output_tokens_per_s == pytest.approx(4.0 * 256)
+
+
+def test_tpot_and_ttft_grow_with_the_rate_and_p90_is_not_below_p50() -> None:
+    arm = linear_arm(10.0, 0.05)
+    points = [L.predict(arm, r, 256) for r in (0.5, 1, 2, 4, 8)]
+    assert [p.tpot_ms_p50 for p in points] == sorted(p.tpot_ms_p50 for p in points)
+    assert [p.ttft_ms_p50 for p in points] == sorted(p.ttft_ms_p50 for p in points)
+    assert all(p.tpot_ms_p90 >= p.tpot_ms_p50 and p.ttft_ms_p90 >= p.ttft_ms_p50 for p in points)
+
+
+def test_past_saturation_the_batch_is_the_capacity_and_requests_queue() -> None:
+    arm = linear_arm(10.0, 0.05, capacity=32)
+    sat = L.saturation_rate(arm, 256)
+    below, above = L.predict(arm, sat * 0.9, 256), L.predict(arm, sat * 1.5, 256)
+    assert below.running_batch < 32 and not below.saturated and below.ttft_ms_p50 is not None
+    assert above.running_batch == 32 and above.saturated and above.ttft_ms_p50 is None
+    # Throughput stops growing at saturation: the extra requests wait.
+    assert above.output_tokens_per_s == pytest.approx(sat * 256)
+
+
+def test_a_drafter_that_costs_more_per_request_loses_above_a_crossover_rate() -> None:
+    base = linear_arm(10.0, 0.05, capacity=128)
+    # Twice the tokens per step, but each request costs six times as much compute per step.
+    spec = linear_arm(13.0, 0.3, tokens=2.0, capacity=128)
+    cross = L.crossover_rate(base, spec, 256)
+    assert cross is not None and 0 < cross < L.saturation_rate(spec, 256)
+    assert L.predict(spec, cross * 0.8, 256).tpot_ms_p50 < L.predict(base, cross * 0.8, 256).tpot_ms_p50
+    assert L.predict(spec, cross * 1.1, 256).tpot_ms_p50 > L.predict(base, cross * 1.1, 256).tpot_ms_p50
+
+
+def test_a_drafter_that_fills_memory_loses_once_its_arm_saturates() -> None:
+    base = linear_arm(10.0, 0.05, capacity=128)
+    spec = linear_arm(13.0, 0.05, tokens=2.0, capacity=20)  # the drafter's memory leaves room for 20 requests
+    cross = L.crossover_rate(base, spec, 256)
+    assert cross == pytest.approx(L.saturation_rate(spec, 256), rel=1e-3)
+
+
+def test_a_cheap_drafter_pays_up_to_the_baselines_saturation() -> None:
+    base = linear_arm(10.0, 0.05)
+    spec = linear_arm(11.0, 0.05, tokens=2.0)
+    assert L.crossover_rate(base, spec, 256) is None
+    assert L.saturation_rate(spec, 256) > L.saturation_rate(base, 256)
+
+
+def test_the_rate_within_a_tpot_target_meets_it_and_a_bit_more_does_not() -> None:
+    arm = linear_arm(10.0, 0.05)
+    r = L.max_rate_within(arm, 256, 12.0, None)
+    assert 0 < r < L.saturation_rate(arm, 256)
+    assert L.predict(arm, r * 0.99, 256).tpot_ms_p90 <= 12.0
+    assert L.predict(arm, r * 1.05, 256).tpot_ms_p90 > 12.0
+    assert L.max_rate_within(arm, 256, 5.0, None) == 0.0  # not even one request alone meets 5 ms
+
+
+def test_prefill_takes_its_share_of_the_gpu() -> None:
+    light, heavy = linear_arm(10.0, 0.05, prefill_ms=1.0), linear_arm(10.0, 0.05, prefill_ms=100.0)
+    assert L.predict(heavy, 4.0, 256).tpot_ms_p50 > L.predict(light, 4.0, 256).tpot_ms_p50 * 1.5
+    assert L.saturation_rate(heavy, 256) < L.saturation_rate(light, 256)
