@@ -218,7 +218,15 @@ def _schedule(
         return sched, curve, None
     if off == 0:
         return sched, curve, 0
-    # Between the last grid point that speculates and the first that does not, with the same depth cap.
+    return _refine_off_point(c, d, alpha, cands, pts, curve, sched, off)
+
+
+def _refine_off_point(
+    c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape], pts: list[int], curve: list[CurvePoint],
+    sched: list[ScheduleEntry], off: int,
+) -> tuple[list[ScheduleEntry], list[CurvePoint], int]:
+    """The schedule with its off point found to the batch between grid points ``off - 1`` and ``off``, and the k
+    stepping down inside that range where a shallower shape is what still pays."""
     cap = curve[off - 1].num_speculative_tokens
     allowed = [x for x in cands if x.depth <= cap]
     lo, hi = pts[off - 1], pts[off]
@@ -787,129 +795,173 @@ def _shape_name(a: ShapeAlternative) -> str:
     return f"k={a.num_speculative_tokens}"
 
 
+@dataclass(frozen=True)
+class _Scheduled:
+    """The chosen technique's schedule: its outcome at the plan's batch, the schedule and curve, where it stops
+    paying, the shapes its alternatives are drawn from, and the headline speedup."""
+
+    outcome: Outcome
+    schedule: list[ScheduleEntry]
+    curve: list[CurvePoint]
+    last_on: int | None
+    pool: list[Shape]
+    headline: float
+
+
+def _chosen_schedule(s: Planning) -> _Scheduled:
+    """k per batch size for the chosen technique; the plan's own batch follows it (k never grows with batch)."""
+    c, explicit, seqs = s.c, s.explicit, s.seqs
+    d, alpha, o = s.chosen
+    cand_shapes = E.shapes(
+        c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
+    )
+    cap = _capacity_with(s, d)
+    sched, curve, last_on = _schedule(c, d, alpha, cand_shapes, cap)
+    at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
+    pool = E.shapes(c, d.method) if explicit else cand_shapes  # the shapes the alternatives are drawn from
+    if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
+        pool = [x for x in cand_shapes if x.depth <= at.num_speculative_tokens]
+        o = _score_at_capacity(s, d, alpha, pool)
+        s.chosen = (d, alpha, o)
+    if explicit is None and not s.caps.schedules_for(d.method):
+        # The stack runs one k at every batch: the plan's shape along the curve, on until it stops paying.
+        fixed = _schedule(c, d, alpha, [o.shape], cap)
+        if any(e.num_speculative_tokens for e in fixed[0]):
+            sched, curve, last_on = fixed
+    if explicit is not None and not any(e.num_speculative_tokens for e in sched):
+        # The user chose this technique: honour it rather than render a schedule that never drafts.
+        s.warnings.append(
+            f"{d.method} is predicted not to pay at any batch size here (best {o.speedup:.2f}x); "
+            "kept as configured, without a per-batch-size schedule."
+        )
+        sched = []
+    # The headline is the curve's figure at this batch: the curve holds where the raw cost model would
+    # let a bigger batch gain more.
+    pt = next((p for p in reversed(curve) if p.batch_size <= seqs), None)
+    headline = min(o.speedup, pt.speedup) if explicit is None and pt is not None and pt.num_speculative_tokens else o.speedup
+    return _Scheduled(o, sched, curve, last_on, pool, headline)
+
+
+def _speculation_section(s: Planning, sc: _Scheduled) -> tuple[Speculation, list[ScheduleEntry]]:
+    """The Plan's speculation: k (the schedule's largest where the stack follows one), the tree, the schedule."""
+    explicit, (d, _, o), sched = s.explicit, s.chosen, sc.schedule
+    k = explicit.num_speculative_tokens if explicit and explicit.num_speculative_tokens is not None else o.shape.depth
+    shape = o.shape
+    if explicit is None and sched:
+        if s.caps.schedules_for(d.method):
+            # Stacks size their buffers for the configured k: it is the schedule's largest (smallest batch).
+            k = max(k, max(e.num_speculative_tokens for e in sched))
+            if shape.topk <= 1 and k > shape.depth:
+                shape = Shape(k)
+        else:
+            # The stack runs one k at every batch: the schedule can only say where speculation is off.
+            sched = [e.model_copy(update={"num_speculative_tokens": min(e.num_speculative_tokens, k)}) for e in sched]
+    tree = explicit.tree if explicit and explicit.tree else _tree(s.c, d.method, shape)
+    if explicit is None and tree is not None and sched and tree.steps < k:
+        # A tree is as deep as its steps (TensorRT-LLM: max_draft_len): no schedule entry may ask for more.
+        sched = [e.model_copy(update={"num_speculative_tokens": min(e.num_speculative_tokens, tree.steps)}) for e in sched]
+        k = tree.steps
+    spec = Speculation(
+        method=d.method,  # type: ignore[arg-type]
+        drafter=d.drafter_id if d.method not in COPY_METHODS else None,
+        num_speculative_tokens=k,
+        tree=tree,
+        schedule=explicit.schedule if explicit and explicit.schedule else sched,
+        verification=explicit.verification if explicit else None,
+        draft_sampling=explicit.draft_sampling if explicit else None,
+        allow_lossy=explicit.allow_lossy if explicit else False,
+    )
+    if d.method in LOOKUP_METHODS:
+        lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
+        spec.prompt_lookup_min, spec.prompt_lookup_max = lo or NGRAM_LOOKUP[0], hi or NGRAM_LOOKUP[1]
+    if d.method == "draft_model":
+        spec.draft_tensor_parallel_size = (
+            (explicit.draft_tensor_parallel_size if explicit else None) or E.draft_tp(d, s.par.tensor_parallel_size)
+        )
+    return spec, sched
+
+
+def _chosen_warnings(s: Planning) -> None:
+    """The drafter's caveats, the compatibility table's findings, a lossy verifier, a head trained elsewhere."""
+    d = s.chosen[0]
+    if d.note:
+        s.warnings.append(d.note)
+    _compat_warnings(s, d)
+    if s.spec.lossy:
+        s.warnings.append(f"LOSSY: verification {s.spec.verification} accepts drafts the target would reject, so outputs "
+                          "differ from the target model's own; the predicted speedup does not count its extra gain.")
+    if (note := E.cross_target_note(d, s.c.model)) is not None:
+        s.warnings.append(note)
+    for cand in s.candidates:
+        cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
+
+
+def _chosen_reasons(s: Planning, sc: _Scheduled, sched: list[ScheduleEntry], source: str | None) -> None:
+    """Why this technique and shape, where its acceptance comes from, where it stops paying."""
+    c, (d, alpha, o) = s.c, s.chosen
+    if s.explicit is None:
+        s.reasons.append(_why(c, d, alpha, o, s.scored, s.n))
+    published = E.published_alpha(c, d) if source is None else None
+    if published is not None and d.catalog is not None and d.catalog.acceptance_length:
+        s.reasons.append(f"{d.drafter_id}'s acceptance is its own published figure, {d.catalog.acceptance_length:g} "
+                         f"tokens per step ({d.catalog.acceptance_basis}), moved to this workload and temperature.")
+    elif published is not None:
+        s.reasons.append(f"Acceptance is the median of the published figures of {d.method} heads for this model.")
+    elif source is None and (note := borrowed_note(c.policy, d.method)) is not None:
+        s.reasons.append(note)
+    s.alternatives = _alternatives(c, d, alpha, s.seqs, sc.pool, o, sc.headline / o.speedup, source, published)
+    if (tied := [a for a in s.alternatives if a.within_error]):
+        s.reasons.append(_tie_reason(s.alternatives, tied, c.policy.rules.shape_error))
+    last_on = s.pred.breakeven_batch_size
+    if last_on is not None and s.spec.schedule and s.spec.schedule == sched:
+        s.reasons.append(
+            f"Speculation stops paying (gaining {c.policy.rules.min_speedup:.2f}x or more) above batch size "
+            f"{last_on}; the schedule turns it off (k=0) from {last_on + 1}."
+        )
+    if source == "calibrated":
+        s.reasons.append("Acceptance comes from the calibration file, not the prior.")
+    if (note := _context_note(c, d, alpha)) is not None:
+        s.reasons.append(note)
+
+
+def _acceptance_floor(s: Planning, source: str | None) -> None:
+    """Where acceptance is a prior, the stack's acceptance gate (if it has one) ends speculation below what pays."""
+    spec, pred = s.spec, s.pred
+    if s.explicit is not None:
+        spec.acceptance_floor = s.explicit.acceptance_floor
+    elif (ACCEPTANCE_GATE in s.caps.controls and source is None and pred.breakeven_acceptance_rate
+          and (ACCEPTANCE_RATE_GATE in s.caps.controls or len({e.num_speculative_tokens for e in spec.schedule}) <= 1)):
+        spec.acceptance_floor = pred.breakeven_acceptance_rate
+        s.reasons.append(
+            f"The acceptance here is not measured on this deployment (a prior or a published figure): {s.stack}'s "
+            f"acceptance gate turns speculation off for the server's life if the measured acceptance rate averages "
+            f"below {spec.acceptance_floor:.2f}, where it stops paying at batch size {s.seqs} (PyTorch backend; "
+            "calibrate with bench to replace the estimate)."
+        )
+    if (any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(s.chosen[0].method)
+            and "cutoff" not in s.caps.controls):
+        s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
+
+
 def _schedule_and_speculation(s: Planning) -> None:
     """k per batch size for the chosen technique, its prediction, and the Plan's speculation section."""
     if s.chosen is not None:
-        c, explicit, seqs = s.c, s.explicit, s.seqs
+        sc = _chosen_schedule(s)
         d, alpha, o = s.chosen
-        cand_shapes = E.shapes(
-            c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
-        )
-        cap = _capacity_with(s, d)
-        sched, curve, last_on = _schedule(c, d, alpha, cand_shapes, cap)
-        at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
-        pool = E.shapes(c, d.method) if explicit else cand_shapes  # the shapes the alternatives are drawn from
-        if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
-            # The plan's own batch follows the schedule (k never grows with batch).
-            pool = [x for x in cand_shapes if x.depth <= at.num_speculative_tokens]
-            o = _score_at_capacity(s, d, alpha, pool)
-            s.chosen = (d, alpha, o)
-        if explicit is None and not s.caps.schedules_for(d.method):
-            # The stack runs one k at every batch: the plan's shape along the curve, on until it stops paying.
-            fixed = _schedule(c, d, alpha, [o.shape], cap)
-            if any(e.num_speculative_tokens for e in fixed[0]):
-                sched, curve, last_on = fixed
-        if explicit is not None and not any(e.num_speculative_tokens for e in sched):
-            # The user chose this technique: honour it rather than render a schedule that never drafts.
-            s.warnings.append(
-                f"{d.method} is predicted not to pay at any batch size here (best {o.speedup:.2f}x); "
-                "kept as configured, without a per-batch-size schedule."
-            )
-            sched = []
-        # The headline is the curve's figure at this batch: the curve holds where the raw cost model would
-        # let a bigger batch gain more.
-        pt = next((p for p in reversed(curve) if p.batch_size <= seqs), None)
-        headline = min(o.speedup, pt.speedup) if explicit is None and pt is not None and pt.num_speculative_tokens else o.speedup
-        s.pred = pred = Prediction(
-            speedup=round(headline, 3),
-            batch_size=seqs,
+        s.pred = Prediction(
+            speedup=round(sc.headline, 3),
+            batch_size=s.seqs,
             acceptance_length=round(o.acceptance_length, 3),
             acceptance_rate=round(alpha, 3),
-            curve=curve,
-            breakeven_batch_size=last_on,
-            breakeven_acceptance_rate=_breakeven_rate(c, d, o, seqs),
+            curve=sc.curve,
+            breakeven_batch_size=sc.last_on,
+            breakeven_acceptance_rate=_breakeven_rate(s.c, d, o, s.seqs),
         )
-        k = explicit.num_speculative_tokens if explicit and explicit.num_speculative_tokens is not None else o.shape.depth
-        shape = o.shape
-        if explicit is None and sched:
-            if s.caps.schedules_for(d.method):
-                # Stacks size their buffers for the configured k: it is the schedule's largest (smallest batch).
-                k = max(k, max(e.num_speculative_tokens for e in sched))
-                if shape.topk <= 1 and k > shape.depth:
-                    shape = Shape(k)
-            else:
-                # The stack runs one k at every batch: the schedule can only say where speculation is off.
-                sched = [e.model_copy(update={"num_speculative_tokens": min(e.num_speculative_tokens, k)}) for e in sched]
-        tree = explicit.tree if explicit and explicit.tree else _tree(c, d.method, shape)
-        if explicit is None and tree is not None and sched and tree.steps < k:
-            # A tree is as deep as its steps (TensorRT-LLM: max_draft_len): no schedule entry may ask for more.
-            sched = [e.model_copy(update={"num_speculative_tokens": min(e.num_speculative_tokens, tree.steps)}) for e in sched]
-            k = tree.steps
-        s.spec = spec = Speculation(
-            method=d.method,  # type: ignore[arg-type]
-            drafter=d.drafter_id if d.method not in COPY_METHODS else None,
-            num_speculative_tokens=k,
-            tree=tree,
-            schedule=explicit.schedule if explicit and explicit.schedule else sched,
-            verification=explicit.verification if explicit else None,
-            draft_sampling=explicit.draft_sampling if explicit else None,
-            allow_lossy=explicit.allow_lossy if explicit else False,
-        )
-        if d.method in LOOKUP_METHODS:
-            lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
-            spec.prompt_lookup_min, spec.prompt_lookup_max = lo or NGRAM_LOOKUP[0], hi or NGRAM_LOOKUP[1]
-        if d.method == "draft_model":
-            spec.draft_tensor_parallel_size = (
-                (explicit.draft_tensor_parallel_size if explicit else None) or E.draft_tp(d, s.par.tensor_parallel_size)
-            )
-        if d.note:
-            s.warnings.append(d.note)
-        _compat_warnings(s, d)
-        if spec.lossy:
-            s.warnings.append(f"LOSSY: verification {spec.verification} accepts drafts the target would reject, so outputs "
-                              "differ from the target model's own; the predicted speedup does not count its extra gain.")
-        if (note := E.cross_target_note(d, s.c.model)) is not None:
-            s.warnings.append(note)
-        for cand in s.candidates:
-            cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
-        if explicit is None:
-            s.reasons.append(_why(c, d, alpha, o, s.scored, s.n))
-        source = E.alpha_for(c, d)[1]
-        published = E.published_alpha(c, d) if source is None else None
-        if published is not None and d.catalog is not None and d.catalog.acceptance_length:
-            s.reasons.append(f"{d.drafter_id}'s acceptance is its own published figure, {d.catalog.acceptance_length:g} "
-                             f"tokens per step ({d.catalog.acceptance_basis}), moved to this workload and temperature.")
-        elif published is not None:
-            s.reasons.append(f"Acceptance is the median of the published figures of {d.method} heads for this model.")
-        elif source is None and (note := borrowed_note(c.policy, d.method)) is not None:
-            s.reasons.append(note)
-        s.alternatives = _alternatives(c, d, alpha, seqs, pool, o, headline / o.speedup, source, published)
-        if (tied := [a for a in s.alternatives if a.within_error]):
-            s.reasons.append(_tie_reason(s.alternatives, tied, c.policy.rules.shape_error))
-        if pred.breakeven_batch_size is not None and spec.schedule and spec.schedule == sched:
-            s.reasons.append(
-                f"Speculation stops paying (gaining {c.policy.rules.min_speedup:.2f}x or more) above batch size "
-                f"{pred.breakeven_batch_size}; the schedule turns it off (k=0) from {pred.breakeven_batch_size + 1}."
-            )
-        if source == "calibrated":
-            s.reasons.append("Acceptance comes from the calibration file, not the prior.")
-        if (note := _context_note(c, d, alpha)) is not None:
-            s.reasons.append(note)
-        if explicit is not None:
-            spec.acceptance_floor = explicit.acceptance_floor
-        elif (ACCEPTANCE_GATE in s.caps.controls and source is None and pred.breakeven_acceptance_rate
-              and (ACCEPTANCE_RATE_GATE in s.caps.controls or len({e.num_speculative_tokens for e in spec.schedule}) <= 1)):
-            # Unmeasured acceptance: the stack's own gate ends speculation if the real one turns out below what pays.
-            spec.acceptance_floor = pred.breakeven_acceptance_rate
-            s.reasons.append(
-                f"The acceptance here is not measured on this deployment (a prior or a published figure): {s.stack}'s "
-                f"acceptance gate turns speculation off for the server's life if the measured acceptance rate averages "
-                f"below {spec.acceptance_floor:.2f}, where it stops paying at batch size {seqs} (PyTorch backend; "
-                "calibrate with bench to replace the estimate)."
-            )
-        if (any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(d.method)
-                and "cutoff" not in s.caps.controls):
-            s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
+        s.spec, sched = _speculation_section(s, sc)
+        _chosen_warnings(s)
+        source = E.alpha_for(s.c, d)[1]
+        _chosen_reasons(s, sc, sched, source)
+        _acceptance_floor(s, source)
     if s.prof is not None:
         s.reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))
 
@@ -922,7 +974,8 @@ def _context_note(c: E.Context, d: E.DraftChoice, alpha: float) -> str | None:
     if abs(short - alpha) < 0.005:
         return None
     return (f"At a mean context of {c.ctx:,.0f} tokens (input plus half the output) {d.method} accepts less: alpha "
-            f"{alpha:.2f} vs {short:.2f} at {context.REFERENCE_CONTEXT} tokens. {context.basis(d.method)}")
+            f"{alpha:.2f} vs {short:.2f} at {context.REFERENCE_CONTEXT} tokens. {context.basis(d.method)} No stack sets k "
+            "by context depth, so k is chosen for this mean; requests much longer than it accept less still.")
 
 
 def _memory(s: Planning) -> None:
