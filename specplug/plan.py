@@ -139,6 +139,18 @@ class RateByArm(PlanModel):
     speculative: float
 
 
+class LoadSweepPoint(PlanModel):
+    """Both arms at one request rate of the sweep a plot draws (None: the arm is saturated there)."""
+
+    request_rate: float
+    baseline_tpot_ms_p50: float | None
+    speculative_tpot_ms_p50: float | None
+    baseline_ttft_ms_p50: float | None
+    speculative_ttft_ms_p50: float | None
+    baseline_output_tokens_per_s: float
+    speculative_output_tokens_per_s: float
+
+
 class LoadPrediction(PlanModel):
     """The deployment under open-loop load: both arms at the workload's request rate (a continuous-batching model
     over the cost model's step times; see 'basis')."""
@@ -154,6 +166,9 @@ class LoadPrediction(PlanModel):
     saturation_request_rate: RateByArm = Field(description="Request rate at which each arm's running batch fills its capacity.")
     max_request_rate_within_slo: RateByArm | None = Field(
         None, description="Highest rate each arm sustains within workload.slo_tpot_ms / slo_ttft_ms (p90); None without targets."
+    )
+    sweep: list[LoadSweepPoint] = Field(
+        default_factory=list, description="Both arms from a trickle to past the later saturation (what --plot draws)."
     )
     basis: str = Field(description="What the figures rest on.")
 

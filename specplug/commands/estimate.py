@@ -7,6 +7,7 @@ import sys
 import click
 
 from specplug.commands.choices import StackChoice
+from specplug.commands.loadplot import plot_option
 from specplug.config import WORKLOADS
 from specplug.methods import SPECULATING
 from specplug.output import emit, output_option
@@ -45,8 +46,9 @@ from specplug.output import emit, output_option
 @click.option("--quantization", default=None, help="Weight format to serve (fp8, int4-awq, mxfp4, nvfp4, q4_k_m ...) [the checkpoint's].")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
               show_default=True)
+@plot_option
 @output_option
-def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, stack_version, input_len, output_len, request_rate, slo_tpot_ms, slo_ttft_ms, calibration, policy_path, traffic, traffic_map, quantization, kv_cache_dtype, output) -> None:
+def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, stack_version, input_len, output_len, request_rate, slo_tpot_ms, slo_ttft_ms, calibration, policy_path, traffic, traffic_map, quantization, kv_cache_dtype, plot_path, output) -> None:
     """Estimate speedup and acceptance length for one configuration."""
     from specplug.planning import estimate as run
     from specplug.traffic.records import using_field_map
@@ -78,6 +80,11 @@ def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draf
             kv_cache_dtype=kv_cache_dtype,
             **extra,
         )
+
+    if plot_path:
+        from specplug.commands.loadplot import write_load_plot
+
+        write_load_plot(est.load, plot_path)
 
     def render(e):
         from specplug.output import table

@@ -9,6 +9,7 @@ import click
 
 from specplug.commands._common import plan_flags
 from specplug.commands.choices import StackChoice
+from specplug.commands.loadplot import plot_option
 from specplug.output import emit, output_option
 
 
@@ -21,9 +22,10 @@ from specplug.output import emit, output_option
               help="JSONL log of requests and completions: measured shape and acceptance replace the workload's prior.")
 @click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
               help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
+@plot_option
 @output_option
 def recommend(config_path: str | None, policy_path: str | None, calibration: str | None, traffic_map: str | None,
-              output: str, **flags: Any) -> None:
+              plot_path: str | None, output: str, **flags: Any) -> None:
     """Recommend a speculative-decoding setup: technique, drafter, k, schedule, memory and predicted speedup.
 
     A deployment that cannot fit in memory exits 1 with the fixes and what each would give.
@@ -36,6 +38,10 @@ def recommend(config_path: str | None, policy_path: str | None, calibration: str
     # --traffic given nowhere (None): the config's workload.traffic, if any, is the planner's to read.
     with using_field_map(traffic_map, progress=sys.stderr.isatty()):
         plan = run(config=cfg, policy=policy_path, calibration=calibration, **flags)
+    if plot_path:
+        from specplug.commands.loadplot import write_load_plot
+
+        write_load_plot(plan.load, plot_path)
     from specplug.policy.render import plan_tables
 
     emit(plan, output, plan_tables)

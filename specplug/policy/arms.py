@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import cache
 
 from specplug.methods import COPY_METHODS
-from specplug.plan import ArmLoad, LoadPrediction, RateByArm, ScheduleEntry
+from specplug.plan import ArmLoad, LoadPrediction, LoadSweepPoint, RateByArm, ScheduleEntry
 from specplug.policy import engine as E
 from specplug.policy import load as L
 from specplug.policy import perf
@@ -87,5 +87,27 @@ def predict_load(
         saturation_request_rate=RateByArm(baseline=round(L.saturation_rate(base, output_len), 3),
                                           speculative=round(L.saturation_rate(spec, output_len), 3)),
         max_request_rate_within_slo=within,
+        sweep=sweep(base, spec, output_len),
         basis=BASIS,
     )
+
+
+SWEEP_POINTS = 24
+
+
+def sweep(base: L.Arm, spec: L.Arm, output_len: int) -> list[LoadSweepPoint]:
+    """Both arms at evenly spaced rates up to 1.2 x the later saturation rate."""
+    top = 1.2 * max(L.saturation_rate(base, output_len), L.saturation_rate(spec, output_len))
+    out = []
+    for i in range(1, SWEEP_POINTS + 1):
+        rate = top * i / SWEEP_POINTS
+        b, s = L.predict(base, rate, output_len), L.predict(spec, rate, output_len)
+        r = lambda x, sat: None if sat or x is None else round(x, 3)  # noqa: E731
+        out.append(LoadSweepPoint(
+            request_rate=round(rate, 4),
+            baseline_tpot_ms_p50=r(b.tpot_ms_p50, b.saturated), speculative_tpot_ms_p50=r(s.tpot_ms_p50, s.saturated),
+            baseline_ttft_ms_p50=r(b.ttft_ms_p50, b.saturated), speculative_ttft_ms_p50=r(s.ttft_ms_p50, s.saturated),
+            baseline_output_tokens_per_s=round(b.output_tokens_per_s, 1),
+            speculative_output_tokens_per_s=round(s.output_tokens_per_s, 1),
+        ))
+    return out

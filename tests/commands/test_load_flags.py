@@ -39,3 +39,17 @@ def test_every_plan_states_its_capacity(run_cli) -> None:
 def test_a_zero_request_rate_is_refused(run_cli) -> None:
     r = run_cli("recommend", "--model", "qwen3-8b", "--request-rate", "0")
     assert r.exit_code == 2 and "--request-rate" in r.stderr
+
+
+def test_plot_draws_both_arms_against_the_rate(run_cli, tmp_path) -> None:
+    out = tmp_path / "load.png"
+    r = run_cli("recommend", *ARGS, "--plot", str(out), "--output", "json")
+    assert r.exit_code == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sweep = r.json()["load"]["sweep"]
+    assert len(sweep) >= 10 and sweep[0]["request_rate"] < 8 < sweep[-1]["request_rate"]
+
+
+def test_plot_without_a_rate_says_what_is_missing(run_cli, tmp_path) -> None:
+    r = run_cli("estimate", "--model", "qwen3-8b", "--method", "ngram", "--gpu", "h100", "--plot", str(tmp_path / "x.png"))
+    assert r.exit_code == 1 and "--request-rate" in r.stderr and not (tmp_path / "x.png").exists()
