@@ -900,7 +900,7 @@ def _chosen_reasons(s: Planning, sc: _Scheduled, sched: list[ScheduleEntry], sou
     """Why this technique and shape, where its acceptance comes from, where it stops paying."""
     c, (d, alpha, o) = s.c, s.chosen
     if s.explicit is None:
-        s.reasons.append(_why(c, d, alpha, o, s.scored, s.n))
+        s.reasons.append(_why(c, d, alpha, o, s.scored, s.n, sc.headline, s.spec.num_speculative_tokens))
     published = E.published_alpha(c, d) if source is None else None
     if published is not None and d.catalog is not None and d.catalog.acceptance_length:
         s.reasons.append(f"{d.drafter_id}'s acceptance is its own published figure, {d.catalog.acceptance_length:g} "
@@ -1195,7 +1195,9 @@ def fmt(x: float) -> str:
     return f"{x:.2f}x"
 
 
-def _why(c: E.Context, d: E.DraftChoice, alpha: float, o: Outcome, scored: list, n: int) -> str:
+def _why(c: E.Context, d: E.DraftChoice, alpha: float, o: Outcome, scored: list, n: int, headline: float, k: int) -> str:
+    """The chosen technique in one sentence, with the same figures the headline shows: its speedup (the curve's at
+    this batch), the k it drafts at this batch and the k configured (the schedule's largest) where they differ."""
     kind = c.policy.prior(d.method).kind
     what = {
         "copy": "drafts are copied from the prompt and earlier output at almost no cost",
@@ -1204,8 +1206,11 @@ def _why(c: E.Context, d: E.DraftChoice, alpha: float, o: Outcome, scored: list,
     others = sorted((t for t in scored if t[0] is not d), key=lambda t: -t[2].speedup)
     runner = f"; next best {others[0][0].method} at {fmt(others[0][2].speedup)}" if others else ""
     shape = f"k={o.shape.depth}" + (f", tree topk {o.shape.topk} x {o.shape.tokens} tokens" if o.shape.topk > 1 else "")
+    if k != o.shape.depth:
+        shape += f" at this batch; k={k} configured, the schedule's largest, drafted at smaller batches"
     return (
-        f"{d.method} ({shape}) predicts {fmt(o.speedup)} at batch size {c.batch} for {c.workload} on {n} x {c.gpu.name}: "
-        f"{what}; expected {o.acceptance_length:.2f} tokens per step (alpha {alpha:.2f}), "
-        f"step {o.cost.spec_ms:.1f} ms vs {o.cost.baseline_ms:.1f} ms without{runner}."
+        f"{d.method} ({shape}) predicts {fmt(round(headline, 3))} at batch size {c.batch} for {c.workload} on {n} x "
+        f"{c.gpu.name}: {what}; expected {o.acceptance_length:.2f} tokens per step (the first draft token accepted with "
+        f"probability {alpha:.2f}, later ones less), step {o.cost.spec_ms:.1f} ms vs {o.cost.baseline_ms:.1f} ms "
+        f"without{runner}."
     )

@@ -76,7 +76,7 @@ def plan_tables(plan: Plan) -> list[Any]:
         ("predicted speedup", (f"{p.speedup:.2f}x at batch size {p.batch_size or wl.concurrency}" + (f" (LOSSY: verification {s.verification})"
                                                                                     if s.lossy else ""))
          if s.method != "none" else "1.00x (off)"),
-        ("acceptance length", f"{p.acceptance_length:.2f} tokens/step" + (f" (alpha {p.acceptance_rate:.2f})" if p.acceptance_rate else "")),
+        ("acceptance length", f"{p.acceptance_length:.2f} tokens/step" + (f" (first draft token accepted {p.acceptance_rate:.0%})" if p.acceptance_rate else "")),
         ("stops paying above batch", f"never (up to capacity, {plan.capacity_requests})" if p.breakeven_batch_size is None
          else str(p.breakeven_batch_size)),
         *([("capacity", f"{plan.capacity_requests} requests at once"
@@ -100,7 +100,7 @@ def plan_tables(plan: Plan) -> list[Any]:
     if m is not None:
         out.append(
             table(
-                "memory per GPU (GB)" + ("" if m.fits else " - DOES NOT FIT"),
+                f"memory per GPU (decimal GB: {hw.memory_gb:g} GiB = {m.gpu_memory_gb:g} GB)" + ("" if m.fits else " - DOES NOT FIT"),
                 ["GPU", "target weights", "drafter weights", "KV cache", "drafter KV", "activations", "headroom", "fits"],
                 [(f"{m.gpu_memory_gb:g}", f"{m.target_weights_gb:.1f}", f"{m.drafter_weights_gb:.2f}", f"{m.kv_cache_gb:.1f}",
                   f"{m.drafter_kv_cache_gb:.2f}", f"{m.activations_gb:.1f}", f"{m.headroom_gb:.1f}", "yes" if m.fits else "NO")],
