@@ -62,6 +62,7 @@ class EmbeddedAdapter(BaseAdapter):
     method_table = METHODS
     max_batch = 16  # the server's --max-batch-size default (serve.max_num_seqs sets it)
     fallback_only = True  # the stand-in when no stack is installed, not a stack to prefer
+    runs_on_cpu = True  # PyTorch on the host when there is no GPU
     unsupported: ClassVar[dict[str, str]] = {m: f"not native: {why}; rendered as {t}" for m, (t, why) in MAPPED.items()}
     oldest = "0.1.0"
     # The server speaks vLLM's counters, plus specplug: ones of its own that tell it apart.

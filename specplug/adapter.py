@@ -247,6 +247,7 @@ class Adapter(Protocol):
     max_batch: int | None  # requests decoded together by default
     shards_heads: bool  # tensor parallelism splits attention heads
     reserves_full_context: bool  # refuses to start unless its KV cache holds one request of max_model_len
+    runs_on_cpu: bool  # serves on the host's CPU when the machine has no GPU
     fallback_only: bool  # never the default stack
     draft_tp: str | None  # how a separate draft model is sharded: "own", "target" or None
     metrics: StackMetrics  # where its /metrics (or responses) show acceptance
@@ -485,6 +486,7 @@ class BaseAdapter:
     # Refuses to start unless the KV cache left beside the weights holds one request of max_model_len (unset: the
     # model's own maximum), instead of capping requests at what fits.
     reserves_full_context: ClassVar[bool] = False
+    runs_on_cpu: ClassVar[bool] = False  # serves on the host's CPU when the machine has no GPU
     fallback_only: ClassVar[bool] = False  # never chosen as the default stack, only named (or as launch's fallback)
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).

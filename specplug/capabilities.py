@@ -46,6 +46,7 @@ class StackCapabilities:
     # How a separate draft model is sharded: "own" (a draft TP of 1 or the target's), "target" (the target's) or None.
     draft_tp: str | None = None
     reserves_full_context: bool = False  # the KV cache must hold one request of max_model_len at start
+    runs_on_cpu: bool = False  # serves on the host's CPU when the machine has no GPU
     # The stack's compatibility rows (specplug.compat): what breaks speculation with which feature, per version.
     compat: tuple[CompatRow, ...] = ()
 

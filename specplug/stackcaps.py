@@ -43,6 +43,7 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         frozenset(name for name, why in adapter.controls(version).items() if why is None),
         adapter.draft_tp,
         adapter.reserves_full_context,
+        getattr(adapter, "runs_on_cpu", False),  # a plugin written before the attribute: GPU only
         compat_table(adapter).rows,
     )
 

@@ -387,6 +387,11 @@ class Planning:
     def stack(self) -> str:
         return self.caps.name
 
+    def factors_label(self) -> str:
+        """The stack as the policy names it (its cost row's label), else its name."""
+        row = self.pol.stacks.get(self.caps.costed_as(self.pol.stacks))
+        return (row.label if row is not None else None) or self.stack
+
 
 def _inputs(s: Planning) -> None:
     """The model, the policy (and which of its stack rows costs this stack), the calibration."""
@@ -465,7 +470,14 @@ def _hardware(s: Planning) -> None:
             f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} "
             f"({s.fmt.name} weights) and its KV cache"
         )
-        if hw.source == "default":
+        if hw.source == "default" and s.caps.runs_on_cpu:
+            note = hw.note.split(" Planning for the default")[0]
+            msg = (
+                f"{note} {s.factors_label()} serves on this machine's CPU, where it picks each step's draft length "
+                f"from what it measures; the figures here are for the default GPU, {gpu.name}, as a reference ({msg}). "
+                "Name the hardware with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."
+            )
+        elif hw.source == "default":
             note = hw.note.split(" Planning for the default")[0]
             msg = (
                 f"{note} Planning for the default GPU, {gpu.name}: {msg}. "

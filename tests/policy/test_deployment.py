@@ -102,3 +102,15 @@ def test_a_long_context_lowers_a_learned_drafters_acceptance() -> None:
     a = specplug.estimate("qwen3-8b", "ngram", gpu="h100", num_gpus=1, input_len=2048)
     b = specplug.estimate("qwen3-8b", "ngram", gpu="h100", num_gpus=1, input_len=32768)
     assert a.acceptance_rate == b.acceptance_rate
+
+
+def test_an_embedded_plan_without_a_gpu_says_it_serves_on_the_cpu() -> None:
+    from specplug.probe import ProbeResult
+
+    none = ProbeResult(available=False, message="No NVIDIA driver found; no GPU probed.")
+    p = specplug.recommend("smollm2-135m", stack="embedded", probed=none)
+    text = " ".join(p.reasons)
+    assert "serves on this machine's CPU" in text and "Planning for the default GPU" not in text
+    # A GPU stack on the same machine plans for the default GPU and says so.
+    v = specplug.recommend("smollm2-135m", stack="vllm", probed=none)
+    assert any("Planning for the default GPU" in r for r in v.reasons)
