@@ -266,8 +266,10 @@ def alpha_for(c: Context, d: DraftChoice) -> tuple[float, str | None]:
     a = published_alpha(c, d) or perf.first_alpha(c.policy, d.method, c.workload, c.temperature, ratio, params)
     if d.catalog is not None and d.catalog.cross_target:
         a = perf.sigmoid(perf.logit(a) - c.policy.acceptance.cross_target_logit)
-    # Priors and published figures are short-context acceptance: learned drafters accept less over a long context.
-    a = context.alpha_at(d.method, a, c.ctx)
+    # Priors and published figures are short-context acceptance: learned drafters accept less over a long context,
+    # averaged over the traffic's contexts where a log gives them.
+    spread = c.traffic.contexts if c.traffic is not None and c.traffic.contexts else (c.ctx,)
+    a = sum(context.alpha_at(d.method, a, x) for x in spread) / len(spread)
     if c.traffic is not None and prior.kind == "model":
         shifted = perf.sigmoid(perf.logit(a) + c.traffic.workload_shift())
         return min(shifted, c.policy.acceptance.max_alpha), "traffic"

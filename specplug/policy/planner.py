@@ -980,14 +980,18 @@ def _schedule_and_speculation(s: Planning) -> None:
 
 def _context_note(c: E.Context, d: E.DraftChoice, alpha: float) -> str | None:
     """What a long context does to the chosen drafter's acceptance, and what that rests on."""
-    if c.ctx <= context.REFERENCE_CONTEXT or context.slope(d.method) == 0.0:
+    spread = c.traffic.contexts if c.traffic is not None and c.traffic.contexts else ()
+    if max((c.ctx, *spread)) <= context.REFERENCE_CONTEXT or context.slope(d.method) == 0.0:
         return None
-    short = E.alpha_for(dataclasses.replace(c, ctx=float(context.REFERENCE_CONTEXT)), d)[0]
+    traffic = dataclasses.replace(c.traffic, contexts=()) if spread else c.traffic
+    short = E.alpha_for(dataclasses.replace(c, ctx=float(context.REFERENCE_CONTEXT), traffic=traffic), d)[0]
     if abs(short - alpha) < 0.005:
         return None
-    return (f"At a mean context of {c.ctx:,.0f} tokens (input plus half the output) {d.method} accepts less: alpha "
-            f"{alpha:.2f} vs {short:.2f} at {context.REFERENCE_CONTEXT} tokens. {context.basis(d.method)} No stack sets k "
-            "by context depth, so k is chosen for this mean; requests much longer than it accept less still.")
+    where = (f"Over the traffic's contexts ({min(spread):,.0f} to {max(spread):,.0f} tokens from its shortest to its "
+             "longest tenth)" if spread else f"At a mean context of {c.ctx:,.0f} tokens (input plus half the output)")
+    return (f"{where} {d.method} accepts less: the first draft token accepted with probability {alpha:.2f} vs {short:.2f} "
+            f"at {context.REFERENCE_CONTEXT} tokens. {context.basis(d.method)} No stack sets k by context depth, so k is "
+            "chosen for this mix; requests much longer than it accept less still.")
 
 
 def _memory(s: Planning) -> None:

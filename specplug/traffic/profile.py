@@ -49,6 +49,9 @@ class TrafficProfile:
     prompt_lookup_max: int
     replayed: int = 0  # requests tokenized and replayed (every usable one)
     bleu4: float = 0.0  # mean over requests of the output's BLEU-4 against its prompt, over tokens
+    # The context a request decodes over (prompt + half its output), at the middle of each tenth of requests by it:
+    # what acceptance is averaged over where it falls with context (specplug.policy.context).
+    contexts: tuple[float, ...] = ()
     tallies: dict[str, Tally] = field(default_factory=dict, repr=False)
 
     def position_rates(self, method: str) -> list[float] | None:
@@ -112,6 +115,8 @@ class TrafficProfile:
             "repetition": round(self.repetition, 4),
             "workload_shift": round(self.workload_shift(), 4),
         }
+        if self.contexts and max(self.contexts) > min(self.contexts):
+            out["context_tenths"] = [round(x) for x in self.contexts]
         for method in REPLAYED:
             rates = self.position_rates(method)
             if rates is None:
@@ -177,6 +182,7 @@ def load_traffic(
     stats = ReadStats()
     sha = hashlib.sha256()
     in_tokens = out_tokens = replayed = 0
+    contexts: list[float] = []
     try:
         fh = p.open("rb")
     except OSError as exc:
@@ -197,6 +203,7 @@ def load_traffic(
         replayed += n
         in_tokens += sum(map(len, prompts))
         out_tokens += sum(map(len, outs))
+        contexts.extend(len(a) + len(b) / 2 for a, b in zip(prompts, outs, strict=True))
         replay.add(prompts, outs)
 
     def hashed(fh, bar):
@@ -261,8 +268,17 @@ def load_traffic(
         k_max=k_max,
         prompt_lookup_min=prompt_lookup_min,
         prompt_lookup_max=prompt_lookup_max,
+        contexts=_tenths(contexts),
         tallies=tallies,
     )
+
+
+def _tenths(values: list[float]) -> tuple[float, ...]:
+    """The value at the middle of each tenth of ``values`` sorted (fewer than ten: all of them)."""
+    if len(values) <= 10:
+        return tuple(sorted(values))
+    v = sorted(values)
+    return tuple(v[min(len(v) - 1, int((i + 0.5) * len(v) / 10))] for i in range(10))
 
 
 def file_digest(path: str | Path) -> str:

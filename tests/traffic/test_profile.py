@@ -151,13 +151,32 @@ def test_malformed_lines_are_reported_with_their_numbers(tmp_path) -> None:
 
 
 def test_recommend_picks_copying_on_code_edit_and_not_on_chat(code_edit_log, chat_log) -> None:
-    import inspect
-
     import specplug
 
-    if "traffic" not in inspect.signature(specplug.recommend).parameters:
-        pytest.skip("specplug.recommend(traffic=...) is not wired in yet")
     edit = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, traffic=str(code_edit_log))
     chat = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, traffic=str(chat_log))
     assert edit.speculation.method in ("ngram", "suffix")
     assert chat.speculation.method not in ("ngram", "suffix")
+
+
+def _log(path, prompt_words: list[int]):
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(500)]
+    lines = [json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(n)),
+                         "completion": " ".join(rng.choice(words) for _ in range(64))}) for n in prompt_words]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_the_logs_context_lengths_drive_a_learned_drafters_acceptance(tmp_path) -> None:
+    import specplug
+
+    short = _log(tmp_path / "short.jsonl", [300] * 20)
+    mixed = _log(tmp_path / "mixed.jsonl", [300] * 10 + [30000] * 10)
+    prof = load_traffic(mixed, NO_TOKENIZER)
+    assert len(prof.contexts) == 10 and prof.contexts[0] < 2048 < prof.contexts[-1]
+    assert prof.summary()["context_tenths"] == [round(x) for x in prof.contexts]
+    a = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, method="eagle3", traffic=str(short))
+    b = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, method="eagle3", traffic=str(mixed))
+    assert b.prediction.acceptance_rate < a.prediction.acceptance_rate - 0.1
+    assert any("Over the traffic's contexts" in r for r in b.reasons)
