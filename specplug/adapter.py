@@ -245,6 +245,7 @@ class Adapter(Protocol):
     trees: bool  # drafts token trees
     spec_running_cap: int | None  # running requests allowed by default when speculating
     max_batch: int | None  # requests decoded together by default
+    max_batch_rules: tuple[tuple[float, tuple[str, ...], int], ...]  # GPU-dependent defaults (StackCapabilities)
     shards_heads: bool  # tensor parallelism splits attention heads
     reserves_full_context: bool  # refuses to start unless its KV cache holds one request of max_model_len
     runs_on_cpu: bool  # serves on the host's CPU when the machine has no GPU
@@ -482,6 +483,8 @@ class BaseAdapter:
     trees: ClassVar[bool] = False  # drafts token trees (steps x topk, num_draft_tokens) for the methods that can
     spec_running_cap: ClassVar[int | None] = None  # running requests the stack allows by default when speculating
     max_batch: ClassVar[int | None] = None  # requests decoded together by default (None: as many as memory holds)
+    # Where that default depends on the GPU: (least GiB, name fragments excluded, requests), first match wins.
+    max_batch_rules: ClassVar[tuple[tuple[float, tuple[str, ...], int], ...]] = ()
     shards_heads: ClassVar[bool] = False  # tensor parallelism splits attention heads (so it must divide them)
     # Refuses to start unless the KV cache left beside the weights holds one request of max_model_len (unset: the
     # model's own maximum), instead of capping requests at what fits.

@@ -31,6 +31,8 @@ class StackCapabilities:
     trees: bool = False  # drafts token trees
     running_cap: int | None = None  # running requests the stack allows by default when speculating
     max_batch: int | None = None  # requests decoded together by default
+    # Where the default depends on the GPU: (least GiB, name fragments excluded, requests), first match wins.
+    max_batch_rules: tuple[tuple[float, tuple[str, ...], int], ...] = ()
     cost_profile: str = "stack_default"  # the policy's stack row it is costed with when it has none of its own
     # Drafter formats (catalog ``format``) whose k draft tokens the stack proposes in one forward at this version
     # (PARD's parallel drafting): costed as one forward of k tokens instead of k forwards.
@@ -49,6 +51,13 @@ class StackCapabilities:
     runs_on_cpu: bool = False  # serves on the host's CPU when the machine has no GPU
     # The stack's compatibility rows (specplug.compat): what breaks speculation with which feature, per version.
     compat: tuple[CompatRow, ...] = ()
+
+    def max_batch_on(self, gpu: str, memory_gib: float) -> int | None:
+        """Requests decoded together by default on ``gpu`` of ``memory_gib`` GiB (None: as many as memory holds)."""
+        for least, excluded, requests in self.max_batch_rules:
+            if memory_gib >= least and not any(x in gpu.lower() for x in excluded):
+                return requests
+        return self.max_batch
 
     def costed_as(self, rows: Iterable[str]) -> str:
         """The policy row that costs this stack: its own, else the one its adapter declares."""

@@ -35,6 +35,7 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         adapter.trees,
         adapter.spec_running_cap,
         adapter.max_batch,
+        getattr(adapter, "max_batch_rules", ()),  # a plugin written before the attribute: max_batch alone
         adapter.cost_profile,
         adapter.parallel_draft_formats(version),
         adapter.schedule_methods(version),

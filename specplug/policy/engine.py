@@ -380,19 +380,19 @@ def capacity(
     return max(0, math.floor(empty.headroom_gb / per_request + 1e-9))
 
 
-def request_cap(caps: StackCapabilities, max_num_seqs: int | None, speculating: bool) -> int | None:
-    """The most requests the stack runs at once as configured (None: as many as memory holds)."""
-    found = [x for x in (max_num_seqs or caps.max_batch, caps.running_cap if speculating else None) if x]
+def request_cap(caps: StackCapabilities, max_num_seqs: int | None, speculating: bool, gpu: str, gpu_gib: float) -> int | None:
+    """The most requests the stack runs at once as configured on ``gpu`` (None: as many as memory holds)."""
+    found = [x for x in (max_num_seqs or caps.max_batch_on(gpu, gpu_gib), caps.running_cap if speculating else None) if x]
     return min(found) if found else None
 
 
 def capped_capacity(
     policy: Policy, model: Model, target: Arch, gpu_gib: float, tp: int, pp: int, tokens_per_seq: int, d: DraftChoice | None,
-    caps: StackCapabilities, max_num_seqs: int | None = None,
+    caps: StackCapabilities, gpu: str, max_num_seqs: int | None = None,
 ) -> int:
-    """:func:`capacity` within the stack's request cap: the requests that run at once; more queue."""
+    """:func:`capacity` within the stack's request cap on ``gpu``: the requests that run at once; more queue."""
     n = capacity(policy, model, target, gpu_gib, tp, pp, tokens_per_seq, d)
-    cap = request_cap(caps, max_num_seqs, d is not None and d.method != "none")
+    cap = request_cap(caps, max_num_seqs, d is not None and d.method != "none", gpu, gpu_gib)
     return min(n, cap) if cap else n
 
 

@@ -158,8 +158,8 @@ def estimate(
         tree = TreeSpec(steps=steps, topk=topk, num_draft_tokens=tokens)
     alpha, cal = E.alpha_for(c, d)
     tokens = input_len + output_len
-    cap_base = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, None, caps)
-    cap = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, d, caps)
+    cap_base = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, None, caps, g.name)
+    cap = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, d, caps, g.name)
     # require_fit=False scores a batch that ran (a published row), whatever this memory model says it holds.
     if from_rate:
         # recommend's rule: the batch the request rate keeps running without speculation.

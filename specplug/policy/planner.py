@@ -591,7 +591,7 @@ def _batch_from_rate(s: Planning) -> None:
 
 
 def _stack_cap(s: Planning, speculating: bool) -> int | None:
-    return E.request_cap(s.caps, s.cfg.serve.max_num_seqs, speculating)
+    return E.request_cap(s.caps, s.cfg.serve.max_num_seqs, speculating, s.gpu.name, s.device.memory_gb)
 
 
 def _capacity_with(s: Planning, d: Any) -> int:
@@ -599,7 +599,8 @@ def _capacity_with(s: Planning, d: Any) -> int:
     key = id(d)
     if key not in s.capacities:
         s.capacities[key] = E.capped_capacity(s.pol, s.model, s.target, s.device.memory_gb, s.par.tensor_parallel_size,
-                                              s.par.pipeline_parallel_size, s.tokens, d, s.caps, s.cfg.serve.max_num_seqs)
+                                              s.par.pipeline_parallel_size, s.tokens, d, s.caps, s.gpu.name,
+                                              s.cfg.serve.max_num_seqs)
     return s.capacities[key]
 
 
@@ -1095,7 +1096,7 @@ def _stack_warnings(s: Planning) -> None:
             + (f", below the expected concurrency {seqs}" if seqs > cap else "")
             + "; set max_running_requests explicitly."
         )
-    batch_cap = s.cfg.serve.max_num_seqs or s.caps.max_batch
+    batch_cap = _stack_cap(s, False)
     if batch_cap and seqs > batch_cap:
         s.warnings.append(f"{s.factors.label or stack} decodes {batch_cap} requests together; the rest will queue.")
     if s.caps.version_source == "unknown":

@@ -114,3 +114,18 @@ def test_an_embedded_plan_without_a_gpu_says_it_serves_on_the_cpu() -> None:
     # A GPU stack on the same machine plans for the default GPU and says so.
     v = specplug.recommend("smollm2-135m", stack="vllm", probed=none)
     assert any("Planning for the default GPU" in r for r in v.reasons)
+
+
+@pytest.mark.parametrize("gpu,cap", [("l4", 256), ("a100-80gb", 256), ("h100", 1024)])
+def test_vllms_default_request_cap_follows_the_gpu(gpu: str, cap: int) -> None:
+    # vLLM's max_num_seqs default: 1024 on 70 GiB GPUs other than A100s, 256 elsewhere; a small model fills it first.
+    p = specplug.recommend("llama-3.2-1b", gpu=gpu, num_gpus=1, stack="vllm")
+    assert p.capacity_requests_without_drafter == cap
+    assert any(f"cap of {cap} running requests" in r for r in p.reasons)
+    # serve.max_num_seqs sets it.
+    from specplug.config import Config
+
+    q = specplug.recommend(config=Config.model_validate({"model": "llama-3.2-1b", "stack": "vllm",
+                                                         "hardware": {"gpu": gpu, "num_gpus": 1},
+                                                         "serve": {"max_num_seqs": 64}}))
+    assert q.capacity_requests_without_drafter == 64
