@@ -17,7 +17,8 @@ against the committed lock. Checks, in order:
 5. **tune**: a lock made by ``specplug tune`` still has its evidence, and that evidence is not older than the
    inputs (model, serving options, workload, traffic file, the pinned stack version).
 
-Exit codes: 0 all good (warnings may print), 1 problems found, 2 usage error (no config, no such folder).
+Exit codes (the README's rule, as every command): 0 all good (warnings may print), 1 problems found or no config
+file (as ``plan``, ``render`` and ``launch`` exit for it), 2 usage error (a --rendered folder that is not there).
 """
 
 from __future__ import annotations
@@ -27,17 +28,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specplug.errors import ConfigError, SpecplugError
+from specplug.errors import ConfigError, SpecplugError, UsageError
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 
 
-class CheckUsageError(SpecplugError):
-    """check was pointed at something that isn't there: exit 2, as for a bad flag."""
-
-    exit_code = EXIT_USAGE
+class CheckUsageError(UsageError):
+    """A flag's value names something that isn't there (a --rendered folder): exit 2, as for any bad flag value."""
 
 
 @dataclass
@@ -318,7 +317,8 @@ def check(config_path: str | Path, rendered: list[str | Path] | tuple[str | Path
     lock_path = lock_path_for(cfg_path)
     report = Report(config=str(cfg_path), lock=str(lock_path))
     if not cfg_path.is_file():
-        raise CheckUsageError(f"No config file at {cfg_path}.", "Pass -c PATH/specplug.yaml, or run 'specplug init' first.")
+        # A missing config is a problem to fix, not a usage error: exit 1, as plan, render and launch exit for it.
+        raise ConfigError(f"No config file at {cfg_path}.", "Pass -c PATH/specplug.yaml, or run 'specplug init' first.")
     for folder in rendered:
         if not Path(folder).is_dir():
             raise CheckUsageError(f"--rendered {folder}: no such folder.", "Point it at the folder 'specplug deploy -o' wrote.")

@@ -1,4 +1,5 @@
-"""One error type for everything a user can fix: the CLI prints it as a paragraph and exits 1."""
+"""One error type for everything a user can fix: the CLI prints it as a paragraph and exits 1 (2 for a
+:class:`UsageError`, a malformed flag value: the README's exit code rule)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,10 @@ class CatalogError(SpecplugError):
 
 class StackError(SpecplugError):
     """A serving stack is missing, at an unknown version, or cannot do what the plan asks."""
+
+
+class UsageError(SpecplugError):
+    """A flag's value is malformed or names nothing there (``--traffic-map nonsense``, a --rendered folder that does
+    not exist): a usage error, exit 2, as click gives for a value outside an option's type."""
+
+    exit_code = 2

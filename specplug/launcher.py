@@ -32,7 +32,12 @@ from specplug.plan import Plan
 
 DEFAULT_TIMEOUT = 900.0  # seconds to wait for health; big models take minutes to load
 STOP_GRACE = 20.0  # seconds between SIGTERM and SIGKILL for the server's process group
+# A server given a drain grace gets this much more before SIGKILL: time to end its streams and exit after it.
+STOP_MARGIN = 10.0
 TAIL_LINES = 40
+# The embedded server (specplug.runtime.server) drains on SIGTERM for its --shutdown-grace; the launcher passes it.
+EMBEDDED_MODULE = "specplug.runtime.server"
+GRACE_FLAG = "--shutdown-grace"
 
 
 class StackUnavailable(StackError):
@@ -127,6 +132,38 @@ def _launch_argv(adapter: Adapter, spec: LaunchSpec) -> list[str]:
     return list(adapter.launch_argv(spec.argv))
 
 
+def with_shutdown_grace(argv: list[str], grace: float | None) -> tuple[list[str], float]:
+    """``argv`` with the drain grace passed to a server that takes one (the embedded server's --shutdown-grace;
+    one already among the extra args wins), and the seconds :meth:`Server.stop` then waits before SIGKILL: the
+    grace plus a margin, never less than STOP_GRACE."""
+    if _runs_module(argv, EMBEDDED_MODULE):
+        given = _flag_value(argv, GRACE_FLAG)
+        if given is not None:
+            grace = given
+        else:
+            if grace is None:
+                from specplug.runtime.server import DEFAULT_SHUTDOWN_GRACE_S  # light: argparse, no torch
+
+                grace = DEFAULT_SHUTDOWN_GRACE_S
+            argv = [*argv, GRACE_FLAG, f"{grace:g}"]
+    return argv, STOP_GRACE if grace is None else max(STOP_GRACE, grace + STOP_MARGIN)
+
+
+def _runs_module(argv: list[str], module: str) -> bool:
+    return any(a == "-m" and b == module for a, b in zip(argv, argv[1:], strict=False))
+
+
+def _flag_value(argv: list[str], flag: str) -> float | None:
+    for i, a in enumerate(argv):
+        text = argv[i + 1] if a == flag and i + 1 < len(argv) else a.split("=", 1)[1] if a.startswith(flag + "=") else None
+        if text is not None:
+            try:
+                return float(text)
+            except ValueError:
+                return None  # the server refuses it with its own message
+    return None
+
+
 def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
     # If specplug itself is killed outright, the kernel sends the server SIGTERM: no orphan survives us.
     try:
@@ -154,9 +191,11 @@ def child_env(spec: LaunchSpec) -> dict[str, str]:
 class Server:
     """A started server: its process group, a log file, and the last lines it printed."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path,
+                 stop_grace: float = STOP_GRACE) -> None:
         self.argv = argv
         self.log_path = log_path
+        self.stop_grace = stop_grace  # SIGTERM to SIGKILL in stop()
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in stop()
@@ -172,6 +211,7 @@ class Server:
         )
         self.pgid = self.proc.pid
         self.forwarded: int | None = None  # a signal we passed on to the group (the user stopping us)
+        self.terminated = False  # stop() sent SIGTERM: an exit that follows is the stop we asked for
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
 
@@ -195,11 +235,14 @@ class Server:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
 
-    def stop(self, grace: float = STOP_GRACE) -> int | None:
-        """SIGTERM the whole group, SIGKILL what is left after ``grace`` seconds; returns the exit code. A second
+    def stop(self, grace: float | None = None) -> int | None:
+        """SIGTERM the whole group, SIGKILL what is left after ``grace`` seconds (default: ``stop_grace``); returns
+        the exit code, 0 when the server ended on that SIGTERM (a clean stop, not a failure with -15). A second
         Ctrl-C while waiting kills the group at once (then re-raises), so nothing is left behind either way."""
+        grace = self.stop_grace if grace is None else grace
         try:
             if self.alive():
+                self.terminated = True
                 self.signal(signal.SIGTERM)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=grace)
@@ -221,7 +264,18 @@ class Server:
             self.proc.wait(timeout=5)
         self._reader.join(timeout=2)
         self._log.close()
-        return self.proc.returncode
+        code = self.proc.returncode
+        return 0 if code is not None and self.terminated and stopped_cleanly(code, signal.SIGTERM) else code
+
+    def stopped_by_us(self, code: int) -> bool:
+        """Whether exit ``code`` is the server ending on a signal specplug sent it (forwarded or its own SIGTERM)."""
+        return any(sig is not None and stopped_cleanly(code, sig)
+                   for sig in (self.forwarded, signal.SIGTERM if self.terminated else None))
+
+
+def stopped_cleanly(code: int, sig: int) -> bool:
+    """A process asked to stop with ``sig`` that exited 0, died of it (-sig) or exited the shell way (128+sig)."""
+    return code in (0, -sig, 128 + sig)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -330,6 +384,7 @@ def launch(
     plan: Plan | None = None,
     out: TextIO | None = None,
     force: bool = False,
+    shutdown_grace: float | None = None,
     **flags: Any,
 ) -> LaunchResult:
     """Resolve the plan (the config with the plan flags of :class:`~specplug.request.PlanRequest` on top), preflight,
@@ -339,17 +394,22 @@ def launch(
     this blocks until the server exits or a signal arrives, and stops the whole process group on the way out.
     ``fallback`` names an adapter to relaunch the plan with when STACK is missing or dies before it is healthy.
     ``force`` starts a combination the stack's compatibility table marks broken (saying so); nothing else.
+    ``shutdown_grace``: seconds requests in flight may take to finish when the server is stopped (passed to the
+    embedded server as --shutdown-grace; specplug waits that long and a margin before SIGKILL, for any stack).
+    A dry run whose checks would fail returns ``exit_code`` 1; a server that ends on a stop specplug sent (the
+    user's Ctrl-C or SIGTERM, forwarded) returns 0.
     """
     from specplug.validate import forcing
 
     with forcing() if force else contextlib.nullcontext():
         return _launch(stack, config_path=config_path, dry_run=dry_run, timeout=timeout, fallback=fallback,
-                       allow_no_gpu=allow_no_gpu, run_dir=run_dir, wait=wait, plan=plan, out=out or sys.stdout, **flags)
+                       allow_no_gpu=allow_no_gpu, run_dir=run_dir, wait=wait, plan=plan, out=out or sys.stdout,
+                       shutdown_grace=shutdown_grace, **flags)
 
 
 def _launch(stack: str, *, config_path: str | None, dry_run: bool, timeout: float, fallback: str | None,
             allow_no_gpu: bool, run_dir: str | None, wait: bool, plan: Plan | None, out: TextIO,
-            **flags: Any) -> LaunchResult:
+            shutdown_grace: float | None, **flags: Any) -> LaunchResult:
     from specplug.rendering import plan_for_request, render_plan
 
     if plan is None:
@@ -358,7 +418,8 @@ def _launch(stack: str, *, config_path: str | None, dry_run: bool, timeout: floa
             fallback = cfg.fallback
     try:
         return _launch_plan(plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=allow_no_gpu, run_dir=run_dir,
-                            wait=wait, out=out, has_fallback=bool(fallback and fallback != plan.stack.name))
+                            wait=wait, out=out, has_fallback=bool(fallback and fallback != plan.stack.name),
+                            shutdown_grace=shutdown_grace)
     except StackUnavailable as exc:
         if not fallback or fallback == plan.stack.name:
             raise
@@ -372,14 +433,14 @@ def _launch(stack: str, *, config_path: str | None, dry_run: bool, timeout: floa
         )
         render_plan(fb_plan)  # fail here, before anything starts, if the fallback cannot run this plan
         res = _launch_plan(fb_plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=True, run_dir=run_dir,
-                           wait=wait, out=out)
+                           wait=wait, out=out, shutdown_grace=shutdown_grace)
         res.fallback_used = fallback
         return res
 
 
 def _launch_plan(
     plan: Plan, *, dry_run: bool, timeout: float, allow_no_gpu: bool, run_dir: str | None, wait: bool, out: TextIO,
-    has_fallback: bool = False,
+    has_fallback: bool = False, shutdown_grace: float | None = None,
 ) -> LaunchResult:
     from specplug.fileio import write_atomic
     from specplug.rendering import render_plan
@@ -394,6 +455,7 @@ def _launch_plan(
     rdir = Path(run_dir or Path(".specplug") / "run" / f"{plan.stack.name}-{plan.serve.port}").resolve()
     # Files the spec ships are referenced by absolute path, so the server can run from the caller's folder.
     argv = [str(rdir / a) if a in r.files else a for a in _launch_argv(adapter, spec)]
+    argv, stop_grace = with_shutdown_grace(argv, shutdown_grace)
     pf = preflight(adapter, plan, spec, allow_no_gpu=allow_no_gpu)
     out.write(describe(plan, spec, argv, r.files) + "\n")
     for w in pf.warnings:
@@ -405,6 +467,9 @@ def _launch_plan(
             raise unavailable[0]  # the caller dry-runs the fallback instead, and shows what it would run
         for e in pf.errors:
             out.write(f"would fail: {e}\n")
+        if pf.errors:  # a check that would stop the start fails the dry run too (exit 1), so scripts can rely on it
+            result.exit_code = 1
+            out.write(f"{len(pf.errors)} check(s) would stop a start here (exit 1).\n")
         out.write("dry run: nothing started.\n")
         return result
     if pf.errors:
@@ -419,7 +484,7 @@ def _launch_plan(
     log_path = rdir / "server.log"
     out.write(f"starting; log: {log_path}\n")
     out.flush()
-    server = Server(argv, env, os.getcwd(), log_path)
+    server = Server(argv, env, os.getcwd(), log_path, stop_grace=stop_grace)
     result.server = server
     out.write(f"server pid {server.pid} (process group {server.pgid})\n")
     out.flush()
@@ -431,7 +496,7 @@ def _launch_plan(
             if server.forwarded is not None:
                 # Stopped on the user's word (Ctrl-C, kill) while starting: not a stack problem to report.
                 out.write("stopped before the server was healthy.\n")
-                result.exit_code = _exit_code(code)
+                result.exit_code = _stop_code(server, code)
                 return result
             tail = "\n".join(server.tail)
             raise StackUnavailable(
@@ -444,7 +509,7 @@ def _launch_plan(
         out.flush()
         if not wait:
             return result
-        result.exit_code = _wait_forever(server)
+        result.exit_code = _wait_forever(server, out)
         return result
     except BaseException:
         server.stop()
@@ -477,10 +542,28 @@ def _restore_signals(previous: dict[int, object]) -> None:
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
-def _wait_forever(server: Server) -> int:
-    return _exit_code(server.proc.wait())
+def _wait_forever(server: Server, out: TextIO) -> int:
+    code = server.proc.wait()
+    if server.stopped_by_us(code):
+        out.write(f"server stopped ({_signal_name(server.forwarded or signal.SIGTERM)} from specplug).\n")
+    else:
+        out.write(f"server exited with code {_exit_code(code)}; log: {server.log_path}\n")
+    out.flush()
+    return _stop_code(server, code)
+
+
+def _stop_code(server: Server, code: int) -> int:
+    """launch's exit code: 0 when the server ended on the stop we passed on (it did what was asked), else its own
+    code, a death by signal the shell way (128+N)."""
+    return 0 if server.stopped_by_us(code) else _exit_code(code)
 
 
 def _exit_code(code: int) -> int:
-    # A signal we forwarded ends the server with -SIG; report it the shell way.
     return 128 - code if code < 0 else code
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

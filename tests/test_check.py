@@ -58,7 +58,7 @@ def test_hand_edited_and_deleted_renders_are_listed(run_cli, tmp_path):
     dep = tmp_path / "out/k8s/deployment.yaml"
     dep.write_text(dep.read_text().replace("nvidia.com/gpu: 4", "nvidia.com/gpu: 2"))
     (tmp_path / "out/k8s/service.yaml").unlink()
-    r = run_cli("check", "--rendered", "out", "--format", "json")
+    r = run_cli("check", "--rendered", "out", "--output", "json")
     assert r.exit_code == 1
     problems = {(p["kind"], p["file"]) for p in r.json()["problems"]}
     assert ("stale", "out/k8s/deployment.yaml") in problems and ("stale", "out/k8s/service.yaml") in problems
@@ -89,12 +89,28 @@ def test_missing_lock_and_bad_schema_are_problems(run_cli, tmp_path):
     assert r.exit_code == 1 and "schema" in r.stdout and "Did you mean 'workload'" in r.stdout
 
 
-def test_usage_errors_exit_2(run_cli, tmp_path):
+def test_a_missing_config_exits_1_as_in_plan_and_a_missing_rendered_folder_is_a_usage_error(run_cli, tmp_path):
     r = run_cli("check")
-    assert r.exit_code == 2 and "specplug init" in r.stderr
+    assert r.exit_code == 1 and "specplug init" in r.stderr  # the README's rule: a problem to fix, as plan says it
+    assert run_cli("plan").exit_code == 1
     run_cli(*INIT)
     r = run_cli("check", "--rendered", "nowhere")
     assert r.exit_code == 2 and "nowhere" in r.stderr
+
+
+def test_output_is_the_print_format_and_format_is_a_deprecated_alias(run_cli, tmp_path):
+    run_cli(*INIT)
+    run_cli("plan")
+    new = run_cli("check", "--output", "json")
+    old = run_cli("check", "--format", "json")
+    assert new.exit_code == old.exit_code == 0 and new.json() == old.json() and new.json()["ok"] is True
+    assert "--format is deprecated; use --output json" in old.stderr and "deprecated" not in new.stderr
+    as_yaml = run_cli("check", "--output", "yaml")
+    assert yaml.safe_load(as_yaml.stdout) == new.json()
+    assert run_cli("check", "--format", "text").stdout == run_cli("check").stdout
+    assert "--format" not in run_cli("check", "--help").stdout  # hidden: --output is the one to learn
+    clash = run_cli("check", "--format", "text", "--output", "json")
+    assert clash.exit_code == 2 and "contradicts" in clash.stderr
 
 
 def _edit_lock(tmp_path, fn):
@@ -115,7 +131,7 @@ def test_compat_unsupported_method_and_memory(run_cli, tmp_path):
         d["plan"]["memory"]["hint"] = "use 8 GPUs"
 
     _edit_lock(tmp_path, break_it)
-    r = run_cli("check", "--format", "json")
+    r = run_cli("check", "--output", "json")
     assert r.exit_code == 1
     kinds = [(p["kind"], p["key"]) for p in r.json()["problems"]]
     assert ("compat", "stack.version") in kinds and ("compat", "hardware") in kinds
@@ -164,7 +180,7 @@ def test_without_a_lock_check_reports_what_plan_refuses(run_cli, tmp_path, name)
     assert r.exit_code == 1, r.stdout + r.stderr
     assert needle in r.stdout and "lock: missing" in r.stdout, r.stdout
     assert "Internal error" not in r.stdout + r.stderr
-    r = run_cli("check", "--format", "json")
+    r = run_cli("check", "--output", "json")
     problems = r.json()["problems"]
     assert kind_key in [(p["kind"], p["key"]) for p in problems]
     assert problems[-1]["kind"] == "lock" and "fix the problem(s) above" in problems[-1]["fix"]
@@ -172,7 +188,7 @@ def test_without_a_lock_check_reports_what_plan_refuses(run_cli, tmp_path, name)
 
 def test_without_a_lock_a_plannable_config_is_only_missing_its_lock(run_cli, tmp_path):
     run_cli(*INIT)
-    r = run_cli("check", "--format", "json")
+    r = run_cli("check", "--output", "json")
     assert r.exit_code == 1
     assert [(p["kind"], p["fix"]) for p in r.json()["problems"]] == [("lock", "specplug plan -c specplug.yaml")]
 
@@ -182,7 +198,7 @@ def test_drift_names_only_what_changed_and_reads_as_a_sentence(run_cli, tmp_path
     cfg.write_text(HEAD + "speculation: auto\n", encoding="utf-8")
     assert run_cli("plan").exit_code == 0
     cfg.write_text(HEAD + "speculation: {method: ngram, num_speculative_tokens: 4}\n", encoding="utf-8")
-    r = run_cli("check", "--format", "json")
+    r = run_cli("check", "--output", "json")
     assert r.exit_code == 1
     drift = [p for p in r.json()["problems"] if p["kind"] == "drift"]
     # One line for the key that changed (auto became a mapping), none for its unset members (null on both sides).
@@ -215,7 +231,7 @@ def test_drift_in_unset_keys_alone_is_one_line_about_the_lock(run_cli, tmp_path)
         d["inputs"]["config"] = _digest(d["spec"])
 
     _edit_lock(tmp_path, older_spec)
-    r = run_cli("check", "--format", "json")
+    r = run_cli("check", "--output", "json")
     assert r.exit_code == 1
     drift = [(p["key"], p["message"]) for p in r.json()["problems"] if p["kind"] == "drift"]
     assert len(drift) == 1 and drift[0][0] == "spec" and "nothing set in the config changed" in drift[0][1], drift

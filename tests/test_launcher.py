@@ -1,5 +1,6 @@
 """The launcher against a harmless stub server: argv reaches it verbatim (no shell), health wait, early death,
-signals, no orphans, missing stacks, dry runs and the fallback hook."""
+signals (a stop specplug passes on is a clean stop), no orphans, missing stacks, dry runs (exit 1 when a check
+would fail), the embedded server's shutdown grace and the fallback hook."""
 
 from __future__ import annotations
 
@@ -123,7 +124,8 @@ def test_server_is_supervised_and_its_whole_group_is_stopped(stub):
     assert "endpoint: http://127.0.0.1:" in text and "healthy after" in text
     child = int(Path(str(adapter.stub.with_suffix(".json")) + ".child").read_text())
     pgid = res.server.pgid
-    res.server.stop(grace=5)
+    # The stub dies of the SIGTERM stop() sends: that is the stop asked for, not a failure with -15.
+    assert res.server.stop(grace=5) == 0 and res.server.proc.returncode == -signal.SIGTERM
     time.sleep(0.2)
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
@@ -155,7 +157,9 @@ def test_sigterm_to_specplug_is_forwarded_and_nothing_is_left(stub):
         res = launcher.launch("vllm", plan=_plan(), timeout=60, out=out)
     finally:
         launcher.Server.__init__ = orig
-    assert res.exit_code in (143, 1, 0)  # the stub dies of SIGTERM (143) or exits on it
+    # The stub dies of the forwarded SIGTERM: a clean stop (exit 0, said so), not 143 or -15.
+    assert res.exit_code == 0, out.getvalue()
+    assert "server stopped (SIGTERM from specplug)." in out.getvalue()
     with pytest.raises(ProcessLookupError):
         os.killpg(pgids[0], 0)
 
@@ -171,7 +175,7 @@ def test_sigterm_while_the_server_starts_is_a_stop_not_a_failure(stub, monkeypat
         res = launcher.launch("vllm", plan=_plan(), timeout=60, out=out)
     finally:
         timer.cancel()  # had launch failed before the signal, it must not reach pytest
-    assert res.exit_code == 143
+    assert res.exit_code == 0
     assert "stopped before the server was healthy" in out.getvalue()
 
 
@@ -201,8 +205,53 @@ def test_dry_run_prints_everything_and_starts_nothing(stub):
     text = out.getvalue()
     assert res.server is None and "dry run: nothing started." in text
     assert "would fail: Stub is not installed here." in text
+    assert res.exit_code == 1 and "would stop a start here (exit 1)" in text  # scripts see the failure
     assert "command: " in text and "'$(id)'" in text  # shown shell-quoted
     assert not adapter.stub.with_suffix(".json").exists()
+
+
+def test_a_dry_run_whose_checks_pass_exits_0(stub):
+    out = io.StringIO()
+    res = launcher.launch("vllm", plan=_plan(), dry_run=True, out=out)
+    assert res.exit_code == 0 and "would fail" not in out.getvalue(), out.getvalue()
+
+
+def test_a_server_that_exits_by_itself_keeps_its_code(tmp_path):
+    srv = launcher.Server([sys.executable, "-c", "import sys; sys.exit(3)"], dict(os.environ), str(tmp_path),
+                          tmp_path / "server.log")
+    out = io.StringIO()
+    assert launcher._wait_forever(srv, out) == 3
+    assert "server exited with code 3" in out.getvalue()
+    srv.stop()
+
+
+EMBEDDED = [sys.executable, "-m", "specplug.runtime.server", "--model", "m", "--port", "8000"]
+
+
+def test_the_embedded_server_gets_the_shutdown_grace_and_the_kill_waits_past_it():
+    from specplug.runtime.server import DEFAULT_SHUTDOWN_GRACE_S, parser
+
+    argv, kill_after = launcher.with_shutdown_grace(EMBEDDED, None)  # the server's own default, said explicitly
+    assert argv[-2:] == ["--shutdown-grace", f"{DEFAULT_SHUTDOWN_GRACE_S:g}"]
+    assert kill_after >= DEFAULT_SHUTDOWN_GRACE_S + launcher.STOP_MARGIN
+    argv, kill_after = launcher.with_shutdown_grace(EMBEDDED, 45)
+    assert argv[-2:] == ["--shutdown-grace", "45"] and kill_after == 45 + launcher.STOP_MARGIN
+    assert parser().parse_args(argv[3:]).shutdown_grace == 45  # the server's own CLI reads what we pass
+    # One the user passed among the extra args wins, and the kill waits for it.
+    argv, kill_after = launcher.with_shutdown_grace([*EMBEDDED, "--shutdown-grace=120"], 5)
+    assert argv.count("--shutdown-grace=120") == 1 and "--shutdown-grace" not in argv
+    assert kill_after == 120 + launcher.STOP_MARGIN
+    # Other stacks take no such flag: their argv is left alone; a grace still delays the SIGKILL.
+    assert launcher.with_shutdown_grace(["vllm", "serve", "m"], None) == (["vllm", "serve", "m"], launcher.STOP_GRACE)
+    assert launcher.with_shutdown_grace(["vllm", "serve", "m"], 60) == (["vllm", "serve", "m"], 70)
+
+
+def test_launch_hands_the_grace_to_the_server_it_supervises(stub):
+    res = launcher.launch("vllm", plan=_plan(), wait=False, timeout=60, out=io.StringIO(), shutdown_grace=30)
+    try:
+        assert res.server.stop_grace == 30 + launcher.STOP_MARGIN
+    finally:
+        res.server.stop()
 
 
 def test_no_gpu_is_an_error_unless_the_build_serves_on_cpu_or_allowed(stub):

@@ -3,6 +3,10 @@ cell over two lines; optional columns left out (and named); else one borderless 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
@@ -69,3 +73,32 @@ def test_a_key_value_table_with_prose_values_prints_borderless():
 def test_blank_headers_print_no_header_row_and_the_legend_follows():
     lines, _ = _render(table(None, ["", ""], [("speedup", "2.00x")], legend=["x: an abbreviation"]))
     assert lines[0].startswith("┌") and "speedup" in lines[1] and lines[-1] == "x: an abbreviation"
+
+
+def test_output_is_presentation_only_and_the_option_lives_with_the_commands():
+    # Importing the printing module pulls in neither click (options are commands/' business) nor rich (loaded when
+    # a table prints, so JSON output does not pay for it).
+    code = "import sys, specplug.output; print('click' in sys.modules, 'rich' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+    # still importable while the last commands move over
+    from specplug.output import output_option as old_home
+
+    assert callable(old_home)
+
+
+def test_a_closed_pipe_ends_output_with_exit_0(monkeypatch):
+    import specplug.output as output
+
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(output.sys, "stdout", Closed())
+    monkeypatch.setattr(output, "silence_stdout", lambda: None)
+    with pytest.raises(SystemExit) as exc:
+        output.emit({"a": 1}, "json")
+    assert exc.value.code == 0

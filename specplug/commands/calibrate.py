@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
+from specplug.commands._output import output_option
 from specplug.commands.bench import load_prompt_set, parse_concurrency
-from specplug.output import FORMATS
+from specplug.commands.choices import StackChoice
+from specplug.config import WORKLOADS
+
+# What a 'vllm bench serve' result's "backend" names, where it differs from specplug's stack name ("openai" and
+# "openai-chat" name an API, not a stack, and say nothing about the server).
+_BACKEND_STACK = {"tensorrt-llm": "trtllm", "llama.cpp": "llamacpp"}
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -36,17 +43,19 @@ from specplug.output import FORMATS
 @click.option("--method", default=None,
               help="The speculative method the endpoint runs (ngram, eagle3, ...); with --traffic only: ngram or suffix "
                    "(default: both).")
-@click.option("--workload", default=None, help="Workload type (default: the bench's built-in workload).")
+@click.option("--workload", type=click.Choice(WORKLOADS), default=None,
+              help="Workload type (default: the bench's built-in workload).")
 @click.option("--drafter", default=None, help="The drafter the endpoint uses (makes the entry specific to it).")
 @click.option("--num-speculative-tokens", "-k", type=click.IntRange(1, 64), default=None,
               help="Draft length the endpoint uses (default: inferred from its counters).")
 @click.option("--gpu", default=None, help="GPU catalog name for the prediction (default: probe).")
 @click.option("--num-gpus", type=click.IntRange(1, 1024), default=1, show_default=True)
-@click.option("--stack", default=None, help="Stack that served it (default: recognised from its metrics).")
+@click.option("--stack", type=StackChoice(), default=None,
+              help="Stack that served it (default: the report's backend, else recognised from its metrics).")
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False), default="calibration.yaml", show_default=True,
               help="Calibration file to write; an existing one is merged (same setup replaced).")
 @click.option("--save-bench", type=click.Path(file_okay=False), default=None, help="Also keep the short bench here.")
-@click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True)
+@output_option
 @click.argument("client", nargs=-1, type=click.UNPROCESSED)
 def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline, served_model, concurrency, prompts_file, num_prompts, max_tokens,
               api_key_env, traffic, traffic_map, model, method, workload, drafter, num_speculative_tokens, gpu, num_gpus,
@@ -101,7 +110,10 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
         from specplug.bench.calibrate import pooled_acceptance
         from specplug.bench.foreign import detect, load_json
 
-        foreign = any(detect(load_json(p)) != "specplug" for p in from_paths)
+        docs = [load_json(p) for p in from_paths]
+        foreign = any(detect(d) != "specplug" for d in docs)
+        if record.stack is None and stack is None:
+            stack = _report_stack(docs)
         if foreign and not client and pooled_acceptance(record) is None:
             raise SpecplugError(
                 "The report has no speculative-decoding figures (GuideLLM never records them; vLLM's client only "
@@ -128,11 +140,55 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
         )
         if not record.complete:
             raise click.exceptions.Exit(130)
+    stack = stack or record.stack
+    _need_setup(record.workload if workload is None else workload, stack)
+    num_speculative_tokens, k_note = _server_k(record, num_speculative_tokens)
     rep = run_calibrate(
         record, model=model, method=method, workload=workload, out=out_path, gpu=gpu, stack=stack, drafter=drafter,
         num_speculative_tokens=num_speculative_tokens, num_gpus=num_gpus,
     )
+    if k_note:
+        rep.notes.insert(0, k_note)
     if reports:
         emit([*reports, rep], output, lambda rs: [x for r in rs for x in render(r)])
     else:
         emit(rep, output, render)
+
+
+def _report_stack(docs: list[dict[str, Any]]) -> str | None:
+    """The stack the client reports name as their backend ('vllm bench serve' writes "backend": "vllm"), when they
+    agree on one specplug knows."""
+    from specplug.adapter import is_stack
+
+    names = {_BACKEND_STACK.get(b, b) for d in docs if isinstance(b := d.get("backend"), str)}
+    if len(names) != 1:
+        return None
+    name = names.pop()
+    return name if is_stack(name) else None
+
+
+def _need_setup(workload: str | None, stack: str | None) -> None:
+    """Ask once for everything the report does not say, rather than one flag per run."""
+    from specplug.errors import SpecplugError
+
+    missing = []
+    if not workload:
+        missing.append(f"--workload ({', '.join(WORKLOADS)}): the report does not say what traffic it measured")
+    if not stack:
+        missing.append("--stack: neither the report nor the server's metrics name the stack that served it")
+    if missing:
+        raise SpecplugError("The calibration entry needs what the report does not say.", "Pass " + "; and ".join(missing) + ".")
+
+
+def _server_k(record: Any, given: int | None) -> tuple[int | None, str | None]:
+    """The draft length to label the entry with: the one the server ran, read from its counters (draft tokens per
+    draft), over a -k that is lower than what it drafted; a note says when the flag was overruled. A measured length
+    below -k is kept as -k: n-gram drafts and per-batch schedules propose fewer than their k."""
+    from specplug.bench.calibrate import infer_k, pooled_acceptance
+
+    acc = pooled_acceptance(record)
+    ran = infer_k(acc) if acc is not None else None
+    if given is None or ran is None or ran <= given:
+        return given, None
+    return ran, (f"The server drafted {ran} tokens per step (its counters), more than -k {given}: the entry is labelled "
+                 f"k={ran}, the draft length it ran.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from specplug.commands._common import config_option
+from specplug.commands._output import output_option
 
 
 @click.command()
@@ -16,25 +17,24 @@ from specplug.commands._common import config_option
     type=click.Path(file_okay=False),
     help="A folder written by 'specplug deploy' or 'specplug render' to compare with the lock (repeatable).",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def check(config_path: str | None, rendered: tuple[str, ...], fmt: str) -> None:
+@output_option(legacy_format={"text": "table", "json": "json"})
+def check(config_path: str | None, rendered: tuple[str, ...], output: str) -> None:
     """Check specplug.yaml, specplug.lock.yaml and rendered files; never re-plans a locked config, needs no GPU.
 
     \b
     Exit codes:
       0  everything matches (warnings may print)
       1  problems found: invalid schema, missing or drifted lock, incompatible plan, stale renders;
-         without a lock, also what 'specplug plan' refuses in the config
-      2  usage error: no config file, no such --rendered folder, bad option
+         without a lock, also what 'specplug plan' refuses in the config; no config file
+      2  usage error: no such --rendered folder, bad option
     """
-    import json
-
     from specplug.check import check as run_check
     from specplug.config import DEFAULT_CONFIG
+    from specplug.output import emit
 
     report = run_check(config_path or DEFAULT_CONFIG, rendered)
-    if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2))
+    if output != "table":
+        emit(report.to_dict(), output)
     else:
         for p in report.problems:
             click.echo(p.text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from specplug.commands._common import config_option
+from specplug.commands._output import output_option
 
 
 @click.command()
@@ -17,11 +18,13 @@ from specplug.commands._common import config_option
     type=click.Choice(["compose", "k8s", "lws"]),
     help="What to render (repeatable). Default: compose and k8s, or lws when the plan needs several nodes.",
 )
-@click.option("-o", "--out-dir", "output", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
+@click.option("-o", "--out-dir", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
 @click.option("--name", default=None, help="Name of the service / Kubernetes objects (default: model and stack).")
 @click.option("--image", default=None, help="Container image to run (default: the stack's official image at its pinned version).")
-def deploy(config_path: str | None, targets: tuple[str, ...], output: str, name: str | None, image: str | None) -> None:
-    """Render deploy files for specplug.yaml's plan (the lock when present) into OUTPUT.
+@output_option(help="How to print what was written: 'wrote' lines (table), or the list as json or yaml.")
+def deploy(config_path: str | None, targets: tuple[str, ...], out_dir: str, name: str | None, image: str | None,
+           output: str) -> None:
+    """Render deploy files for specplug.yaml's plan (the lock when present) into the -o folder.
 
     Writes docker-compose.yaml, k8s/ (Deployment, Service, model-cache claim) and, for plans that span
     several nodes, lws/ (a LeaderWorkerSet). Secrets are referenced, never written: compose reads them from
@@ -49,9 +52,14 @@ def deploy(config_path: str | None, targets: tuple[str, ...], output: str, name:
         inputs_hash = compute_inputs(load_config(path), path, plan.hardware).hash
         click.echo(f"note: no {LOCK_NAME}; planned on the fly. Run 'specplug plan' to pin what you deploy.", err=True)
     chosen = list(targets) or d.default_targets(plan)
-    out = Path(output)
+    out = Path(out_dir)
     config_rel = os.path.relpath(Path(path).resolve(), out.resolve())
     files = d.expected_files(plan, chosen, name=name, image=image, lock_file=LOCK_NAME, inputs_hash=inputs_hash, config_rel=config_rel)
     d.write_files(out, files)
+    if output != "table":
+        from specplug.output import emit
+
+        emit({"targets": chosen, "locked": lock_path.is_file(), "written": [str(out / rel) for rel in files]}, output)
+        return
     for rel in files:
         click.echo(f"wrote {out / rel}")

@@ -6,11 +6,12 @@ import sys
 
 import click
 
+from specplug.commands._output import output_option
 from specplug.commands.choices import StackChoice
 from specplug.commands.loadplot import plot_option
 from specplug.config import WORKLOADS
 from specplug.methods import SPECULATING
-from specplug.output import emit, output_option
+from specplug.output import emit
 
 
 @click.command()

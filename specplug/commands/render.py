@@ -7,7 +7,11 @@ import sys
 import click
 
 from specplug.commands._common import plan_flags
+from specplug.commands._output import output_option
 from specplug.commands.choices import StackChoice
+
+# --output names the same three forms as every command; for a render, the human form is the launch script.
+_RENDER_FORMAT = {"table": "shell", "json": "json", "yaml": "yaml"}
 
 
 @click.command()
@@ -15,12 +19,14 @@ from specplug.commands.choices import StackChoice
 @plan_flags
 @click.option("-o", "--output-dir", default=None, type=click.Path(file_okay=False),
               help="Write the script and files here (default: print).")
-@click.option("--format", "fmt", type=click.Choice(["shell", "json", "yaml"]), default="shell", show_default=True)
-def render(stack: str, output_dir: str | None, fmt: str, extra_args: tuple[str, ...], **request) -> None:
+@output_option(legacy_format={"shell": "table", "json": "json", "yaml": "yaml"},
+               help="table: the launch script; json or yaml: the launch spec (argv, env, files).")
+def render(stack: str, output_dir: str | None, output: str, extra_args: tuple[str, ...], **request) -> None:
     """Render STACK's launch command (and files, e.g. TensorRT-LLM's YAML) from specplug.yaml or flags."""
     from specplug.output import dump_json, dump_yaml
     from specplug.rendering import render as do_render
 
+    fmt = _RENDER_FORMAT[output]
     r = do_render(stack, extra_args=list(extra_args), output_dir=output_dir, format=fmt, **request)
     if fmt == "json":
         sys.stdout.write(dump_json(r.launch_spec_dict()))

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from specplug.output import output_option
+from specplug.commands._output import output_option
 
 
 def _controls(a: Any, version: str | None) -> dict[str, str | None]:

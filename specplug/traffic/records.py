@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from specplug.errors import SpecplugError
+from specplug.errors import UsageError
 
 FORMATS_HELP = (
     'one JSON object per line: {"request": {...}, "response": {...}} (OpenAI completions or chat completions), '
@@ -91,13 +91,13 @@ def parse_field_map(text: str | dict[str, str] | None) -> dict[str, str] | None:
                 continue
             key, sep, path = part.partition("=")
             if not sep or not path.strip():
-                raise SpecplugError(f"Bad traffic field map entry '{part}'.", "Write KEY=dotted.path, e.g. prompt=input.text,completion=output.")
+                raise UsageError(f"Bad traffic field map entry '{part}'.", "Write KEY=dotted.path, e.g. prompt=input.text,completion=output.")
             pairs[key.strip()] = path.strip()
     unknown = sorted(set(pairs) - set(MAP_KEYS))
     if unknown:
-        raise SpecplugError(f"Unknown traffic field map key(s): {', '.join(unknown)}.", f"Use {', '.join(MAP_KEYS)}.")
+        raise UsageError(f"Unknown traffic field map key(s): {', '.join(unknown)}.", f"Use {', '.join(MAP_KEYS)}.")
     if "completion" not in pairs or not ({"prompt", "messages"} & set(pairs)):
-        raise SpecplugError("A traffic field map needs completion= and prompt= (or messages=).",
+        raise UsageError("A traffic field map needs completion= and prompt= (or messages=).",
                             "For example: --traffic-map prompt=input.text,completion=output.")
     return pairs
 

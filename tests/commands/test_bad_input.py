@@ -81,7 +81,7 @@ def test_check_reports_the_locked_plans_problem(run_cli, case, tmp_path):
     assert "compat" in res.stdout and "problem(s) found" in res.stdout
     # each problem points at the config line of the key to change (or the lock, for what the policy chose)
     assert res.stdout.startswith(("specplug.yaml:", "specplug.lock.yaml:")), res.stdout
-    js = run_cli("check", "--format", "json")
+    js = run_cli("check", "--output", "json")
     assert js.exit_code == 1 and any(needle in p["message"] for p in js.json()["problems"])
 
 

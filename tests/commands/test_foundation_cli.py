@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 
@@ -126,3 +127,43 @@ def test_every_listed_command_loads_and_has_help(run_cli):
         assert name in listing.stdout
         r = run_cli(name, "--help")
         assert r.exit_code == 0 and "Usage:" in r.stdout, name
+
+
+# Commands whose data is printed in the three forms (the README: every command that prints data takes --output).
+PRINTS_DATA = ["recommend", "estimate", "render", "check", "deploy", "migrate", "calibrate", "stacks", "policy show",
+               "models show", "gpus", "probe", "schema", "generate", "bench", "verify", "tune"]
+
+
+@pytest.mark.parametrize("command", PRINTS_DATA)
+def test_every_command_that_prints_data_takes_output(run_cli, command):
+    r = run_cli(*command.split(), "--help")
+    assert r.exit_code == 0 and "--output [table|json|yaml]" in r.stdout, r.stdout
+
+
+RENDER = ("render", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100", "--stack-version", "0.32.0")
+
+
+def test_render_prints_with_output_and_keeps_format_as_a_deprecated_alias(run_cli):
+    spec = run_cli(*RENDER, "--output", "json")
+    assert spec.exit_code == 0 and spec.json()["argv"][:2] == ["vllm", "serve"] and not spec.stderr
+    old = run_cli(*RENDER, "--format", "json")
+    assert old.json() == spec.json() and "--format is deprecated; use --output json" in old.stderr
+    as_yaml = yaml.safe_load(run_cli(*RENDER, "--output", "yaml").stdout)
+    assert as_yaml["argv"] == spec.json()["argv"]  # the same spec (its inputs_hash names the format it was asked in)
+    script = run_cli(*RENDER)
+    assert script.stdout.startswith("#!") and run_cli(*RENDER, "--output", "table").stdout == script.stdout
+    assert run_cli(*RENDER, "--format", "shell").stdout == script.stdout
+    assert "--format" not in run_cli("render", "--help").stdout
+
+
+def test_schema_migrate_and_deploy_print_data_as_asked(run_cli, tmp_path):
+    keys = run_cli("schema", "--output", "table")
+    assert keys.exit_code == 0 and "serve" in keys.stdout and "Schema version of this file." in keys.stdout
+    assert yaml.safe_load(run_cli("schema", "--output", "yaml").stdout) == run_cli("schema").json()
+    run_cli("init", "--model", "llama-3.1-8b", "--stack-version", "0.32.0", "--gpu", "h100")
+    mig = run_cli("migrate", "--output", "json")
+    assert mig.exit_code == 0 and mig.json()["changed"] is False and mig.json()["changes"] == []
+    dep = run_cli("deploy", "-o", "out", "--output", "json")
+    assert dep.exit_code == 0, dep.stderr
+    written = dep.json()["written"]
+    assert "out/docker-compose.yaml" in written and all((tmp_path / w).is_file() for w in written)

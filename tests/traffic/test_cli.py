@@ -51,8 +51,9 @@ def test_bad_traffic_file_exits_1_with_the_reason(run_cli, tmp_path) -> None:
         assert r.exit_code == 1
         assert "no usable request" in r.stderr and "Traceback" not in r.stderr
         assert "unrecognised shape" in r.stderr and "--traffic-map" in r.stderr
+    # A malformed --traffic-map is a usage error (exit 2), as click gives for a value outside an option's type.
     r = run_cli("recommend", "--model", "qwen3-8b", "--gpu", "h100", "--traffic", str(bad), "--traffic-map", "prompt")
-    assert r.exit_code == 1 and "field map" in r.stderr
+    assert r.exit_code == 2 and "field map" in r.stderr
 
 
 def _project(tmp_path, log, with_traffic: bool = True):
