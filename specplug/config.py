@@ -69,7 +69,7 @@ class StackSpec(Strict):
 
 
 class HardwareSpec(Strict):
-    gpu: OneLine | None = Field(None, description="GPU catalog name or alias (see 'specplug gpus'); default: probed.")
+    gpu: OneLine | None = Field(None, description="GPU catalog name or alias (see 'specplug gpus'), or a spec memory_gib=..,bandwidth_gbs=..,bf16_tflops=..; default: probed.")
     num_gpus: int | None = Field(None, ge=1, le=1024, description="GPUs per deployment (all nodes).")
     gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs in one node; more GPUs means several nodes.")
 

@@ -21,11 +21,32 @@ class MethodInfo:
     formats: tuple[str, ...] = ()
     # Takes the prompt_lookup_min/max match window (n-gram proposers).
     lookup_window: bool = False
+    # Checkpoint formats that run under this method only in some stacks: format -> ((stack, first version), ...).
+    # A stack's own source is the basis (the drafter's architecture dispatched under this method).
+    format_stacks: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     @property
     def takes_drafter(self) -> bool:
         """The user names a drafter (a draft model or a head) for it; MTP layers come with the target."""
         return self.family in ("draft_model", "head", "block")
+
+    @property
+    def needs_drafter(self) -> bool:
+        """A separate checkpoint must be named or found (draft model, head, block drafter)."""
+        return self.takes_drafter
+
+    @property
+    def drafts_by(self) -> Literal["none", "copy", "model", "learned"]:
+        """copy: from text already seen; model: a general small LM; learned: a drafter trained on the target's
+        own features (heads, block drafters, MTP layers)."""
+        if self.family in ("none", "copy"):
+            return self.family  # type: ignore[return-value]
+        return "model" if self.family == "draft_model" else "learned"
+
+    def stacks_for_format(self, fmt: str) -> dict[str, str]:
+        """Stacks (and first versions) whose source runs checkpoint format ``fmt`` under this method; empty when
+        the table states none (the format's stacks are the drafter row's)."""
+        return {stack: version for f, pairs in self.format_stacks if f == fmt for stack, version in pairs}
 
     @property
     def trained_on_target(self) -> bool:
@@ -44,7 +65,13 @@ TABLE: tuple[MethodInfo, ...] = (
     MethodInfo("eagle", "head", "EAGLE / EAGLE-2 head (last-layer features)", formats=("eagle1", "speculators")),
     MethodInfo("draft_model", "draft_model", "a separate small model sharing the target's vocabulary",
                formats=("draft_model", "pard")),
-    MethodInfo("dflash", "block", "DFlash block-diffusion drafter", formats=("dflash",)),
+    # DFlash2 and LiLiCorr checkpoints run as method dflash: vLLM 0.32 dispatches architectures DFlash2DraftModel
+    # and LiLiCorrDraftModel under it (v1/worker/gpu/spec_decode/__init__.py, model_executor/models/registry.py);
+    # SGLang 0.5.23 loads LiLiCorrDraftModel in its DFlash worker (srt/models/lilicorr.py, dflash_worker_v2.py).
+    # Neither stack's source names EAGLE 3.1 or P-EAGLE, so they are no method here.
+    MethodInfo("dflash", "block", "DFlash block-diffusion drafter (DFlash2 and LiLiCorr checkpoints too)",
+               formats=("dflash", "dflash2", "lilicorr"),
+               format_stacks=(("dflash2", (("vllm", "0.32"),)), ("lilicorr", (("vllm", "0.32"), ("sglang", "0.5.23"))))),
     MethodInfo("dspark", "block", "DSpark block drafter", formats=("dspark",)),
     MethodInfo("medusa", "head", "Medusa heads", formats=("medusa",)),
     MethodInfo("mlp_speculator", "head", "MLP speculator heads", formats=("mlp_speculator",)),

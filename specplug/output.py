@@ -20,18 +20,6 @@ FORMATS = ("table", "json", "yaml")
 OUTPUT_HELP = "How to print the result."
 
 
-def __getattr__(name: str) -> Any:
-    # Transitional: the option's home is specplug.commands._output (library code must not import the CLI layer).
-    # estimate, recommend, gpus, models and probe still import it from here; built on first use, from the same
-    # choices and help, until they move over. Delete this then.
-    if name == "output_option":
-        import click
-
-        return click.option("--output", "output", type=click.Choice(FORMATS), default="table", show_default=True,
-                            help=OUTPUT_HELP)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def to_plain(data: Any) -> Any:
     """Turn pydantic models, dataclasses, paths and tuples into JSON-ready Python data."""
     if hasattr(data, "model_dump"):

@@ -27,6 +27,11 @@ class GPUDevice(BaseModel):
     compute_capability: str | None = None
     catalog_name: str | None = Field(None, description="The GPU catalog entry this device maps to, if any.")
     nvlink_active_links: int | None = None
+    # Read for GPUs the catalog lacks: bandwidth and throughput are estimated from them (specplug.catalog.gpuspec).
+    memory_bus_width_bits: int | None = None
+    max_memory_clock_mhz: int | None = None
+    cuda_cores: int | None = None
+    max_sm_clock_mhz: int | None = None
 
 
 class ProbeResult(BaseModel):
@@ -94,7 +99,8 @@ def probe(nvml: ModuleType | None = None) -> ProbeResult:
     msg = f"{len(devices)} GPU(s): " + ", ".join(names)
     unknown = sorted({d.name for d in devices if d.catalog_name is None})
     if unknown:
-        msg += f". Not in the GPU catalog: {', '.join(unknown)} (plan with --gpu NAME to use catalog figures)"
+        msg += (f". Not in the GPU catalog: {', '.join(unknown)} (planned from NVML estimates; pass "
+                "--gpu memory_gib=..,bandwidth_gbs=..,bf16_tflops=.. to give datasheet figures)")
     return ProbeResult(available=True, driver_version=driver, devices=devices, nvlink=nvlink, message=msg)
 
 
@@ -120,7 +126,20 @@ def _read_device(nv: ModuleType, index: int) -> GPUDevice:
         compute_capability=cc,
         catalog_name=entry.name if entry else None,
         nvlink_active_links=_nvlink_links(nv, h),
+        memory_bus_width_bits=_optional(lambda: nv.nvmlDeviceGetMemoryBusWidth(h)),
+        max_memory_clock_mhz=_optional(lambda: nv.nvmlDeviceGetMaxClockInfo(h, getattr(nv, "NVML_CLOCK_MEM", 2))),
+        cuda_cores=_optional(lambda: nv.nvmlDeviceGetNumGpuCores(h)),
+        max_sm_clock_mhz=_optional(lambda: nv.nvmlDeviceGetMaxClockInfo(h, getattr(nv, "NVML_CLOCK_SM", 1))),
     )
+
+
+def _optional(read) -> int | None:
+    """A positive integer NVML reading, or None where the driver or pynvml lacks the call."""
+    try:
+        value = int(read())
+    except Exception:  # NVMLError_NotSupported, AttributeError on an older pynvml, ...
+        return None
+    return value if value > 0 else None
 
 
 def _nvlink_links(nv: ModuleType, handle) -> int | None:
@@ -141,6 +160,14 @@ def _nvlink_links(nv: ModuleType, handle) -> int | None:
     return active
 
 
+def _readings(d: GPUDevice):
+    from specplug.catalog.gpuspec import NvmlReadings
+
+    return NvmlReadings(name=d.name, memory_gib=d.memory_total_gb, bus_width_bits=d.memory_bus_width_bits,
+                        max_mem_clock_mhz=d.max_memory_clock_mhz, cuda_cores=d.cuda_cores,
+                        max_sm_clock_mhz=d.max_sm_clock_mhz, compute_capability=d.compute_capability)
+
+
 def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, probed: ProbeResult | None = None) -> Hardware:
     """The hardware a plan is made for: a named GPU wins, then what the probe found, then the default."""
     if gpu:
@@ -158,19 +185,18 @@ def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, probed
         note = ""
         if len(same) != len(result.devices):
             note = f"Mixed GPU models; planning for the {len(same)} x {first.name} at index 0 and alike."
-        if first.catalog_name is None:
-            raise_unknown = (
-                f"The probed GPU '{first.name}' is not in the GPU catalog, so its bandwidth and throughput are "
-                "unknown. Pass --gpu with the closest catalog entry (see 'specplug gpus')."
-            )
-            from specplug.errors import CatalogError
+        gpu_name = first.catalog_name
+        if gpu_name is None:
+            from specplug.catalog.gpuspec import gpu_from_nvml
 
-            raise CatalogError(raise_unknown)
+            estimated, how = gpu_from_nvml(_readings(first))
+            gpu_name = estimated.name
+            note = (note + " " if note else "") + how
         n = num_gpus or len(same)
         if n > len(same):
             note = (note + " " if note else "") + f"Planning for {n} GPUs although {len(same)} were found."
         return Hardware(
-            gpu=first.catalog_name,
+            gpu=gpu_name,
             num_gpus=n,
             memory_gb=first.memory_total_gb,
             source="probed",

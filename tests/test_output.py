@@ -81,10 +81,9 @@ def test_output_is_presentation_only_and_the_option_lives_with_the_commands():
     code = "import sys, specplug.output; print('click' in sys.modules, 'rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
-    # still importable while the last commands move over
-    from specplug.output import output_option as old_home
+    import specplug.output
 
-    assert callable(old_home)
+    assert not hasattr(specplug.output, "output_option")
 
 
 def test_a_closed_pipe_ends_output_with_exit_0(monkeypatch):

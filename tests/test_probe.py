@@ -22,9 +22,18 @@ class NVMLError_NotSupported(NVMLError):  # noqa: N801
     pass
 
 
-def fake_nvml(devices: list[tuple[str, int]], *, driver="550.54.15", init_error=None, nvlink=0, cc=(9, 0)):
-    """A stand-in for the pynvml module: devices are (name, total GiB)."""
-    nv = types.SimpleNamespace(NVML_NVLINK_MAX_LINKS=18, shutdowns=0)
+def fake_nvml(devices: list[tuple[str, int]], *, driver="550.54.15", init_error=None, nvlink=0, cc=(9, 0),
+              shape: dict[str, int] | None = None):
+    """A stand-in for the pynvml module: devices are (name, total GiB); ``shape`` holds what NVML reads about
+    memory bus width and clocks and CUDA cores (left out: the calls raise NotSupported, as on some drivers)."""
+    nv = types.SimpleNamespace(NVML_NVLINK_MAX_LINKS=18, shutdowns=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2)
+
+    def reading(key):
+        def read(*_):
+            if not shape or key not in shape:
+                raise NVMLError_NotSupported()
+            return shape[key]
+        return read
 
     def nvmlInit():
         if init_error:
@@ -53,6 +62,9 @@ def fake_nvml(devices: list[tuple[str, int]], *, driver="550.54.15", init_error=
     nv.nvmlDeviceGetMemoryInfo = mem
     nv.nvmlDeviceGetCudaComputeCapability = lambda h: cc
     nv.nvmlDeviceGetNvLinkState = link_state
+    nv.nvmlDeviceGetMemoryBusWidth = reading("bus")
+    nv.nvmlDeviceGetNumGpuCores = reading("cores")
+    nv.nvmlDeviceGetMaxClockInfo = lambda h, clock: reading("sm_mhz" if clock == 1 else "mem_mhz")()
     return nv
 
 
@@ -125,3 +137,45 @@ def test_no_gpu_plans_for_a_stated_default():
 def test_real_machine_probe_never_raises():
     r = probe()
     assert isinstance(r.available, bool) and r.message
+
+
+# An H100 SXM as NVML describes it (5120-bit HBM3 at 2619 MHz, 16896 CUDA cores at 1830 MHz), under a name the
+# catalog does not know: the estimate must land on the catalog's own H100 figures.
+H100_SHAPE = {"bus": 5120, "mem_mhz": 2619, "cores": 16896, "sm_mhz": 1830}
+
+
+def test_unknown_gpu_is_planned_from_what_nvml_reads():
+    from specplug.catalog import get_gpu
+
+    r = probe(fake_nvml([("NVIDIA H100 Renamed", 80)], shape=H100_SHAPE))
+    assert r.devices[0].memory_bus_width_bits == 5120 and r.devices[0].cuda_cores == 16896
+    hw = resolve_hardware(probed=r)
+    g = hw.catalog_entry()
+    h100 = get_gpu("H100-SXM")
+    assert g.memory_bw_gbs == pytest.approx(h100.memory_bw_gbs, rel=0.01)
+    assert g.bf16_tflops == pytest.approx(h100.bf16_tflops, rel=0.01)
+    assert (hw.source, hw.memory_gb, g.memory_gb) == ("probed", 80, 80)
+    assert "not in the GPU catalog" in hw.note and "NVML" in hw.note and "--gpu" in hw.note
+    assert get_gpu(hw.gpu) == g  # the plan's GPU name resolves again wherever it is passed on
+
+
+def test_geforce_estimate_uses_the_fp32_accumulate_rate():
+    # RTX 4090's shape (384-bit at 10501 MHz, 16384 cores at 2520 MHz): the catalog row says 1008 GB/s, 165.2.
+    shape = {"bus": 384, "mem_mhz": 10501, "cores": 16384, "sm_mhz": 2520}
+    hw = resolve_hardware(probed=probe(fake_nvml([("NVIDIA GeForce RTX 4090 Ti Prototype", 24)], cc=(8, 9), shape=shape)))
+    g = hw.catalog_entry()
+    assert g.memory_bw_gbs == pytest.approx(1008, rel=0.01) and g.bf16_tflops == pytest.approx(165.2, rel=0.01)
+
+
+def test_unknown_gpu_with_an_unknown_architecture_says_to_describe_it():
+    r = probe(fake_nvml([("NVIDIA Future 1", 200)], cc=(13, 0), shape=H100_SHAPE))
+    with pytest.raises(CatalogError, match="memory_gib=") as exc:
+        resolve_hardware(probed=r)
+    assert "13.0" in str(exc.value)
+
+
+def test_a_gpu_spec_plans_any_accelerator():
+    hw = resolve_hardware("memory_gib=32,bandwidth_gbs=608,bf16_tflops=183.5", 2)
+    g = hw.catalog_entry()
+    assert (hw.source, hw.num_gpus, hw.memory_gb) == ("named", 2, 32)
+    assert (g.memory_bw_gbs, g.tensor_tflops(), g.nvlink) == (608, 183.5, False)

@@ -77,10 +77,16 @@ def _index() -> dict[str, GPU]:
 
 
 def get_gpu(name: str) -> GPU:
-    """Resolve a catalog name or alias ('h100', 'H100-SXM', 'h100-80gb'); CatalogError if unknown."""
+    """Resolve a catalog name or alias ('h100', 'H100-SXM', 'h100-80gb'), or a GPU spec string
+    ('memory_gib=80,bandwidth_gbs=3350,bf16_tflops=989'); CatalogError if unknown or malformed."""
+    if "=" in name:
+        from specplug.catalog.gpuspec import parse_gpu_spec
+
+        return parse_gpu_spec(name)
     g = _index().get(norm(name))
     if g is None:
-        raise unknown("GPU", name, sorted(_index()), "specplug gpus")
+        err = unknown("GPU", name, sorted(_index()), "specplug gpus")
+        raise type(err)(err.message, (err.hint or "") + " Describe any other accelerator as memory_gib=..,bandwidth_gbs=..,bf16_tflops=..")
     return g
 
 

@@ -140,6 +140,11 @@ def _remember_absent(s: HubSettings, repo: str, filename: str, rev: str) -> None
         return
 
 
+def timeout() -> float:
+    """Seconds to wait for the Hub (HF_HUB_ETAG_TIMEOUT, as huggingface_hub reads it; default 10)."""
+    return _timeout()
+
+
 def _timeout() -> float:
     try:
         return float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or 10)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 
 from specplug.catalog._csv import aliases, integer, norm, num, read_rows
@@ -300,6 +300,8 @@ def get_model(name: str, revision: str | None = None) -> Model:
     row = _index().get(norm(repo))
     if revision is None and (m := row or _from_quant_suffix(repo)) is not None:
         return m
+    if revision is None and (dm := _draft_model(repo)) is not None:
+        return dm
     if revision is None and find_drafter(repo) is not None:
         # Planning probes the catalog's drafters by id: those stay offline answers, as they were before the Hub.
         raise CatalogError(f"'{repo}' is a drafter in the catalog, which has no model row for it.",
@@ -325,6 +327,32 @@ def get_model(name: str, revision: str | None = None) -> Model:
         f"{hint}Run 'specplug models list' or 'specplug models search TEXT', name a Hugging Face id (org/name), "
         "or pass a local model folder.",
     )
+
+
+@cache
+def _draft_models() -> dict[str, Model]:
+    """Catalog drafters that are whole models (PARD draft models): the catalog row of the model each was adapted
+    from, under the drafter's own id, so that planning and `models show` know its size and tokenizer."""
+    out: dict[str, Model] = {}
+    for r in read_rows("draft_model_shapes.csv"):
+        base = _index().get(norm(r["same_shape_as"]))
+        if base is None:
+            raise CatalogError(f"draft_model_shapes.csv names '{r['same_shape_as']}', which is not a catalog model.")
+        why = f"catalog: {r['same_shape_as']} (the model {r['drafter_hf_id']} was adapted from)"
+        basis = {f.name: why for f in fields(Model) if f.name not in _NOT_SHAPE and getattr(base, f.name) not in (None, "", 0, [], {})}
+        out[r["drafter_hf_id"].lower()] = replace(
+            base, hf_id=r["drafter_hf_id"], aliases=[], base_model="", source=f"{r['source']}; shape: {base.source}",
+            confirmed="partial", notes=r["notes"], basis=basis, revision="", local_path=None)
+    return out
+
+
+# Identity and provenance: the drafter's own, not facts borrowed from the model it was adapted from.
+_NOT_SHAPE = {"hf_id", "aliases", "base_model", "source", "confirmed", "notes", "local_path", "special_tokens",
+              "revision", "basis"}
+
+
+def _draft_model(repo: str) -> Model | None:
+    return _draft_models().get(repo.lower())
 
 
 def _fold(text: str) -> str:

@@ -31,7 +31,8 @@ def _plan_flag_options() -> list[Callable[[Any], Any]]:
 
     return [
         click.option("--model", "-m", default=None, help="Model alias, Hugging Face id or local folder (default: the config's)."),
-        click.option("--gpu", default=None, help="GPU catalog name (default: probed, else the config's, else H100-SXM)."),
+        click.option("--gpu", default=None, help="GPU catalog name, or a spec memory_gib=..,bandwidth_gbs=..,bf16_tflops=.. "
+                     "(default: probed, else the config's, else H100-SXM)."),
         click.option("--num-gpus", type=click.IntRange(1, 1024), default=None,
                      help="GPUs (default: the smallest count that fits)."),
         click.option("--batch-size", type=click.IntRange(1, 4096), default=None, help="Decode batch size (same as --concurrency)."),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from specplug.output import emit, output_option, table
+from specplug.commands._output import output_option
+from specplug.output import emit, table
 
 
 def _fmt(v: float | None) -> str:

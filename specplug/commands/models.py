@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from specplug.output import emit, output_option, table
+from specplug.commands._output import output_option
+from specplug.output import emit, table
 
 if TYPE_CHECKING:
     from specplug.catalog import Drafter, Model
@@ -157,3 +158,29 @@ def _drafter_row(x: dict) -> tuple:
         vocab = f"{vocab} of {x['vocab_size']}"
     acc = "" if x["acceptance_length"] is None else f"{x['acceptance_length']:g}"
     return (x["method"], x["format"], x["drafter_hf_id"], x["params_b"], vocab, x["stacks_text"] or "-", acc, x["confirmed"])
+
+
+@models.command("drafters")
+@click.argument("target")
+@click.option("--offline", is_flag=True, help="Do not search the Hub (as with HF_HUB_OFFLINE=1): the catalog and the local cache only.")
+@output_option
+def drafters_cmd(target: str, offline: bool, output: str) -> None:
+    """Drafters published for TARGET (alias or HF id): the catalog's, those in the local Hugging Face cache, and
+    Hub repositories whose model card or speculators verifier names it, each with where it was found."""
+    from specplug.catalog import get_model
+    from specplug.catalog.discovery import discover
+    from specplug.output import to_plain
+
+    m = get_model(target)
+    found, notes = discover(m.hf_id, online=False if offline else None)
+    data = {"target": m.hf_id, "drafters": [to_plain(f) for f in found], "notes": notes}
+
+    def render(d):
+        rows = [(x["method"], x["format"], x["drafter_id"], "" if x["acceptance_length"] is None else f"{x['acceptance_length']:g}",
+                 x["where"]) for x in d["drafters"]]
+        out = [table(f"{len(rows)} drafter(s) for {d['target']}", ["method", "format", "drafter", "acceptance", "found in"], rows,
+                     optional=["acceptance", "format"])]
+        out += [f"[dim]{n}[/dim]" for n in d["notes"]]
+        return out
+
+    emit(data, output, render)

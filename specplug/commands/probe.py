@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from specplug.output import emit, output_option, table
+from specplug.commands._output import output_option
+from specplug.output import emit, table
 
 
 @click.command()
@@ -28,7 +29,7 @@ def probe(output: str) -> None:
                 f"{d.memory_total_gb:g}",
                 "" if d.memory_free_gb is None else f"{d.memory_free_gb:g}",
                 d.compute_capability or "",
-                d.catalog_name or "(not in catalog)",
+                d.catalog_name or ("(not in catalog: planned from NVML)" if d.memory_bus_width_bits and d.cuda_cores else "(not in catalog)"),
                 "" if d.nvlink_active_links is None else d.nvlink_active_links,
             )
             for d in r.devices

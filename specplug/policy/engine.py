@@ -17,7 +17,7 @@ from specplug.catalog.drafters import Drafter, find_drafter
 from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight_format
 from specplug.config import TreeSpec
 from specplug.errors import CatalogError, SpecplugError
-from specplug.methods import BLOCK_METHODS, COPY_METHODS, SPECULATING
+from specplug.methods import BLOCK_METHODS, COPY_METHODS, HEAD_METHODS, SPECULATING
 from specplug.policy import context, perf
 from specplug.policy.perf import Arch, Device, Outcome, Shape
 from specplug.policy.schema import Policy, StackFactors
@@ -150,9 +150,23 @@ def local_layers(drafter: str) -> int | None:
     return n if isinstance(n, int) and n > 0 else None
 
 
+def _check_drafter_files(drafter: str, method: str) -> None:
+    """A drafter outside the catalog is read from its config.json (a folder, the Hub or its cache): one trained for
+    another method is an error naming the method it is. Files that cannot be read (offline, no copy) check nothing."""
+    from specplug.catalog.drafterconfig import check_method, read_drafter
+
+    try:
+        info = read_drafter(drafter)
+    except CatalogError:
+        return
+    check_method(info, method)
+
+
 def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch, policy: Policy, caps: StackCapabilities, kv_bytes: float = 2.0) -> DraftChoice:
     """A user-named drafter: catalog model, catalog head, local folder or unknown HF id (size guessed)."""
     cat = find_drafter(drafter, target.base_model or target.hf_id)
+    if cat is None and (method in BLOCK_METHODS or method in HEAD_METHODS):
+        _check_drafter_files(drafter, method)
     if method in BLOCK_METHODS:
         layers = local_layers(drafter)
         arch = perf.dflash_arch(target_arch, layers) if layers else None

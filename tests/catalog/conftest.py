@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.catalog.hubfake import FakeHub, fixture_repos
+from tests.catalog.hubfake import FakeHub, drafter_repos, fixture_repos
 
 
 @pytest.fixture
@@ -23,6 +23,6 @@ def hub_env(monkeypatch, tmp_path):
 
 @pytest.fixture
 def fake_hub(hub_env, monkeypatch):
-    with FakeHub(fixture_repos()) as hub:
+    with FakeHub({**fixture_repos(), **drafter_repos()}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         yield hub

@@ -138,3 +138,16 @@ def test_a_local_config_says_which_layers_slide(tmp_path):
     m = get_model(str(tmp_path / "swa"))
     assert (m.sliding_window, m.sliding_layers) == (64, 2)
     assert m.kv_share(2048) == pytest.approx(1 - 0.5 * (1 - 64 / 2048))
+
+
+def test_catalog_draft_models_are_models():
+    """A catalog drafter that is a whole model (PARD) resolves to a model with its size and tokenizer, so planning
+    neither guesses its size nor warns that its vocabulary is unknown."""
+    from specplug.catalog import get_model
+
+    pard = get_model("amd/PARD-Llama-3.2-1B")
+    target = get_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert pard.hf_id == "amd/PARD-Llama-3.2-1B" and pard.params_b == 1.24
+    assert pard.tokenizer_family == target.tokenizer_family and pard.vocab_size == 128256
+    assert pard.basis_of("num_layers").startswith("catalog: meta-llama/Llama-3.2-1B-Instruct")
+    assert get_model("amd/pard-qwen3-0.6b").vocab_size == 151936

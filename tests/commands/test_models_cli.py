@@ -64,3 +64,21 @@ def test_search_still_searches_the_model_catalog() -> None:
     r = _invoke("models", "search", "llama", "3.1", "--output", "json")
     assert r.exit_code == 0, r.output
     assert "meta-llama/Llama-3.1-70B-Instruct" in {m["hf_id"] for m in json.loads(r.output)}
+
+
+def test_drafters_offline_lists_the_catalogs_with_where_each_was_found() -> None:
+    r = CliRunner().invoke(cli, ["models", "drafters", "qwen3-8b", "--offline", "--output", "json"],
+                           env={"COLUMNS": "250", "HF_HUB_OFFLINE": "1"}, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["target"] == "Qwen/Qwen3-8B"
+    ids = {d["drafter_id"]: d for d in data["drafters"]}
+    assert ids["amd/PARD-Qwen3-0.6B"]["where"].startswith("catalog: ")
+    assert all(d["where"] for d in data["drafters"])
+    assert any("not searched" in n for n in data["notes"])
+
+
+def test_show_a_catalog_draft_model() -> None:
+    r = _invoke("models", "show", "amd/PARD-Llama-3.2-1B")
+    assert r.exit_code == 0, r.output
+    assert "128256" in r.output and "Unknown model" not in r.output

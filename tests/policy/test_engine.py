@@ -431,3 +431,16 @@ def test_an_open_gpu_count_holds_a_useful_context_not_just_the_workload() -> Non
     # 70B in bf16 fits 2 x H100 for one 1280-token request, but not with room for min_context tokens of KV cache.
     p = specplug.recommend("llama-3.1-70b", gpu="h100", stack="vllm")
     assert p.hardware.num_gpus == 4 and p.serve.max_model_len is None
+
+
+def test_a_head_named_under_the_wrong_method_is_an_error_naming_its_method() -> None:
+    from pathlib import Path
+
+    from specplug.errors import CatalogError
+
+    head = Path(__file__).resolve().parents[1] / "catalog" / "hub_drafters" / "safeailab--llama3-8B-eagle3"
+    with pytest.raises(CatalogError, match="EAGLE-3 head") as err:
+        specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, method="eagle", drafter=str(head))
+    assert "--method eagle3" in err.value.hint
+    p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, method="eagle3", drafter=str(head))
+    assert p.speculation.method == "eagle3"
