@@ -1,10 +1,13 @@
-"""The load generator: a closed loop of N concurrent streams per level, bounded in requests and time,
-with ``/metrics`` scraped before and after (and sampled during, for gauge-only stacks)."""
+"""The load generator: per level, a closed loop of N concurrent streams or an open loop of Poisson arrivals at a
+request rate (:class:`Rate`), bounded in requests and time, with ``/metrics`` scraped before and after (and
+sampled during, for gauge-only stacks)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +25,41 @@ from specplug.bench.prompts import Prompt
 from specplug.bench.record import BenchRecord, Level, Percentiles, RunStats
 from specplug.errors import SpecplugError
 
-# Called once per finished request with the role and concurrency being measured.
-ProgressFn = Callable[[str, int, int], None]
+# Seconds of arrivals an open-loop level sends by default: long enough for the running batch to settle.
+OPEN_LOOP_S = 20.0
+# Connections an open-loop level may hold at once (arrivals do not wait for answers).
+OPEN_LOOP_CONNECTIONS = 256
+
+
+@dataclass(frozen=True)
+class Rate:
+    """An open-loop level: requests sent at Poisson arrival times, ``per_s`` a second on average, whatever the
+    server answers (a closed loop sends the next request only when one finishes)."""
+
+    per_s: float
+
+    def __str__(self) -> str:
+        return f"{self.per_s:g}/s"
+
+
+# A level: concurrent streams (closed loop) or a request rate (open loop).
+LevelSpec = int | Rate
+
+# Called once per finished request with the role and the level being measured.
+ProgressFn = Callable[[str, LevelSpec, int], None]
+
+
+def level_label(level: LevelSpec) -> str:
+    """How a level reads in a message: 'concurrency 4' or 'request rate 2/s'."""
+    return f"request rate {level}" if isinstance(level, Rate) else f"concurrency {level}"
+
+
+def within_slo(r: RequestResult, slo_tpot_ms: float | None, slo_ttft_ms: float | None) -> bool:
+    """Whether a finished request met the latency targets given (a one-token answer has no TPOT to miss)."""
+    if slo_ttft_ms is not None and (r.ttft is None or r.ttft * 1000.0 > slo_ttft_ms):
+        return False
+    tpot = r.tpot
+    return slo_tpot_ms is None or tpot is None or tpot * 1000.0 <= slo_tpot_ms
 
 
 @dataclass
@@ -33,13 +69,16 @@ class LevelRun:
     role: str
     concurrency: int
     results: list[RequestResult] = field(default_factory=list)
+    request_rate: float | None = None
     started: float = 0.0
     finished: float = 0.0
     before: Snapshot | None = None
     after: Snapshot | None = None
     during: list[Snapshot] = field(default_factory=list)
 
-    def stats(self, interrupted: bool = False) -> RunStats:
+    def stats(self, interrupted: bool = False, slo_tpot_ms: float | None = None,
+              slo_ttft_ms: float | None = None) -> RunStats:
+        """The level's figures; with latency targets, also the goodput (tokens/s of the requests within them)."""
         ok = [r for r in self.results if r.ok]
         end = self.finished or max((r.end for r in self.results), default=self.started)
         wall = max(end - self.started, 1e-9) if self.results else 0.0
@@ -51,9 +90,13 @@ class LevelRun:
         acc = read_acceptance(self.before, self.after, self.during, [r.timings for r in ok if r.timings])
         if interrupted and self.after is None:
             acc = None  # no after-scrape: a before/after diff would be meaningless
+        good = None
+        if ok and (slo_tpot_ms is not None or slo_ttft_ms is not None):
+            good = sum(r.output_tokens for r in ok if within_slo(r, slo_tpot_ms, slo_ttft_ms)) / wall
         return RunStats(
             role=self.role,
             concurrency=self.concurrency,
+            request_rate=self.request_rate,
             requests=len(ok),
             failed=len(self.results) - len(ok),
             errors=errors,
@@ -61,6 +104,7 @@ class LevelRun:
             output_tokens=tokens,
             requests_per_s=len(ok) / wall if ok else None,
             output_tokens_per_s=tokens / wall if ok else None,
+            goodput_tokens_per_s=good,
             ttft_s=Percentiles.of([r.ttft for r in ok if r.ttft is not None]),
             tpot_s=Percentiles.of([t for r in ok if (t := r.tpot) is not None]),
             latency_s=Percentiles.of([r.end - r.start for r in ok]),
@@ -74,7 +118,7 @@ class BenchPlan:
     endpoint: Endpoint
     baseline: Endpoint | None
     prompts: list[Prompt]
-    concurrency: list[int]
+    concurrency: list[LevelSpec]  # levels in run order: concurrent streams, or a Rate
     max_tokens: int
     temperature: float
     num_prompts: int | None
@@ -82,12 +126,32 @@ class BenchPlan:
     api: str
     timeout_s: float = 300.0
     warmup: int = 1
+    slo_tpot_ms: float | None = None
+    slo_ttft_ms: float | None = None
+    seed: int = 0  # the open loop's arrival times: the same for every server compared
 
 
-def requests_for(plan: BenchPlan, concurrency: int) -> list[Prompt]:
-    """The prompts one level sends: --num-prompts of them, else the set but at least 4 per stream."""
-    n = plan.num_prompts if plan.num_prompts is not None else max(len(plan.prompts), 4 * concurrency)
+def requests_for(plan: BenchPlan, level: LevelSpec) -> list[Prompt]:
+    """The prompts one level sends: --num-prompts of them, else the set but at least 4 per stream (closed loop)
+    or OPEN_LOOP_S seconds of arrivals, at least 8 (open loop)."""
+    if plan.num_prompts is not None:
+        n = plan.num_prompts
+    elif isinstance(level, Rate):
+        n = max(len(plan.prompts), 8, math.ceil(OPEN_LOOP_S * level.per_s))
+    else:
+        n = max(len(plan.prompts), 4 * level)
     return [plan.prompts[i % len(plan.prompts)] for i in range(n)]
+
+
+def arrival_offsets(rate: float, count: int, seed: int) -> list[float]:
+    """Seconds from the level's start at which each request is sent: a Poisson process (exponential gaps) whose
+    first arrival is at 0, the same for a given seed."""
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for _ in range(count):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
 
 
 async def run_level(
@@ -103,6 +167,28 @@ async def run_level(
     next_index = 0
     run.started = time.perf_counter()
     deadline = run.started + plan.duration_s if plan.duration_s else None
+
+    async def one(p: Prompt) -> None:
+        res = await stream_request(client, ep, p, p.api(plan.api), plan.max_tokens, plan.temperature)
+        run.results.append(res)
+        if progress:
+            progress(run.role, Rate(run.request_rate) if run.request_rate else run.concurrency, len(run.results))
+
+    async def open_loop(rate: float) -> None:
+        """Send each prompt at its arrival time, whether or not earlier ones were answered."""
+        sent: list[asyncio.Task] = []
+        try:
+            for p, at in zip(prompts, arrival_offsets(rate, len(prompts), plan.seed), strict=True):
+                delay = run.started + at - time.perf_counter()
+                if deadline is not None and run.started + at >= deadline:
+                    break
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent.append(asyncio.create_task(one(p)))
+            await asyncio.gather(*sent)
+        finally:
+            for t in sent:
+                t.cancel()
 
     async def worker() -> None:
         nonlocal next_index
@@ -123,7 +209,10 @@ async def run_level(
 
     sampler_task = asyncio.create_task(sampler()) if sample else None
     try:
-        await asyncio.gather(*(worker() for _ in range(run.concurrency)))
+        if run.request_rate:
+            await open_loop(run.request_rate)
+        else:
+            await asyncio.gather(*(worker() for _ in range(run.concurrency)))
     finally:
         run.finished = time.perf_counter()
         if sampler_task:
@@ -151,7 +240,10 @@ async def run_bench(
 
     ``current`` holds the level being measured, so an interrupted caller can still report its finished requests.
     """
-    top = max(plan.concurrency)
+    streams = [c for c in plan.concurrency if not isinstance(c, Rate)]
+    top = max(streams, default=1)
+    if len(streams) < len(plan.concurrency):
+        top = max(top, OPEN_LOOP_CONNECTIONS)
     eps = [("speculative", plan.endpoint)] + ([("baseline", plan.baseline)] if plan.baseline else [])
     clients = {role: make_client(ep, top, plan.timeout_s) for role, ep in eps}
     try:
@@ -163,17 +255,20 @@ async def run_bench(
         for role, ep in eps:
             await _warmup(clients[role], ep, plan)
         for conc in plan.concurrency:
-            level = Level(concurrency=conc)
+            rate = conc.per_s if isinstance(conc, Rate) else None
+            streams_n = 0 if isinstance(conc, Rate) else conc
+            level = Level(concurrency=streams_n, request_rate=rate)
             record.levels.append(level)
             prompts = requests_for(plan, conc)
             for role, ep in eps:
-                run = LevelRun(role=role, concurrency=conc)
+                run = LevelRun(role=role, concurrency=streams_n, request_rate=rate)
                 current[:] = [run]
                 await run_level(clients[role], ep, run, prompts, plan, progress)
-                stats = run.stats()
+                stats = run.stats(slo_tpot_ms=plan.slo_tpot_ms, slo_ttft_ms=plan.slo_ttft_ms)
                 if stats.requests == 0:
                     raise SpecplugError(
-                        f"Every request to {ep.root} failed at concurrency {conc}: {'; '.join(stats.errors) or 'no answer'}."
+                        f"Every request to {ep.root} failed at {level_label(conc)}: "
+                        f"{'; '.join(stats.errors) or 'no answer'}."
                     )
                 setattr(level, role, stats)
                 current[:] = []

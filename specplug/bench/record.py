@@ -42,7 +42,8 @@ class RunStats(BaseModel):
     """One endpoint at one concurrency."""
 
     role: str = Field(description="'speculative' or 'baseline'.")
-    concurrency: int
+    concurrency: int = Field(description="Concurrent streams (closed loop); 0 for an open-loop level.")
+    request_rate: float | None = Field(None, description="Poisson arrivals per second (open loop); None in a closed loop.")
     requests: int = 0
     failed: int = 0
     errors: list[str] = []
@@ -50,6 +51,8 @@ class RunStats(BaseModel):
     output_tokens: int = 0
     requests_per_s: float | None = None
     output_tokens_per_s: float | None = None
+    goodput_tokens_per_s: float | None = Field(
+        None, description="Output tokens/s of the requests within the latency targets; None when none were given.")
     ttft_s: Percentiles = Percentiles()
     tpot_s: Percentiles = Percentiles()
     latency_s: Percentiles = Percentiles()
@@ -58,7 +61,8 @@ class RunStats(BaseModel):
 
 
 class Level(BaseModel):
-    concurrency: int
+    concurrency: int = Field(description="Concurrent streams; 0 for an open-loop level (request_rate).")
+    request_rate: float | None = None
     speculative: RunStats | None = None
     baseline: RunStats | None = None
     speedup: float | None = Field(None, description="Output tokens/s with speculation over without.")

@@ -13,6 +13,13 @@ from specplug.output import FORMATS
 @click.command()
 @config_option
 @click.option("--concurrency", default="1,4,16,64", show_default=True, help="Comma-separated concurrent streams.")
+@click.option("--request-rate", "request_rates", default=None, metavar="R[,R...]",
+              help="Also load each trial open-loop: Poisson arrivals at these requests/s (default: the config's "
+                   "workload.request_rate, if it states one). Records the measured crossover rate.")
+@click.option("--slo-tpot-ms", type=click.FloatRange(0, min_open=True), default=None,
+              help="Time-per-output-token target: decide by goodput (tokens/s of the requests within the targets).")
+@click.option("--slo-ttft-ms", type=click.FloatRange(0, min_open=True), default=None,
+              help="Time-to-first-token target: decide by goodput.")
 @click.option("--traffic", type=click.Path(dir_okay=False), default=None,
               help="Replay the prompts of this JSONL log of requests (default: workload.traffic in the config).")
 @click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
@@ -47,11 +54,15 @@ from specplug.output import FORMATS
 @click.option("--no-write", is_flag=True,
               help="Measure and write the evidence, but leave specplug.yaml, the calibration and the lock alone.")
 @click.option("--output", type=click.Choice(FORMATS), default="table", show_default=True, help="How to print.")
-def tune(config_path, concurrency, traffic, traffic_map, workload, budget, candidates, methods, drafter, ks, repeats,
-         margin, num_prompts, max_tokens, level_seconds, check_prompts, timeout_s, out_dir, restart, plan_only,
-         no_write, output) -> None:
-    """Launch a K=0 control and each candidate technique over its k values, load them at each concurrency,
-    and keep speculation only where it beats the control by the margin beyond the run-to-run spread.
+def tune(config_path, concurrency, request_rates, slo_tpot_ms, slo_ttft_ms, traffic, traffic_map, workload, budget,
+         candidates, methods, drafter, ks, repeats, margin, num_prompts, max_tokens, level_seconds, check_prompts,
+         timeout_s, out_dir, restart, plan_only, no_write, output) -> None:
+    """Launch a K=0 control and each candidate technique over its k values, load them at each concurrency (and
+    request rate), and keep speculation only where it beats the control by the margin beyond the run-to-run spread.
+
+    The decision serves the load specplug.yaml states (workload.concurrency, or a request rate): on a stack that
+    switches k per batch size, speculation is on at the measured levels where it won; on one that runs one k at
+    every batch size, the k that won at the stated load is kept, whatever it measured below it.
 
     Writes the pinned speculation (with its per-batch schedule), or 'method: none' and why, to specplug.yaml,
     merges the measured acceptance into the calibration file, re-plans the lock, and leaves tune.json, tune.csv
@@ -70,7 +81,7 @@ def tune(config_path, concurrency, traffic, traffic_map, workload, budget, candi
     from specplug.tune import state as S
     from specplug.tune.lockref import measured_inputs, measured_spec
     from specplug.tune.prompts import for_tune
-    from specplug.tune.settings import TuneSettings, parse_budget, parse_ints
+    from specplug.tune.settings import TuneSettings, parse_budget, parse_ints, parse_rates
 
     path = find_config(config_path)
     if path is None:
@@ -87,8 +98,15 @@ def tune(config_path, concurrency, traffic, traffic_map, workload, budget, candi
     tpath = resolve_traffic(traffic_file, path) if traffic_file else None
     if traffic and workload:
         raise SpecplugError("Give --traffic or --workload, not both.")
+    # A load stated as a rate is measured (open loop) even when --request-rate does not name it.
+    stated_rate = cfg.workload.request_rate
+    rates = parse_rates(request_rates) if request_rates is not None else ([float(stated_rate)] if stated_rate else [])
     settings = TuneSettings(
-        concurrency=sorted(parse_concurrency(concurrency)), repeats=repeats, max_tokens=max_tokens,
+        # The stated load is always measured: the decision serves it.
+        concurrency=sorted({*parse_concurrency(concurrency), cfg.workload.concurrency}), request_rates=rates,
+        slo_tpot_ms=slo_tpot_ms if slo_tpot_ms is not None else cfg.workload.slo_tpot_ms,
+        slo_ttft_ms=slo_ttft_ms if slo_ttft_ms is not None else cfg.workload.slo_ttft_ms,
+        load_concurrency=cfg.workload.concurrency, load_request_rate=stated_rate, repeats=repeats, max_tokens=max_tokens,
         num_prompts=num_prompts, level_seconds=level_seconds, workload=None if tpath else workload,
         traffic=str(tpath) if tpath else None, traffic_digest=file_digest(tpath) if tpath else None,
         temperature=cfg.workload.temperature, margin=margin, candidates=candidates, methods=method_list,

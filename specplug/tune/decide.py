@@ -1,11 +1,20 @@
-"""From measurements to a decision: per concurrency, each trial's throughput against the control's with the
-spread of the repeats; speculation is kept only where it wins by the margin plus that spread; the best
-technique's k per concurrency becomes the per-batch schedule (k never grows with batch and, once off, stays off,
-the rule every stack's schedule form can express)."""
+"""From measurements to a decision: per level (a concurrency, or a request rate in an open loop), each trial's
+score against the control's with the spread of the repeats; speculation is kept only where it wins by the margin
+plus that spread. The score is output tokens/s in a closed loop and each stream's decode speed (1/TPOT) at a
+request rate, where every arm delivers what arrives; with latency targets, goodput (tokens/s of the requests
+within them) everywhere.
+
+The decision serves the stated production load. Where the stack switches k per running batch (a schedule), each
+measured concurrency gets the k that won there, off where nothing did, so speculation may turn on above a batch
+size. Where it runs one k at every batch (or can only turn it off above a threshold), the k is the one that won at
+the stated load, and runs below it too: a loss measured below the production load does not turn off a win at it.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -14,13 +23,23 @@ from specplug.config import ScheduleEntry
 from specplug.tune.acceptance import MeasuredAcceptance, pooled
 from specplug.tune.state import Output, TrialResult
 
+# How a stack follows a per-batch schedule for a method: any k per batch range ('schedule'), one k up to a
+# threshold and off above it ('cutoff'), or one k at every batch size ('fixed').
+Mode = Literal["schedule", "cutoff", "fixed"]
+Score = Literal["tokens_per_s", "decode_speed", "goodput"]
+
 
 class LevelStat(BaseModel):
-    concurrency: int
+    concurrency: int = Field(description="Concurrent streams; 0 at an open-loop level (request_rate).")
+    request_rate: float | None = None
     repeats: int
     tokens_per_s: list[float] = Field(description="Output tokens/s of each repeat.")
     mean_tokens_per_s: float | None = None
-    spread: float | None = Field(None, description="(max - min) / mean over the repeats; None with one repeat.")
+    score: Score = Field("tokens_per_s", description="What the speedup compares: output tokens/s (closed loop), "
+                                                     "1/TPOT p50 (open loop) or goodput (with latency targets).")
+    scores: list[float] = Field(default_factory=list, description="The score of each repeat.")
+    spread: float | None = Field(None, description="(max - min) / mean of the score over the repeats; None with "
+                                                   "one repeat.")
     failed: int = 0
     ttft_s: Percentiles = Percentiles()
     tpot_s: Percentiles = Percentiles()
@@ -43,6 +62,7 @@ class Lossless(BaseModel):
 
 class Speedup(BaseModel):
     concurrency: int
+    request_rate: float | None = None
     speedup: float
     low: float = Field(description="Slowest repeat over the control's fastest.")
     high: float = Field(description="Fastest repeat over the control's slowest.")
@@ -67,12 +87,23 @@ class TrialSummary(BaseModel):
 
 class ConcurrencyChoice(BaseModel):
     concurrency: int
+    request_rate: float | None = None
     k: int
     trial: str | None = None
     speedup: float | None = None
     low: float | None = None
     high: float | None = None
     note: str | None = None
+
+
+class RateCrossover(BaseModel):
+    """Where a trial's TPOT p50 stops beating the control's as the request rate grows (open-loop levels)."""
+
+    trial: str
+    pays_up_to: float | None = Field(None, description="The highest measured rate below the first loss.")
+    stops_at: float | None = Field(None, description="The first measured rate where it no longer paid.")
+    request_rate: float | None = Field(None, description="Interpolated crossover; 0.0: lost from the lowest rate; "
+                                                         "None: paid at every measured rate.")
 
 
 class Decision(BaseModel):
@@ -84,6 +115,14 @@ class Decision(BaseModel):
     num_speculative_tokens: int = 0
     schedule: list[ScheduleEntry] = Field(default_factory=list)
     per_concurrency: list[ConcurrencyChoice] = Field(default_factory=list)
+    load: str | None = Field(None, description="The production load the decision serves, as measured (e.g. "
+                                               "'concurrency 2', 'request rate 4/s').")
+    mode: Mode | None = Field(None, description="How the stack follows the schedule for the chosen method.")
+    crossover_request_rate: float | None = Field(
+        None, description="Measured: the request rate above which the chosen trial's TPOT p50 is no better than the "
+                          "control's (interpolated between the rates measured); 0.0 where it lost at the lowest, None "
+                          "where it paid at every rate or no rate was measured.")
+    crossovers: list[RateCrossover] = Field(default_factory=list, description="Every candidate trial's, measured.")
     why: str = ""
     notes: list[str] = Field(default_factory=list)
 
@@ -97,19 +136,36 @@ def _mean_pct(ps: list[Percentiles]) -> Percentiles:
                        mean=avg([p.mean for p in ps]))
 
 
-def level_stats(runs: list[RunStats], concurrency: list[int]) -> list[LevelStat]:
+def _score(r: RunStats, kind: Score) -> float | None:
+    if kind == "goodput":
+        return r.goodput_tokens_per_s
+    if kind == "decode_speed":
+        return 1.0 / r.tpot_s.p50 if r.tpot_s.p50 else None
+    return r.output_tokens_per_s
+
+
+def level_stats(runs: list[RunStats], concurrency: list[int], rates: Sequence[float] = (),
+                slo: bool = False) -> list[LevelStat]:
+    """Per closed-loop concurrency, then per open-loop rate: the repeats' figures and the score compared."""
     out = []
-    for c in concurrency:
-        rs = [r for r in runs if r.concurrency == c]
+    keys = [(c, None) for c in concurrency] + [(0, r) for r in rates]
+    for c, rate in keys:
+        rs = [r for r in runs if (r.request_rate == rate if rate is not None else
+                                  r.concurrency == c and r.request_rate is None)]
+        kind: Score = "goodput" if slo else ("decode_speed" if rate is not None else "tokens_per_s")
         tps = [r.output_tokens_per_s for r in rs if r.output_tokens_per_s]
         mean = sum(tps) / len(tps) if tps else None
-        spread = (max(tps) - min(tps)) / mean if mean and len(tps) > 1 else None
+        # Goodput may be 0 (no request within the targets): a score, not a missing one.
+        scores = [x for r in rs if (x := _score(r, kind)) is not None and (x > 0 or kind == "goodput")]
+        smean = sum(scores) / len(scores) if scores else None
+        spread = (max(scores) - min(scores)) / smean if smean and len(scores) > 1 else None
         lens = [r.acceptance.mean_acceptance_length for r in rs if r.acceptance and r.acceptance.mean_acceptance_length]
         out.append(LevelStat(
-            concurrency=c, repeats=len(rs), tokens_per_s=[round(x, 3) for x in tps],
-            mean_tokens_per_s=None if mean is None else round(mean, 3),
-            spread=None if spread is None else round(spread, 4), failed=sum(r.failed for r in rs),
-            ttft_s=_mean_pct([r.ttft_s for r in rs]), tpot_s=_mean_pct([r.tpot_s for r in rs]),
+            concurrency=c, request_rate=rate, repeats=len(rs), tokens_per_s=[round(x, 3) for x in tps],
+            mean_tokens_per_s=None if mean is None else round(mean, 3), score=kind,
+            scores=[round(x, 6) for x in scores], spread=None if spread is None else round(spread, 4),
+            failed=sum(r.failed for r in rs), ttft_s=_mean_pct([r.ttft_s for r in rs]),
+            tpot_s=_mean_pct([r.tpot_s for r in rs]),
             acceptance_length=round(sum(lens) / len(lens), 4) if lens else None,
         ))
     return out
@@ -144,21 +200,26 @@ def lossless(outputs: list[Output], control: list[Output]) -> Lossless | None:
     return res
 
 
-def summarize(results: list[TrialResult], concurrency: list[int], margin: float) -> list[TrialSummary]:
+def _key(lv: LevelStat | Speedup) -> tuple[int, float | None]:
+    return (lv.concurrency, lv.request_rate)
+
+
+def summarize(results: list[TrialResult], concurrency: list[int], margin: float, rates: Sequence[float] = (),
+              slo: bool = False) -> list[TrialSummary]:
     """Every trial's levels, speedups over the control (with their bounds), acceptance and losslessness."""
     control = next((r for r in results if r.k == 0 and r.status == "done"), None)
-    ctl_levels = {lv.concurrency: lv for lv in level_stats(control.runs, concurrency)} if control else {}
+    ctl_levels = {_key(lv): lv for lv in level_stats(control.runs, concurrency, rates, slo)} if control else {}
     out = []
     for r in results:
         s = TrialSummary(id=r.id, method=r.method, drafter=r.drafter, k=r.k, status=r.status, error=r.error,
                          log_tail=r.log_tail, log_file=r.log_file)
         if r.status == "done":
-            s.levels = level_stats(r.runs, concurrency)
+            s.levels = level_stats(r.runs, concurrency, rates, slo)
             if r.k > 0:
                 s.acceptance = pooled(r.runs, r.k)
                 s.lossless = lossless(r.outputs, control.outputs) if control else None
                 for lv in s.levels:
-                    sp = _speedup(lv, ctl_levels.get(lv.concurrency), margin)
+                    sp = _speedup(lv, ctl_levels.get(_key(lv)), margin)
                     if sp is not None:
                         s.speedups.append(sp)
         out.append(s)
@@ -166,15 +227,16 @@ def summarize(results: list[TrialResult], concurrency: list[int], margin: float)
 
 
 def _speedup(lv: LevelStat, ctl: LevelStat | None, margin: float) -> Speedup | None:
-    if ctl is None or not lv.mean_tokens_per_s or not ctl.mean_tokens_per_s or not ctl.tokens_per_s:
+    if ctl is None or not lv.scores or not ctl.scores or min(ctl.scores) <= 0:
         return None
-    ratio = lv.mean_tokens_per_s / ctl.mean_tokens_per_s
+    ratio = (sum(lv.scores) / len(lv.scores)) / (sum(ctl.scores) / len(ctl.scores))
+    if ratio <= 0:
+        ratio = 1e-6  # nothing within the targets: a loss, kept finite for the logs below
     spreads = [x for x in (lv.spread, ctl.spread) if x is not None]
     noise = max(spreads) if spreads else None
     return Speedup(
-        concurrency=lv.concurrency, speedup=round(ratio, 4),
-        low=round(min(lv.tokens_per_s) / max(ctl.tokens_per_s), 4),
-        high=round(max(lv.tokens_per_s) / min(ctl.tokens_per_s), 4),
+        concurrency=lv.concurrency, request_rate=lv.request_rate, speedup=round(ratio, 4),
+        low=round(min(lv.scores) / max(ctl.scores), 4), high=round(max(lv.scores) / min(ctl.scores), 4),
         noise=noise, passes=ratio >= 1.0 + margin + (noise or 0.0),
     )
 
@@ -183,8 +245,15 @@ def _label(method: str, drafter: str | None) -> str:
     return method if not drafter else f"{method}({drafter.rstrip('/').rsplit('/', 1)[-1]})"
 
 
-def decide(summaries: list[TrialSummary], concurrency: list[int], margin: float) -> Decision:
-    """The technique whose schedule gains most, and its k per concurrency; speculation off where nothing wins."""
+def decide(
+    summaries: list[TrialSummary], concurrency: list[int], margin: float, *, rates: Sequence[float] = (),
+    load_concurrency: int | None = None, load_request_rate: float | None = None,
+    mode_of: Callable[[str], Mode] | None = None, stack: str = "this stack",
+) -> Decision:
+    """The technique, k and schedule that serve the stated load best; speculation off where nothing wins there.
+
+    ``mode_of(method)``: how the stack follows a schedule for that method (default: any k per batch range).
+    Without a stated load, the lowest measured concurrency stands for it."""
     notes: list[str] = []
     groups: dict[tuple[str, str | None], list[TrialSummary]] = {}
     for s in summaries:
@@ -204,77 +273,195 @@ def decide(summaries: list[TrialSummary], concurrency: list[int], margin: float)
         return Decision(decided=False, speculate=False, why=why, notes=notes)
     # Failed trials measured nothing: the decision is among the others, and says which were not weighed.
     unmeasured = f"; failed, not measured: {', '.join(failed)}" if failed else ""
-    best: tuple[float, tuple[str, str | None], list[ConcurrencyChoice]] | None = None
+    levels, rate_levels = sorted(concurrency), sorted(rates)
+    prod, load = _production(levels, rate_levels, load_concurrency, load_request_rate, notes)
+    control = next(s for s in summaries if s.k == 0 and s.status == "done")
+    crossovers = [c for t in summaries if t.k > 0 and t.status == "done" if (c := _crossover(t, control, rate_levels))]
+    mode_for = mode_of or (lambda _m: "schedule")
+    best: _Option | None = None
     for key, trials in groups.items():
-        choices = _schedule_points(trials, concurrency)
-        gain = sum(math.log(c.speedup) for c in choices if c.k and c.speedup)
-        if best is None or gain > best[0]:
-            best = (gain, key, choices)
-    if best is None or best[0] <= 0.0:
-        tried = ", ".join(sorted({_label(*k) for k in groups})) or "none whose outputs matched the control's"
-        why = (f"No technique beat the control by the margin ({margin:.0%}) plus the run-to-run spread at any "
-               f"measured concurrency ({', '.join(map(str, concurrency))}); tried: {tried}{unmeasured}.")
-        per = [ConcurrencyChoice(concurrency=c, k=0) for c in concurrency]
-        return Decision(speculate=False, why=why, per_concurrency=per, notes=notes)
-    _, (method, drafter), choices = best
+        opt = _option(key, trials, levels, prod, "fixed" if prod[1] is not None else mode_for(key[0]), stack)
+        if opt is not None and (best is None or (opt.prod_gain, opt.total_gain) > (best.prod_gain, best.total_gain)):
+            best = opt
+    tried = ", ".join(sorted({_label(*k) for k in groups})) or "none whose outputs matched the control's"
+    if best is None:
+        per = [ConcurrencyChoice(concurrency=c, k=0) for c in levels]
+        return Decision(speculate=False, why=_why_off(groups, levels, rate_levels, prod, load, margin, tried, unmeasured,
+                                                      mode_for, stack),
+                        per_concurrency=per, notes=notes, load=load, crossovers=crossovers)
+    (method, drafter), choices = best.key, best.choices
     if any(sp.noise is None for s in groups[(method, drafter)] for sp in s.speedups):
         notes.append("One repeat per level: no run-to-run spread was measured, so only the margin guards the "
                      "decision (--repeats 2 or more measures it).")
-    sched = _entries(choices)
-    on = [c for c in choices if c.k]
-    why = (f"{_label(method, drafter)} beat the control by more than the margin ({margin:.0%}) plus the spread at "
-           f"concurrency {', '.join(str(c.concurrency) for c in on)}"
-           + (f"; off (k=0) from {min(c.concurrency for c in choices if not c.k)}" if len(on) < len(choices) else "")
-           + unmeasured + ".")
+    chosen = {c.trial for c in choices if c.trial} | ({best.prod_trial} if best.prod_trial else set())
+    cross = next((c for c in crossovers if c.trial == best.prod_trial), None) or next(
+        (c for c in crossovers if c.trial in chosen), None)
     return Decision(speculate=True, method=method, drafter=drafter, num_speculative_tokens=max(c.k for c in choices),
-                    schedule=sched, per_concurrency=choices, why=why, notes=notes)
+                    schedule=_entries(choices), per_concurrency=choices, why=best.why + unmeasured + ".", notes=notes,
+                    load=load, mode=best.mode, crossover_request_rate=cross.request_rate if cross else None,
+                    crossovers=crossovers)
 
 
-def _schedule_points(trials: list[TrialSummary], concurrency: list[int]) -> list[ConcurrencyChoice]:
-    """Per concurrency (ascending) the k that passes, such that k never grows with batch and the summed log
-    speedup is largest (a small dynamic programme over the measured levels); off where nothing passes."""
-    levels = sorted(concurrency)
-    options: list[list[tuple[int, float, TrialSummary | None, Speedup | None]]] = []
+class _Option(BaseModel):
+    key: tuple[str, str | None]
+    mode: Mode
+    choices: list[ConcurrencyChoice]
+    prod_gain: float
+    total_gain: float
+    prod_trial: str | None = None
+    why: str
+
+
+def _production(levels: list[int], rates: list[float], load_c: int | None, load_r: float | None,
+                notes: list[str]) -> tuple[tuple[int, float | None], str]:
+    """The measured level standing for the stated load (the nearest on a log scale, said so when not exact)."""
+    if load_r is not None and rates:
+        r = min(rates, key=lambda x: abs(math.log(x / load_r)))
+        if r != load_r:
+            notes.append(f"The stated load is {load_r:g} requests/s; the nearest measured rate, {r:g}/s, stands for it.")
+        return (0, r), f"request rate {r:g}/s"
+    if load_r is not None:
+        notes.append(f"The stated load is {load_r:g} requests/s but no request rate was measured (--request-rate): "
+                     "the decision serves workload.concurrency instead.")
+    want = load_c or levels[0]
+    c = min(levels, key=lambda x: abs(math.log(x / want)))
+    if load_c is not None and c != load_c:
+        notes.append(f"The stated load is concurrency {load_c}; the nearest measured level, {c}, stands for it.")
+    return (c, None), f"concurrency {c}"
+
+
+def _at(t: TrialSummary, key: tuple[int, float | None]) -> Speedup | None:
+    return next((x for x in t.speedups if (x.concurrency, x.request_rate) == key), None)
+
+
+def _where(key: tuple[int, float | None]) -> str:
+    return f"request rate {key[1]:g}/s" if key[1] is not None else f"concurrency {key[0]}"
+
+
+def _runs_there(mode: Mode, stack: str, at_rate: bool = False) -> str:
+    if at_rate:
+        return "a request rate names no batch size, so the k chosen there runs at every batch size"
+    if mode == "cutoff":
+        return f"{stack} can turn speculation off above a batch size, not on"
+    return f"{stack} runs one draft length at every batch size"
+
+
+def _option(key: tuple[str, str | None], trials: list[TrialSummary], levels: list[int],
+            prod: tuple[int, float | None], mode: Mode, stack: str) -> _Option | None:
+    """The technique's best schedule under the stack's mode, or None where it wins nowhere it could run."""
+    label = _label(*key)
+    at_prod = [(sp, t) for t in trials if (sp := _at(t, prod)) is not None and sp.passes]
+    top = max(at_prod, key=lambda x: (round(math.log(x[0].speedup), 9), -x[1].k), default=None)
+    if mode == "schedule":
+        choices = []
+        for c in levels:
+            wins = [(sp, t) for t in trials if (sp := _at(t, (c, None))) is not None and sp.passes]
+            w = max(wins, key=lambda x: (round(math.log(x[0].speedup), 9), -x[1].k), default=None)
+            if w is None:
+                choices.append(ConcurrencyChoice(concurrency=c, k=0, note="nothing beat the control by the margin"))
+            else:
+                sp, t = w
+                choices.append(ConcurrencyChoice(concurrency=c, k=t.k, trial=t.id, speedup=sp.speedup, low=sp.low,
+                                                 high=sp.high))
+        on = [c for c in choices if c.k]
+        if not on:
+            return None
+        off = [c for c in choices if not c.k]
+        here = next(c for c in choices if c.concurrency == prod[0])
+        why = (f"{label} beat the control by more than the margin plus the spread at concurrency "
+               + ", ".join(str(c.concurrency) for c in on)
+               + (f"; off (k=0) at {', '.join(str(c.concurrency) for c in off)}, where nothing did" if off else "")
+               + (f"; at the stated load ({_where(prod)}) k={here.k}, {here.speedup:.2f}x" if here.k else
+                  f"; off at the stated load ({_where(prod)})")
+               + (f": {stack}'s schedule turns it on from batch {on[0].concurrency}"
+                  if off and off[0].concurrency < on[0].concurrency else ""))
+        gain = sum(math.log(c.speedup) for c in on if c.speedup)
+        return _Option(key=key, mode=mode, choices=choices, prod_gain=math.log(here.speedup) if here.speedup else 0.0,
+                       total_gain=gain, prod_trial=here.trial, why=why)
+    if top is None:
+        return None
+    sp0, t0 = top
+    k = t0.k
+    choices: list[ConcurrencyChoice] = []
+    lost_at: int | None = None
     for c in levels:
-        opts: list[tuple[int, float, TrialSummary | None, Speedup | None]] = [(0, 0.0, None, None)]
-        for t in trials:
-            sp = next((x for x in t.speedups if x.concurrency == c), None)
-            if sp is not None and sp.passes:
-                opts.append((t.k, math.log(sp.speedup), t, sp))
-        options.append(opts)
-    memo: dict[tuple[int, int], tuple[float, list[int]]] = {}
-
-    def best(i: int, cap: int) -> tuple[float, list[int]]:
-        """Largest gain from level i on with every k <= cap, and the option index chosen at each level."""
-        if i == len(levels):
-            return 0.0, []
-        if (i, cap) not in memo:
-            cands = []
-            for j, (k, gain, _, _) in enumerate(options[i]):
-                if k <= cap:
-                    rest, picks = best(i + 1, k)
-                    cands.append((gain + rest, -k, [j, *picks]))
-            total, _, picks = max(cands, key=lambda x: (round(x[0], 9), x[1]))
-            memo[(i, cap)] = (total, picks)
-        return memo[(i, cap)]
-
-    top = max((t.k for t in trials), default=0)
-    _, picks = best(0, top)
-    out: list[ConcurrencyChoice] = []
-    for i, (c, j) in enumerate(zip(levels, picks, strict=True)):
-        k, gain, t, sp = options[i][j]
-        alone = max(options[i], key=lambda o: o[1])
+        sp = _at(t0, (c, None))
+        # A cutoff keeps k from batch 1 through the stated load, and above it while k still wins.
+        if mode == "cutoff" and prod[1] is None and c > prod[0] and (lost_at is not None or not (sp and sp.passes)):
+            lost_at = lost_at or c
+            choices.append(ConcurrencyChoice(concurrency=c, k=0, note=f"k={k} did not beat the control here, and "
+                                             f"{stack} keeps it off above the first such batch"))
+            continue
         note = None
-        if alone[1] > gain + 1e-9:
-            note = f"k={alone[0]} was faster here alone ({alone[3].speedup:.2f}x); k never grows with batch"
-        elif t is None:
-            note = "nothing beat the control by the margin"
-        if t is None or sp is None:
-            out.append(ConcurrencyChoice(concurrency=c, k=0, note=note))
-        else:
-            out.append(ConcurrencyChoice(concurrency=c, k=k, trial=t.id, speedup=sp.speedup, low=sp.low, high=sp.high,
-                                         note=note))
-    return out
+        if sp is not None and not sp.passes:
+            inside = ("inside the run-to-run spread" if sp.noise is not None and abs(sp.speedup - 1.0) <= sp.noise
+                      else "a gain short of the margin" if sp.speedup >= 1.0 else "a loss")
+            note = (f"k={k} runs here too ({_runs_there(mode, stack, prod[1] is not None)}): {sp.speedup:.2f}x "
+                    f"({sp.low:.2f}-{sp.high:.2f}, {inside})")
+        choices.append(ConcurrencyChoice(concurrency=c, k=k, trial=t0.id, speedup=sp.speedup if sp else None,
+                                         low=sp.low if sp else None, high=sp.high if sp else None, note=note))
+    why = (f"{label} k={k} beat the control at the stated load ({_where(prod)}) by {sp0.speedup:.2f}x "
+           f"({sp0.low:.2f}-{sp0.high:.2f} over the repeats), more than the margin plus the spread")
+    elsewhere = [c for c in choices if c.k and c.note]
+    if elsewhere:
+        why += ("; " + _runs_there(mode, stack, prod[1] is not None) + (", so it" if prod[1] is None else ": it")
+                + " also runs at "
+                + ", ".join(f"concurrency {c.concurrency} ({c.speedup:.2f}x)" for c in elsewhere))
+    if lost_at is not None:
+        why += f"; off from concurrency {lost_at}"
+    gain = sum(math.log(c.speedup) for c in choices if c.k and c.speedup)
+    return _Option(key=key, mode=mode, choices=choices, prod_gain=math.log(sp0.speedup), total_gain=gain,
+                   prod_trial=t0.id, why=why)
+
+
+def _why_off(groups: dict[tuple[str, str | None], list[TrialSummary]], levels: list[int], rates: list[float],
+             prod: tuple[int, float | None], load: str, margin: float, tried: str, unmeasured: str,
+             mode_for: Callable[[str], Mode], stack: str) -> str:
+    """Why speculation is off, in words the measurements bear out."""
+    wins = [(sp, t) for ts in groups.values() for t in ts for sp in t.speedups if sp.passes]
+    where = f"any measured concurrency ({', '.join(map(str, levels))})"
+    if rates:
+        where += f" or request rate ({', '.join(f'{r:g}' for r in rates)}/s)"
+    if not wins:
+        return (f"No technique beat the control by the margin ({margin:.0%}) plus the run-to-run spread at {where}; "
+                f"tried: {tried}{unmeasured}.")
+    sp, t = max(wins, key=lambda x: x[0].speedup)
+    mode = "fixed" if prod[1] is not None else mode_for(t.method)
+    at = _at(t, prod)
+    there = f" (k={t.k} measured {at.speedup:.2f}x there, {at.low:.2f}-{at.high:.2f})" if at else ""
+    key = (sp.concurrency, sp.request_rate)
+    if key[1] is not None and prod[1] is None:
+        reason = "a request rate names no batch size a schedule could turn it on at"
+    elif prod[1] is not None:
+        reason = "the decision is made at the stated rate"
+    else:
+        reason = _runs_there(mode, stack) + ", so it would run at the stated load too"
+    return (f"At the stated load ({load}) no technique beat the control by the margin ({margin:.0%}) plus the "
+            f"run-to-run spread{there}; {_label(t.method, t.drafter)} k={t.k} did at {_where(key)} "
+            f"({sp.speedup:.2f}x), but {reason}; tried: {tried}{unmeasured}.")
+
+
+def _crossover(t: TrialSummary, control: TrialSummary, rates: list[float]) -> RateCrossover | None:
+    """Where the trial's TPOT p50 stops beating the control's over the measured rates (log-interpolated)."""
+    pts = []
+    for r in rates:
+        a = next((lv for lv in t.levels if lv.request_rate == r), None)
+        b = next((lv for lv in control.levels if lv.request_rate == r), None)
+        if a and b and a.tpot_s.p50 and b.tpot_s.p50:
+            pts.append((r, math.log(b.tpot_s.p50 / a.tpot_s.p50)))
+    if not pts:
+        return None
+    prev = None
+    for r, gain in pts:
+        if gain <= 0:
+            if prev is None:
+                return RateCrossover(trial=t.id, stops_at=r, request_rate=0.0)
+            (r0, g0) = prev
+            f = g0 / (g0 - gain)  # where the log gain crosses 0, on a log rate scale
+            x = math.exp(math.log(r0) + f * (math.log(r) - math.log(r0)))
+            return RateCrossover(trial=t.id, pays_up_to=r0, stops_at=r, request_rate=round(x, 4))
+        prev = (r, gain)
+    return RateCrossover(trial=t.id, pays_up_to=pts[-1][0])
 
 
 def _entries(choices: list[ConcurrencyChoice]) -> list[ScheduleEntry]:

@@ -54,7 +54,8 @@ class TuneReport(BaseModel):
 
 
 CSV_FIELDS = [
-    "trial", "method", "drafter", "k", "status", "concurrency", "repeats", "output_tokens_per_s", "spread", "speedup",
+    "trial", "method", "drafter", "k", "status", "concurrency", "request_rate", "repeats", "output_tokens_per_s",
+    "score", "spread", "speedup",
     "speedup_low", "speedup_high", "beats_control", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
     "tpot_p90_s", "tpot_p99_s", "acceptance_length", "failed", "lossless",
 ]
@@ -70,10 +71,12 @@ def to_csv(rep: TuneReport) -> str:
             w.writerow({"trial": t.id, "method": t.method, "drafter": t.drafter or "", "k": t.k, "status": t.status})
             continue
         for lv in t.levels:
-            sp = next((s for s in t.speedups if s.concurrency == lv.concurrency), None)
+            sp = next((s for s in t.speedups if (s.concurrency, s.request_rate) == (lv.concurrency, lv.request_rate)),
+                      None)
             row: dict[str, Any] = {
                 "trial": t.id, "method": t.method, "drafter": t.drafter, "k": t.k, "status": t.status,
-                "concurrency": lv.concurrency, "repeats": lv.repeats, "output_tokens_per_s": lv.mean_tokens_per_s,
+                "concurrency": lv.concurrency if lv.request_rate is None else None, "request_rate": lv.request_rate,
+                "repeats": lv.repeats, "output_tokens_per_s": lv.mean_tokens_per_s, "score": lv.score,
                 "spread": lv.spread, "speedup": sp.speedup if sp else (1.0 if t.k == 0 else None),
                 "speedup_low": sp.low if sp else None, "speedup_high": sp.high if sp else None,
                 "beats_control": (sp.passes if sp else None), "acceptance_length": lv.acceptance_length,
@@ -95,6 +98,8 @@ def best_per_candidate(rep: TuneReport) -> dict[str, list[tuple[int, float, floa
         label = planned.get(t.id) or (t.method if not t.drafter else
                                       f"{t.method}({t.drafter.rstrip('/').rsplit('/', 1)[-1]})")
         for s in t.speedups:
+            if s.request_rate is not None:  # the plot is against concurrency
+                continue
             cur = out.setdefault(label, {}).get(s.concurrency)
             if cur is None or s.speedup > cur[1]:
                 out[label][s.concurrency] = (s.concurrency, s.speedup, s.low, s.high, t.k)
@@ -116,7 +121,7 @@ def plot_png(rep: TuneReport) -> bytes | None:
     control = next((t for t in rep.trials if t.k == 0 and t.levels), None)
     ax.axhline(1.0, color="black", linewidth=1.2, label="control (K=0)")
     if control is not None:
-        band = [(lv.concurrency, lv.spread or 0.0) for lv in control.levels]
+        band = [(lv.concurrency, lv.spread or 0.0) for lv in control.levels if lv.request_rate is None]
         ax.fill_between([c for c, _ in band], [1 - s / 2 for _, s in band], [1 + s / 2 for _, s in band],
                         color="grey", alpha=0.2, label="control spread")
     ax.axhline(1.0 + rep.settings.margin, color="grey", linestyle=":", linewidth=1,

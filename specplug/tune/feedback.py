@@ -88,7 +88,10 @@ def entries(plan: Plan, summaries: list[TrialSummary], out_dir: str | Path, temp
         if rate is None and a.acceptance_length is not None:
             rate = (a.acceptance_length - 1.0) / s.k
         rate = min(max(rate, 1e-3), 0.999) if rate is not None else None  # the schema's open interval
-        first = min(s.speedups, key=lambda x: x.concurrency) if s.speedups else None
+        # The calibration's speedup is output tokens/s in a closed loop (not a rate's decode speed or a goodput).
+        closed = [x for x in s.speedups if x.request_rate is None and any(
+            lv.concurrency == x.concurrency and lv.request_rate is None and lv.score == "tokens_per_s" for lv in s.levels)]
+        first = min(closed, key=lambda x: x.concurrency) if closed else None
         tree = pinned_tree if (s.method, s.drafter) == (sp.method, sp.drafter) else None
         out.append(CalibrationEntry(
             model=plan.model.hf_id, method=s.method, workload=plan.workload.type, drafter=s.drafter,  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specplug.adapter import get_adapter
 from specplug.bench.client import Endpoint, complete, make_client
-from specplug.bench.loadgen import BenchPlan, LevelRun, run_bench
+from specplug.bench.loadgen import BenchPlan, LevelRun, LevelSpec, Rate, run_bench
 from specplug.bench.prompts import Prompt
 from specplug.bench.record import BenchRecord
 from specplug.config import Config, ScheduleEntry, SpeculationSpec
@@ -32,8 +32,8 @@ LOG_TAIL_LINES = 20
 # The log of a trial's previous attempt (a resumed tune retries it): kept aside, out of this attempt's excerpt.
 PREVIOUS_LOG = "server.previous.log"
 
-# (trial id, concurrency, requests finished in this level)
-TickFn = Callable[[str, int, int], None]
+# (trial id, level: concurrency or Rate, requests finished in this level)
+TickFn = Callable[[str, LevelSpec, int], None]
 
 
 def free_port() -> int:
@@ -160,18 +160,24 @@ def run_trial(
     )
 
 
-def level_order(settings: TuneSettings) -> list[int]:
+def levels(settings: TuneSettings) -> list[LevelSpec]:
+    """One repeat's levels: the closed-loop concurrencies, then the open-loop request rates."""
+    return [*settings.concurrency, *(Rate(r) for r in settings.request_rates)]
+
+
+def level_order(settings: TuneSettings) -> list[LevelSpec]:
     """Repeats interleaved (1,4,16,1,4,16): a drift over the trial shows as spread, not as a fake speedup."""
-    return [c for _ in range(settings.repeats) for c in settings.concurrency]
+    return [c for _ in range(settings.repeats) for c in levels(settings)]
 
 
 async def _measure(ep: Endpoint, trial: Trial, settings: TuneSettings, prompts: list[Prompt], tick: TickFn | None):
     bp = BenchPlan(
         endpoint=ep, baseline=None, prompts=prompts, concurrency=level_order(settings), max_tokens=settings.max_tokens,
         temperature=settings.temperature, num_prompts=settings.num_prompts, duration_s=settings.level_seconds,
-        api="auto",
+        api="auto", slo_tpot_ms=settings.slo_tpot_ms, slo_ttft_ms=settings.slo_ttft_ms,
     )
-    record = BenchRecord(endpoint=ep.root, concurrency=bp.concurrency)
+    # The record lists the closed-loop levels; an open-loop level's rate is on its Level and RunStats.
+    record = BenchRecord(endpoint=ep.root, concurrency=[c for c in bp.concurrency if not isinstance(c, Rate)])
     current: list[LevelRun] = []
 
     def progress(_role: str, conc: int, done: int) -> None:

@@ -23,14 +23,16 @@ from specplug.tune.evidence import ChainPoint, TuneReport
 from specplug.tune.settings import TuneSettings, fmt_duration
 
 
-def requests_per_level(prompts: list[Prompt], settings: TuneSettings) -> dict[int, int]:
+def requests_per_level(prompts: list[Prompt], settings: TuneSettings) -> dict[Any, int]:
+    """Requests each level of one repeat sends, by level (a concurrency, or a Rate for an open-loop level)."""
     from specplug.bench.client import Endpoint
     from specplug.bench.loadgen import BenchPlan, requests_for
+    from specplug.tune.runner import levels
 
-    bp = BenchPlan(endpoint=Endpoint("http://127.0.0.1"), baseline=None, prompts=prompts, concurrency=settings.concurrency,
+    bp = BenchPlan(endpoint=Endpoint("http://127.0.0.1"), baseline=None, prompts=prompts, concurrency=levels(settings),
                    max_tokens=settings.max_tokens, temperature=settings.temperature, num_prompts=settings.num_prompts,
                    duration_s=settings.level_seconds, api="auto")
-    return {c: len(requests_for(bp, c)) for c in settings.concurrency}
+    return {c: len(requests_for(bp, c)) for c in levels(settings)}
 
 
 def recommendation(cfg: Config, config_path: str | Path) -> Plan:
@@ -49,7 +51,7 @@ def pinned_candidate(cfg: Config) -> tuple[str, str | None, int, dict[str, Any]]
     return None
 
 
-def estimator(stack: str, settings: TuneSettings, requests_at: dict[int, int], st: S.TuneState) -> T.Estimator:
+def estimator(stack: str, settings: TuneSettings, requests_at: dict[Any, int], st: S.TuneState) -> T.Estimator:
     """Measured seconds where trials have run here, the prior elsewhere."""
     est = T.prior_estimator(stack, settings, requests_at)
     done = [r for r in st.results.values() if r.status == "done"]
@@ -57,13 +59,34 @@ def estimator(stack: str, settings: TuneSettings, requests_at: dict[int, int], s
         return est
     est.launch_s = sum(r.launch_s or 0.0 for r in done) / len(done)
     for c in settings.concurrency:
-        walls = [x.wall_s for r in done for x in r.runs if x.concurrency == c]
+        walls = [x.wall_s for r in done for x in r.runs if x.concurrency == c and x.request_rate is None]
         if walls:
             est.level_s[c] = sum(walls) / len(walls)
+    for rate in settings.request_rates:
+        walls = [x.wall_s for r in done for x in r.runs if x.request_rate == rate]
+        if walls:
+            est.rate_s[rate] = sum(walls) / len(walls)
     rest = [(r.wall_s or 0.0) - (r.launch_s or 0.0) - sum(x.wall_s for x in r.runs) for r in done]
     est.check_s = max(sum(rest) / len(rest), 0.0)
     est.basis = "measured"
     return est
+
+
+def schedule_mode(rec: Plan) -> Callable[[str], D.Mode]:
+    """How the planned stack, at the planned version, follows a per-batch schedule for each method."""
+    from specplug.stackcaps import declared
+
+    try:
+        caps = declared(rec.stack.name, rec.stack.version)
+    except SpecplugError:
+        return lambda _m: "fixed"  # a stack whose adapter cannot load: assume the least it could do
+
+    def mode(method: str) -> D.Mode:
+        if caps.schedules_for(method):
+            return "schedule"
+        return "cutoff" if "cutoff" in caps.controls else "fixed"
+
+    return mode
 
 
 def _past_budget(plan: T.TrialPlan, trial: T.Trial, spent_s: float) -> bool:
@@ -88,7 +111,7 @@ def _stop_at_budget(plan: T.TrialPlan, left: list[T.Trial], spent_s: float, con:
 class Progress:
     """The rich progress bar: trial, concurrency, requests, and the time the plan says is left."""
 
-    def __init__(self, plan: T.TrialPlan, settings: TuneSettings, requests_at: dict[int, int], done: set[str]) -> None:
+    def __init__(self, plan: T.TrialPlan, settings: TuneSettings, requests_at: dict[Any, int], done: set[str]) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
 
@@ -112,8 +135,9 @@ class Progress:
         self.trial_started = time.monotonic()
         self.bar.update(self.task, description=f"[{index}/{count}] {trial.id}: starting", left=self._left())
 
-    def tick(self, trial_id: str, conc: int, done: int) -> None:
-        self.bar.update(self.task, advance=1, description=f"{trial_id} c={conc}", left=self._left())
+    def tick(self, trial_id: str, level: Any, done: int) -> None:
+        where = f"{level}" if not isinstance(level, int) else f"c={level}"
+        self.bar.update(self.task, advance=1, description=f"{trial_id} {where}", left=self._left())
 
     def finish(self, trial: T.Trial, requests_done: int) -> None:
         self.left.pop(trial.id, None)
@@ -127,7 +151,7 @@ class Progress:
 
 def run_trials(
     cfg: Config, config_path: Path, plan: T.TrialPlan, settings: TuneSettings, prompts: list[Prompt],
-    st: S.TuneState, out_dir: Path, requests_at: dict[int, int], clock: Callable[[], float] = time.monotonic,
+    st: S.TuneState, out_dir: Path, requests_at: dict[Any, int], clock: Callable[[], float] = time.monotonic,
 ) -> bool:
     """Run every planned trial not finished yet, saving the state after each. Returns False on Ctrl-C.
 
@@ -153,9 +177,9 @@ def run_trials(
                 prog.start(trial, i, len(todo))
                 count = [0]
 
-                def tick(tid: str, conc: int, done: int, _count: list[int] = count) -> None:
+                def tick(tid: str, level: Any, done: int, _count: list[int] = count) -> None:
                     _count[0] += 1
-                    prog.tick(tid, conc, done)
+                    prog.tick(tid, level, done)
 
                 try:
                     tplan = trial_plan(cfg, config_path, trial, free_port())
@@ -252,8 +276,10 @@ def finish(
     from specplug.tune import evidence, feedback, lockref, writeback
 
     results = [st.results[t.id] for t in [*plan.trials, *plan.dropped] if t.id in st.results]
-    summaries = D.summarize(results, settings.concurrency, settings.margin)
-    decision = D.decide(summaries, settings.concurrency, settings.margin)
+    summaries = D.summarize(results, settings.concurrency, settings.margin, settings.request_rates, settings.slo)
+    decision = D.decide(summaries, settings.concurrency, settings.margin, rates=settings.request_rates,
+                        load_concurrency=settings.load_concurrency, load_request_rate=settings.load_request_rate,
+                        mode_of=schedule_mode(rec), stack=rec.stack.name)
     control = st.results.get("control")
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     versions = {r.stack_version for r in results if r.stack_version}

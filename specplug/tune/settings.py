@@ -18,7 +18,14 @@ DEFAULT_MARGIN = 0.05
 class TuneSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: list[int] = Field(description="Concurrent streams per level.")
+    concurrency: list[int] = Field(description="Concurrent streams per level (closed loop).")
+    request_rates: list[float] = Field(default_factory=list,
+                                       description="Poisson request rates per level, requests/s (open loop).")
+    slo_tpot_ms: float | None = Field(None, gt=0, description="Time per output token target: decide by goodput.")
+    slo_ttft_ms: float | None = Field(None, gt=0, description="Time to first token target: decide by goodput.")
+    load_concurrency: int | None = Field(None, ge=1, description="The production load the decision serves "
+                                                                   "(workload.concurrency), when stated as streams.")
+    load_request_rate: float | None = Field(None, gt=0, description="The production load, when stated as a rate.")
     repeats: int = Field(DEFAULT_REPEATS, ge=1, le=20)
     max_tokens: int = Field(128, ge=1)
     num_prompts: int | None = Field(None, ge=1, description="Requests per level (default: the set, 4 per stream).")
@@ -39,9 +46,22 @@ class TuneSettings(BaseModel):
 
     def fingerprint(self) -> str:
         """What the measurements depend on: two runs with equal fingerprints measured the same thing.
-        The budget and the candidate count only choose which trials run, so they are left out."""
-        data = self.model_dump(mode="json", exclude={"budget_s", "candidates", "launch_timeout_s"})
+        The budget, the candidate count and the production load only choose which trials run and how they are
+        weighed, so they are left out; so are open-loop levels and targets when not asked for (a state written
+        before they existed resumes)."""
+        data = self.model_dump(mode="json", exclude=set(NOT_MEASURED))
+        for key in ("request_rates", "slo_tpot_ms", "slo_ttft_ms"):
+            if not data[key]:
+                del data[key]
         return "sha256:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def slo(self) -> bool:
+        return self.slo_tpot_ms is not None or self.slo_ttft_ms is not None
+
+
+# Settings that do not change what a trial measures (a state measured under others resumes).
+NOT_MEASURED = ("budget_s", "candidates", "launch_timeout_s", "load_concurrency", "load_request_rate")
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -61,6 +81,27 @@ def parse_budget(text: str | None) -> float | None:
     if total <= 0:
         raise SpecplugError(f"--budget '{text}' must be more than zero.")
     return total
+
+
+def parse_rates(text: str | None) -> list[float]:
+    """'1,2,4.5' -> sorted distinct request rates (requests/s, above zero)."""
+    if not text or not text.strip():
+        return []
+    out: set[float] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise SpecplugError(f"--request-rate '{text}': '{part}' is not a number.",
+                                "Write requests per second like 1,2,4,8.") from None
+        if not 0 < v <= 10000 or v != v:
+            raise SpecplugError(f"--request-rate '{text}': {part} is not a rate above 0 (requests per second).",
+                                "Write requests per second like 1,2,4,8.")
+        out.add(v)
+    return sorted(out)
 
 
 def parse_ints(text: str | None, what: str, lo: int, hi: int) -> list[int]:

@@ -12,6 +12,19 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+_MODES = {"schedule": "the stack switches k per batch size", "cutoff": "the stack runs one k, off above a batch size",
+          "fixed": "the stack runs one k at every batch size"}
+
+
+def _crossover_text(x: Any) -> str:
+    if x.request_rate is None:
+        return f"TPOT p50 below the control's at every measured rate (up to {x.pays_up_to:g}/s)."
+    if x.request_rate == 0.0:
+        return f"TPOT p50 no better than the control's from the lowest measured rate ({x.stops_at:g}/s)."
+    return (f"TPOT p50 stops beating the control's at about {x.request_rate:.3g} requests/s (paid at "
+            f"{x.pays_up_to:g}/s, not at {x.stops_at:g}/s).")
+
+
 def render(rep: TuneReport) -> list[Any]:
     from rich.markup import escape
     from rich.table import Table
@@ -22,22 +35,29 @@ def render(rep: TuneReport) -> list[Any]:
               title_justify="left")
     t.add_column("trial")
     t.add_column("k", justify="right")
+    rates = rep.settings.request_rates
     for c in concs:
         t.add_column(f"c={c} tok/s", justify="right")
         t.add_column(f"c={c} speedup", justify="right")
+    for r in rates:
+        t.add_column(f"{r:g}/s TPOT ms", justify="right")
+        t.add_column(f"{r:g}/s speedup", justify="right")
     t.add_column("acc len", justify="right")
     t.add_column("greedy = control", justify="left")
     for tr in rep.trials:
         if tr.status != "done":
             # Error text (server bodies, paths) is shown as written, never read as markup.
-            t.add_row(escape(tr.id), str(tr.k), *(["", ""] * len(concs)), "",
+            t.add_row(escape(tr.id), str(tr.k), *(["", ""] * (len(concs) + len(rates))), "",
                       "[red]failed[/red]: " + escape((tr.error or "")[:100]))
             continue
         cells = []
-        for c in concs:
-            lv = next((x for x in tr.levels if x.concurrency == c), None)
-            sp = next((x for x in tr.speedups if x.concurrency == c), None)
-            tok = _f(lv.mean_tokens_per_s, ".1f") if lv else "-"
+        for key in [(c, None) for c in concs] + [(0, r) for r in rates]:
+            lv = next((x for x in tr.levels if (x.concurrency, x.request_rate) == key), None)
+            sp = next((x for x in tr.speedups if (x.concurrency, x.request_rate) == key), None)
+            if key[1] is None:
+                tok = _f(lv.mean_tokens_per_s, ".1f") if lv else "-"
+            else:
+                tok = _f(lv.tpot_s.p50 * 1000 if lv and lv.tpot_s.p50 else None, ".1f")
             if lv and lv.spread is not None:
                 tok += f" ±{lv.spread / 2:.0%}"
             if tr.k == 0:
@@ -70,10 +90,22 @@ def render(rep: TuneReport) -> list[Any]:
         lines.append("Decision: none made (nothing was measured to compare)")
     else:
         lines.append("Decision: speculation: none")
+    if d.load:
+        lines.append(f"Stated load: {d.load}" + (f" ({_MODES[d.mode]})" if d.speculate and d.mode else ""))
     lines.append(f"Why: {d.why}")
     for pc in d.per_concurrency:
-        if pc.note and pc.k == 0 and d.speculate:
+        if pc.note and d.speculate:
             lines.append(f"  c={pc.concurrency}: {pc.note}")
+    if rep.settings.slo:
+        targets = [f"TPOT <= {rep.settings.slo_tpot_ms:g} ms" if rep.settings.slo_tpot_ms else "",
+                   f"TTFT <= {rep.settings.slo_ttft_ms:g} ms" if rep.settings.slo_ttft_ms else ""]
+        lines.append("Speedups compare goodput: output tokens/s of the requests within " +
+                     " and ".join(x for x in targets if x) + ".")
+    elif rates:
+        lines.append("At a request rate every arm delivers what arrives: the speedup there is the control's TPOT p50 "
+                     "over the trial's.")
+    for x in d.crossovers:
+        lines.append(f"Crossover ({x.trial}): " + _crossover_text(x))
     lines += d.notes
     out.append(Text("\n".join(lines)))
     if rep.acceptance:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from specplug.bench.record import RunStats
 from specplug.errors import SpecplugError
-from specplug.tune.settings import TuneSettings
+from specplug.tune.settings import NOT_MEASURED, TuneSettings
 
 STATE_NAME = "tune-state.json"
 STATE_KIND = "specplug-tune-state"
@@ -76,7 +76,7 @@ def load(out_dir: str | Path, settings: TuneSettings, restart: bool = False) -> 
     if old.fingerprint != fresh.fingerprint:
         changed = sorted(
             k for k, v in settings.model_dump(mode="json").items()
-            if k not in ("budget_s", "candidates", "launch_timeout_s") and old.settings.model_dump(mode="json").get(k) != v
+            if k not in NOT_MEASURED and old.settings.model_dump(mode="json").get(k) != v
         )
         raise SpecplugError(
             f"{Path(out_dir)} holds a tune measured with other settings ({', '.join(changed) or 'the fingerprint'} "

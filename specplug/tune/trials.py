@@ -76,22 +76,32 @@ class Estimator(BaseModel):
 
     launch_s: float
     level_s: dict[int, float]
+    rate_s: dict[float, float] = Field(default_factory=dict, description="Seconds per open-loop level, by rate.")
     check_s: float = 0.0
     basis: Literal["prior", "measured"] = "prior"
 
     def trial_s(self, settings: TuneSettings) -> float:
-        levels = sum(self.level_s.get(c, 0.0) for c in settings.concurrency) * settings.repeats
-        return self.launch_s + levels + self.check_s
+        levels = sum(self.level_s.get(c, 0.0) for c in settings.concurrency)
+        levels += sum(self.rate_s.get(r, 0.0) for r in settings.request_rates)
+        return self.launch_s + levels * settings.repeats + self.check_s
 
 
-def prior_estimator(stack: str, settings: TuneSettings, requests_at: dict[int, int]) -> Estimator:
+def prior_estimator(stack: str, settings: TuneSettings, requests_at: dict[Any, int]) -> Estimator:
+    """``requests_at``: requests per level, by concurrency (closed loop) or by a level whose ``per_s`` is its rate."""
     level = {}
-    for c in settings.concurrency:
-        waves = -(-requests_at[c] // c)  # ceil: requests run c at a time
-        t = waves * settings.max_tokens / STREAM_TOKENS_PER_S_PRIOR
-        level[c] = min(t, settings.level_seconds) if settings.level_seconds else t
-    check = settings.check_prompts * settings.max_tokens / STREAM_TOKENS_PER_S_PRIOR
-    return Estimator(launch_s=launch_prior_s(stack), level_s=level, check_s=check)
+    rates = {}
+    one = settings.max_tokens / STREAM_TOKENS_PER_S_PRIOR  # one request's decode, alone
+    for lv, n in requests_at.items():
+        per_s = getattr(lv, "per_s", None)
+        # Closed loop: requests run lv at a time (ceil); open loop: the arrivals, then the last one's decode.
+        t = -(-n // lv) * one if per_s is None else n / per_s + one
+        t = min(t, settings.level_seconds) if settings.level_seconds else t
+        if per_s is None:
+            level[lv] = t
+        else:
+            rates[per_s] = t
+    check = settings.check_prompts * one
+    return Estimator(launch_s=launch_prior_s(stack), level_s=level, rate_s=rates, check_s=check)
 
 
 def launch_prior_s(stack: str) -> float:
@@ -254,8 +264,16 @@ def render(plan: TrialPlan, settings: TuneSettings, done: set[str] | frozenset[s
         t.add_row(str(i), tr.id + state, tr.method, tr.drafter or "-", str(tr.k), why, fmt_duration(tr.estimate_s))
     basis = "measured on this machine" if plan.estimate_basis == "measured" else "a rough prior until the control has run"
     lines = [
-        f"{len(plan.trials)} launch(es); concurrency {','.join(map(str, settings.concurrency))}, "
+        f"{len(plan.trials)} launch(es); concurrency {','.join(map(str, settings.concurrency))}"
+        + (f" and request rate {','.join(f'{r:g}' for r in settings.request_rates)}/s (open loop)"
+           if settings.request_rates else "") + ", "
         f"{settings.repeats} repeat(s) per level; about {fmt_duration(left)} left ({basis}).",
         *plan.notes,
     ]
+    if settings.load_request_rate is not None:
+        lines.append(f"The decision serves the stated load: {settings.load_request_rate:g} requests/s "
+                     "(workload.request_rate).")
+    elif settings.load_concurrency is not None:
+        lines.append(f"The decision serves the stated load: concurrency {settings.load_concurrency} "
+                     "(workload.concurrency).")
     return [t, Text("\n".join(lines))]

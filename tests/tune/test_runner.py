@@ -95,3 +95,35 @@ def test_a_server_that_dies_while_measured_is_a_failure_with_its_exit_status(tmp
     assert res.status == "failed" and res.runs == []
     assert "killed by SIGKILL" in res.error
     assert ("connection refused." in res.error) is bench_raises
+
+
+def test_a_trial_measures_its_open_loop_levels_beside_the_closed_ones(monkeypatch):
+    """bench's load generator under the trial, against a fake server: every level, rates included, comes back."""
+    import asyncio
+    import time
+
+    from specplug.bench import loadgen
+    from specplug.bench.client import Endpoint, RequestResult
+    from specplug.bench.prompts import Prompt
+    from specplug.tune import runner
+
+    async def stream_request(client, ep, p, api, max_tokens, temperature):
+        start = time.perf_counter()
+        await asyncio.sleep(0.01)
+        return RequestResult(prompt_id=p.id, start=start, end=time.perf_counter(), ttft=0.002, output_tokens=4)
+
+    async def nothing(*_a, **_k):
+        return None
+
+    async def no_outputs(*_a, **_k):
+        return []
+
+    monkeypatch.setattr(loadgen, "stream_request", stream_request)
+    monkeypatch.setattr(loadgen, "scrape", nothing)
+    monkeypatch.setattr(loadgen, "preflight", nothing)
+    monkeypatch.setattr(runner, "_greedy_outputs", no_outputs)
+    settings = TuneSettings(concurrency=[1, 2], request_rates=[50.0], repeats=2, num_prompts=3, check_prompts=0)
+    prompts = [Prompt(id="p0", prompt="hello")]
+    runs, _ = asyncio.run(runner._measure(Endpoint("http://127.0.0.1:1"), _trial(), settings, prompts, None))
+    assert [(r.concurrency, r.request_rate) for r in runs] == [(1, None), (2, None), (0, 50.0)] * 2
+    assert all(r.requests == 3 and r.role == "speculative" for r in runs)

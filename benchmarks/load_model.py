@@ -1,0 +1,441 @@
+"""The continuous-batching load model (specplug.policy.load) against real servers under Poisson load.
+
+    .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates each: about 20 minutes on 2 cores
+    .venv/bin/python benchmarks/load_model.py --servers embedded   # one server, 5 rates
+    .venv/bin/python benchmarks/load_model.py --json out.json      # the rows as JSON too
+
+Serves the packaged SmolLM2-135M with the embedded server (specplug.runtime.server) and with vLLM's CPU build
+(from ~/.cache/specplug/stackenvs/vllm; skipped with a message when that venv is absent), each without and with
+n-gram speculation. Per server and arm it:
+
+1. calibrates the arm from one short closed-loop profile (`vllm bench serve --max-concurrency c` at a few c):
+   prefill_ms from TTFT p50 at concurrency 1, the acceptance length from the server's spec-decode counters, and
+   step_ms(batch) as a least-squares line through TPOT x acceptance length x (1 - the share of time prefills
+   took), which is what the model divides by; capacity is the server's cap on running requests;
+2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
+   rate and (per server) the crossover rate above which speculation stops lowering TPOT;
+3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and
+   past the baseline's predicted saturation, the same rates for both arms; the model is given the rate the
+   client's send times realised (a short Poisson run strays from its nominal rate), printed beside it.
+
+The rates are chosen from the baseline's calibration (before any rate is measured), and nothing measured at a
+rate feeds back into the model. Printed: predicted vs measured per rate, the median |ln(predicted/measured)| for
+TPOT and throughput below saturation, and predicted vs measured crossover and saturation rates. Output tokens/s
+is measured in steady state: tokens produced between one median latency after the first request and the last
+arrival, over that window (a run's ramp-up and drain are left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from specplug.policy.load import Arm, crossover_rate, predict, saturation_rate  # noqa: E402
+
+MODEL_NAME = "smollm2-135m"
+MODEL_DIR = Path.home() / ".cache" / "specplug" / "models" / MODEL_NAME
+VLLM_ENV = Path(os.environ.get("SPECPLUG_STACKENVS") or Path.home() / ".cache" / "specplug" / "stackenvs") / "vllm"
+CLIENT_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+# Text that repeats itself, so n-gram speculation finds drafts (code edits, quoting, lists).
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+    "The capital of France is Paris. The capital of Spain is Madrid. The capital of Italy is",
+    "List three colours: red, green, blue. List three colours again: red,",
+    "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox",
+    "Rename the variable total to acc in this code and print it back:\n\ndef total_of(xs):\n    total = 0\n"
+    "    for x in xs:\n        total += x\n    return total\n\nRenamed code:\n\ndef total_of(xs):\n",
+    "<ul>\n  <li>apple</li>\n  <li>banana</li>\n  <li>cherry</li>\n</ul>\nThe same list with a fourth item:\n<ul>\n",
+    "Context: The Eiffel Tower is a wrought-iron lattice tower in Paris, named after the engineer Gustave Eiffel.\n"
+    "Question: Who is the Eiffel Tower named after? Quote the context.\nAnswer: It is named after",
+    "for i in range(10):\n    print(i)\nfor j in range(10):\n    print(j)\nfor k in range(10):\n",
+]
+# A server keeps up with a rate while its steady output is at least this share of what arrives: a 20-40 s window
+# holds only 8-40 Poisson arrivals, whose count alone strays by 15-35%.
+KEPT_UP = 0.8
+# Fractions of the baseline's predicted saturation rate measured (the last ones past it).
+RATE_FRACTIONS = {"quick": (0.25, 0.55, 0.85, 1.2), "full": (0.2, 0.4, 0.6, 0.8, 1.0, 1.3)}
+
+
+@dataclass
+class Setup:
+    quick: bool
+    output_len: int
+    capacity: int
+    k: int
+    threads: int
+    profile_concurrency: list[int]
+    rate_window_s: float
+    work: Path
+
+
+@dataclass
+class Measured:
+    """One `vllm bench serve` run."""
+
+    completed: int
+    failed: int
+    tpot_ms_p50: float | None
+    ttft_ms_p50: float | None
+    tokens_per_s: float
+    requests_per_s: float
+    arrival_rate: float | None = None  # the Poisson arrivals' realised rate (a short run strays from the nominal)
+    acceptance_length: float | None = None
+
+
+@dataclass
+class ArmResult:
+    server: str
+    arm: str
+    arm_model: Arm | None = None
+    calibration: dict = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_argv(server: str, method: str, s: Setup, port: int) -> tuple[list[str], dict[str, str]]:
+    env = {**os.environ, **CLIENT_ENV}
+    if server == "embedded":
+        argv = [sys.executable, "-m", "specplug.runtime.server", "--model", MODEL_NAME, "--method", method,
+                "--port", str(port), "--max-batch-size", str(s.capacity), "--threads", str(s.threads),
+                "--dtype", "float32", "--log-level", "warning"]
+        if method != "none":
+            argv += ["-k", str(s.k), "--no-pace"]  # a fixed k, as the model assumes
+        return argv, env
+    argv = [str(VLLM_ENV / "bin" / "vllm"), "serve", str(MODEL_DIR), "--served-model-name", MODEL_NAME,
+            "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", str(s.capacity), "--host", "127.0.0.1",
+            "--port", str(port)]
+    if method != "none":
+        argv += ["--speculative-config", json.dumps({"method": method, "num_speculative_tokens": s.k,
+                                                       "prompt_lookup_max": 4, "prompt_lookup_min": 2})]
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_TARGET_DEVICE="cpu")
+    return argv, env
+
+
+def start(server: str, method: str, s: Setup) -> tuple[subprocess.Popen, str, Path]:
+    port = free_port()
+    argv, env = server_argv(server, method, s, port)
+    log = s.work / f"{server}-{method}.log"
+    fh = open(log, "w")  # noqa: SIM115 - owned by the process for its lifetime
+    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{server} ({method}) exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, base, log
+        except OSError:
+            pass
+        time.sleep(1)
+    stop(proc)
+    raise RuntimeError(f"{server} ({method}) not healthy after 900 s; log: {log}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def counters(base: str) -> dict[str, float]:
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:spec_decode_num_") and "per_pos" not in line:
+            name, value = line.rsplit(" ", 1)
+            key = name.split("{")[0]
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def acceptance_between(before: dict[str, float], after: dict[str, float]) -> float | None:
+    drafts = after.get("vllm:spec_decode_num_drafts_total", 0.0) - before.get("vllm:spec_decode_num_drafts_total", 0.0)
+    acc = (after.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
+           - before.get("vllm:spec_decode_num_accepted_tokens_total", 0.0))
+    return 1.0 + acc / drafts if drafts > 0 else None
+
+
+def dataset(s: Setup) -> Path:
+    path = s.work / "prompts.json"
+    rows = [{"id": str(i), "conversations": [{"from": "human", "value": PROMPTS[i % len(PROMPTS)]},
+                                             {"from": "gpt", "value": "ok"}]} for i in range(256)]
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency: int | None = None,
+          tag: str) -> Measured:
+    """One `vllm bench serve` run: Poisson arrivals at ``rate``, or a closed loop of ``concurrency`` streams."""
+    out = s.work / f"{tag}.json"
+    argv = [str(VLLM_ENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
+            "--base-url", base, "--model", MODEL_NAME, "--tokenizer", str(MODEL_DIR), "--dataset-name", "sharegpt",
+            "--dataset-path", str(dataset(s)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
+            "--ignore-eos", "--temperature", "0", "--seed", "0", "--disable-tqdm", "--save-result", "--save-detailed",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--result-dir", str(out.parent), "--result-filename", out.name]
+    argv += ["--request-rate", f"{rate:.4f}"] if rate else ["--request-rate", "inf", "--max-concurrency", str(concurrency)]
+    before = counters(base)
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **CLIENT_ENV}, timeout=1800,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed ({proc.returncode}):\n{proc.stdout[-1500:]}{proc.stderr[-2500:]}")
+    after = counters(base)
+    res = json.loads(out.read_text())
+    return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
+                    ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
+                    requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res),
+                    acceptance_length=acceptance_between(before, after))
+
+
+def arrival_rate(res: dict) -> float | None:
+    starts = sorted(res.get("start_times") or [])
+    return (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 2 and starts[-1] > starts[0] else None
+
+
+def steady_tokens_per_s(res: dict) -> float:
+    """Output tokens/s between one median latency after the first request (the ramp-up left out) and the last
+    arrival (the drain left out); the whole run's figure when that window is too short."""
+    starts, ttfts, itls = res.get("start_times") or [], res.get("ttfts") or [], res.get("itls") or []
+    lats = [x for x in res.get("latencies") or [] if x]
+    if not starts or not lats or len(starts) != len(ttfts):
+        return float(res["output_throughput"])
+    t0 = min(starts) + statistics.median(lats)
+    t1 = max(starts)
+    if t1 - t0 < 2.0:
+        return float(res["output_throughput"])
+    lens = res.get("output_lens") or []
+    count = 0.0
+    for i, (st, ttft, gaps) in enumerate(zip(starts, ttfts, itls, strict=False)):
+        if not ttft:
+            continue
+        # One entry per streamed chunk, and a speculative step streams several tokens in one: each chunk
+        # carries the request's tokens over its chunks.
+        chunks = 1 + len(gaps or [])
+        per = (lens[i] / chunks) if i < len(lens) and lens[i] else 1.0
+        t = st + ttft
+        count += per * (t0 <= t <= t1)
+        for g in gaps or []:
+            t += g
+            count += per * (t0 <= t <= t1)
+    return count / (t1 - t0)
+
+
+def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
+    """The arm's step cost, acceptance and prefill from a short closed-loop profile."""
+    pts = []
+    for c in s.profile_concurrency:
+        m = bench(base, s, max(4, 2 * c) if s.quick else max(6, 3 * c), concurrency=c, tag=f"{tag}-profile-c{c}")
+        pts.append((c, m))
+    prefill = pts[0][1].ttft_ms_p50 or 0.0
+    accs = [m.acceptance_length for _, m in pts if m.acceptance_length]
+    acc = statistics.fmean(accs) if accs else 1.0
+    xs, ys = [], []
+    for c, m in pts:
+        busy = min(m.requests_per_s * prefill / 1000.0, 0.9)  # the share of time prefills took in this profile
+        xs.append(float(c))
+        ys.append((m.tpot_ms_p50 or 0.0) * acc * (1.0 - busy))
+    slope, icpt = _line(xs, ys)
+    icpt = max(icpt, 0.05 * ys[0])
+    slope = max(slope, 0.0)
+
+    def step_ms(b: int) -> float:
+        return icpt + slope * b
+
+    def per_step(_b: int) -> float:
+        return acc
+
+    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity)
+    info = {"step_ms_at_1": round(step_ms(1), 2), "step_ms_per_request": round(slope, 3), "prefill_ms": round(prefill, 1),
+            "acceptance_length": round(acc, 3), "capacity": s.capacity,
+            "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "ttft_ms_p50": m.ttft_ms_p50,
+                         "requests_per_s": round(m.requests_per_s, 3)} for c, m in pts]}
+    return arm, info
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return 0.0, ys[0]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    return slope, my - slope * mx
+
+
+def run_arm(server: str, method: str, s: Setup, rates: list[float] | None) -> tuple[ArmResult, list[float]]:
+    """Calibrate, then (with ``rates`` chosen, or chosen here from this arm's saturation) measure every rate."""
+    res = ArmResult(server=server, arm="none" if method == "none" else f"{method} k={s.k}")
+    proc, base, log = start(server, method, s)
+    try:
+        bench(base, s, 2, concurrency=1, tag=f"{server}-{method}-warmup")  # first passes allocate and compile
+        arm, info = calibrate(base, s, f"{server}-{method}")
+        res.arm_model, res.calibration = arm, info
+        if rates is None:
+            sat = saturation_rate(arm, s.output_len)
+            fr = RATE_FRACTIONS["quick" if s.quick else "full"]
+            rates = [float(f"{sat * f:.3g}") for f in fr]
+        print(f"  {server} {res.arm}: calibrated {info}; rates {rates}", flush=True)
+        for r in rates:
+            n = int(min(max(8, r * s.rate_window_s), 48 if s.quick else 96))
+            m = bench(base, s, n, rate=r, tag=f"{server}-{method}-r{r:g}")
+            # The model is given the load that arrived (the client's send times), not the nominal rate.
+            p = predict(arm, m.arrival_rate or r, s.output_len)
+            res.rows.append({"rate": r, "n": n, "failed": m.failed, "pred": p, "meas": m})
+            print(f"    rate {r:g}/s (arrived {m.arrival_rate or r:.3g}/s): TPOT p50 {p.tpot_ms_p50:.1f} pred vs "
+                  f"{m.tpot_ms_p50 or 0:.1f} ms measured, tokens/s {p.output_tokens_per_s:.1f} vs {m.tokens_per_s:.1f}",
+                  flush=True)
+    finally:
+        stop(proc)
+    return res, rates
+
+
+def measured_saturation(rows: list[dict], output_len: int) -> tuple[float | None, float | None]:
+    """(last rate kept up with, first rate not): a rate is not kept up with once steady output falls below
+    KEPT_UP of what arrives."""
+    prev = None
+    for row in rows:
+        if row["meas"].tokens_per_s < KEPT_UP * (row["meas"].arrival_rate or row["rate"]) * output_len:
+            return prev, row["rate"]
+        prev = row["rate"]
+    return prev, None
+
+
+def measured_crossover(base: ArmResult, spec: ArmResult) -> tuple[float | None, float | None]:
+    """(last measured rate where speculation's TPOT p50 was lower, first where it was not)."""
+    prev = None
+    for b, sp in zip(base.rows, spec.rows, strict=True):
+        bt, st = b["meas"].tpot_ms_p50, sp["meas"].tpot_ms_p50
+        if bt is None or st is None or st >= bt:
+            return prev, b["rate"]
+        prev = b["rate"]
+    return prev, None
+
+
+def _fmt(x: float | None, fmt: str = ".1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
+    errs_tpot, errs_tok = [], []
+    print(f"\n{server}: SmolLM2-135M, {s.output_len} output tokens, capacity {s.capacity}, n-gram k={s.k}")
+    print(f"{'arm':<14}{'rate/s':>8}{'arrived':>9}{'TPOT pred':>11}{'TPOT meas':>11}{'TTFT pred':>11}{'TTFT meas':>11}"
+          f"{'tok/s pred':>12}{'tok/s meas':>12}{'batch pred':>12}")
+    out_rows = []
+    for a in (base, spec):
+        sat = saturation_rate(a.arm_model, s.output_len)
+        kept, _ = measured_saturation(a.rows, s.output_len)
+        for row in a.rows:
+            p, m = row["pred"], row["meas"]
+            print(f"{a.arm:<14}{row['rate']:>8g}{m.arrival_rate or row['rate']:>9.3g}{p.tpot_ms_p50:>11.1f}{_fmt(m.tpot_ms_p50):>11}"
+                  f"{_fmt(p.ttft_ms_p50):>11}{_fmt(m.ttft_ms_p50):>11}{p.output_tokens_per_s:>12.1f}"
+                  f"{m.tokens_per_s:>12.1f}{p.running_batch:>12.2f}")
+            below = (m.arrival_rate or row["rate"]) < sat and kept is not None and row["rate"] <= kept
+            if below and m.tpot_ms_p50:
+                errs_tpot.append(abs(math.log(p.tpot_ms_p50 / m.tpot_ms_p50)))
+            if below and m.tokens_per_s > 0:
+                errs_tok.append(abs(math.log(p.output_tokens_per_s / m.tokens_per_s)))
+            out_rows.append({"arm": a.arm, "rate": row["rate"], "arrived": m.arrival_rate, "requests": row["n"],
+                             "failed": row["failed"],
+                             "tpot_ms_p50": [round(p.tpot_ms_p50, 2), m.tpot_ms_p50],
+                             "ttft_ms_p50": [None if p.ttft_ms_p50 is None else round(p.ttft_ms_p50, 1), m.ttft_ms_p50],
+                             "output_tokens_per_s": [round(p.output_tokens_per_s, 2), round(m.tokens_per_s, 2)],
+                             "measured_acceptance_length": m.acceptance_length})
+    med_tpot = statistics.median(errs_tpot) if errs_tpot else None
+    med_tok = statistics.median(errs_tok) if errs_tok else None
+    print(f"median |ln(pred/meas)| below saturation: TPOT {_fmt(med_tpot, '.3f')} over {len(errs_tpot)} points, "
+          f"output tokens/s {_fmt(med_tok, '.3f')} over {len(errs_tok)} points")
+    sats = {}
+    for a in (base, spec):
+        pred = saturation_rate(a.arm_model, s.output_len)
+        kept, lost = measured_saturation(a.rows, s.output_len)
+        sats[a.arm] = {"predicted": round(pred, 3), "measured_between": [kept, lost]}
+        seen = (f"kept up at every measured rate (up to {kept:g}/s)" if lost is None else
+                f"below the lowest rate ({lost:g}/s)" if kept is None else f"between {kept:g} and {lost:g}/s")
+        print(f"saturation, {a.arm}: predicted {pred:.3g}/s; measured {seen}")
+    pc = crossover_rate(base.arm_model, spec.arm_model, s.output_len)
+    lo, hi = measured_crossover(base, spec)
+    rates = [r["rate"] for r in base.rows]
+    within = _within_one_step(pc, lo, hi, rates)
+    pcs = ("never (speculation pays up to saturation)" if pc is None else
+           "at every rate (speculation never pays)" if pc == 0 else f"{pc:.3g}/s")
+    seen = (f"pays at every measured rate (up to {lo:g}/s)" if hi is None else
+            f"no better from the lowest rate ({hi:g}/s)" if lo is None else f"between {lo:g} and {hi:g}/s")
+    print(f"crossover: predicted {pcs}; measured {seen} ({'within' if within else 'NOT within'} one measured step)")
+    return {"server": server, "calibration": {base.arm: base.calibration, spec.arm: spec.calibration},
+            "rows": out_rows, "median_abs_log_error": {"tpot": med_tpot, "output_tokens_per_s": med_tok},
+            "saturation": sats, "crossover": {"predicted": pc, "measured_between": [lo, hi], "within_one_step": within}}
+
+
+def _within_one_step(pred: float | None, lo: float | None, hi: float | None, rates: list[float]) -> bool:
+    """Whether the predicted crossover falls in the measured interval or the measured step next to it."""
+    if hi is None:  # measured: pays at every rate
+        return pred is None or pred >= rates[-2 if len(rates) > 1 else -1]
+    if pred is None:
+        return hi == rates[-1]
+    i = rates.index(hi)
+    lower = rates[i - 2] if i >= 2 else 0.0
+    upper = rates[i + 1] if i + 1 < len(rates) else math.inf
+    return lower <= pred <= upper
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="Shorter outputs, 4 rates, two profile points.")
+    p.add_argument("--servers", default="embedded,vllm", help="Comma-separated: embedded, vllm.")
+    p.add_argument("-k", type=int, default=4, help="n-gram draft length (fixed).")
+    p.add_argument("--capacity", type=int, default=8, help="The servers' cap on running requests.")
+    p.add_argument("--threads", type=int, default=2, help="The embedded server's CPU threads.")
+    p.add_argument("--json", default=None, help="Also write the results here.")
+    p.add_argument("--keep", default=None, help="Folder for logs and the client's result files (default: a temp dir).")
+    args = p.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="load-model-"))
+    work.mkdir(parents=True, exist_ok=True)
+    s = Setup(quick=args.quick, output_len=24 if args.quick else 48, capacity=args.capacity, k=args.k,
+              threads=args.threads, profile_concurrency=[1, 4] if args.quick else [1, 2, 4],
+              rate_window_s=20.0 if args.quick else 40.0, work=work)
+    if not (VLLM_ENV / "bin" / "vllm").exists():
+        print(f"vllm bench serve is not available ({VLLM_ENV} is absent): it drives every server here. Build it "
+              "with scripts/stack_envs.sh vllm.")
+        return 1
+    print(f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()}; logs in {work}", flush=True)
+    out = []
+    for server in [x.strip() for x in args.servers.split(",") if x.strip()]:
+        if server == "vllm" and not (VLLM_ENV / ".specplug-pin").exists():
+            print(f"Skipping vLLM: the pinned venv is not at {VLLM_ENV} (scripts/stack_envs.sh vllm).")
+            continue
+        print(f"{server}:", flush=True)
+        base, rates = run_arm(server, "none", s, None)
+        spec, _ = run_arm(server, "ngram", s, rates)
+        out.append(report(server, base, spec, s))
+    print(f"\nload average at end {os.getloadavg()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""benchmarks/load_model.py's arithmetic, on result files written by hand: the steady-state throughput window,
+the calibration's step-cost line, and the measured saturation and crossover rates (the servers are not started)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "load_model.py"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    spec = importlib.util.spec_from_file_location("load_model_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up while being built
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _result(starts: list[float], ttft: float, gap: float, tokens: int) -> dict:
+    return {"start_times": starts, "ttfts": [ttft] * len(starts), "itls": [[gap] * (tokens - 1)] * len(starts),
+            "latencies": [ttft + gap * (tokens - 1)] * len(starts), "output_throughput": 1.0}
+
+
+def test_steady_throughput_leaves_out_the_ramp_and_the_drain(lm):
+    # One request a second for 20 s, 10 tokens each over 1 s: 10 tokens/s in steady state, whatever the tail.
+    res = _result([float(i) for i in range(20)], 0.1, 0.1, 10)
+    assert lm.steady_tokens_per_s(res) == pytest.approx(10.0, rel=0.1)
+    assert lm.arrival_rate(res) == pytest.approx(1.0)
+    # Speculation streams several tokens per chunk: 10 tokens in 4 chunks still count as 10.
+    chunky = {**res, "itls": [[0.3, 0.3, 0.3]] * 20, "output_lens": [10] * 20}
+    assert lm.steady_tokens_per_s(chunky) == pytest.approx(10.0, rel=0.1)
+    short = _result([0.0, 0.5], 0.1, 0.1, 10)
+    assert lm.steady_tokens_per_s(short) == 1.0  # too short a window: the run's own figure
+
+
+def test_saturation_and_crossover_are_read_between_measured_rates(lm):
+    def row(rate, tpot, tokens_per_s):
+        return {"rate": rate, "meas": lm.Measured(completed=8, failed=0, tpot_ms_p50=tpot, ttft_ms_p50=100.0,
+                                                  tokens_per_s=tokens_per_s, requests_per_s=rate, arrival_rate=rate)}
+
+    base = lm.ArmResult(server="x", arm="none", rows=[row(1, 50, 24), row(2, 60, 48), row(4, 90, 60)])
+    spec = lm.ArmResult(server="x", arm="ngram", rows=[row(1, 30, 24), row(2, 70, 47), row(4, 120, 40)])
+    # 24 output tokens per request: 4/s needs 96 tokens/s, and 60 is under 90% of it.
+    assert lm.measured_saturation(base.rows, 24) == (2, 4)
+    assert lm.measured_crossover(base, spec) == (1, 2)
+    rates = [1, 2, 4]
+    assert lm._within_one_step(1.5, 1, 2, rates) and lm._within_one_step(3.9, 1, 2, rates)
+    assert not lm._within_one_step(None, 1, 2, rates) and lm._within_one_step(None, 4, None, rates)
+
+
+def test_the_step_cost_line_is_least_squares(lm):
+    assert lm._line([1.0, 2.0, 4.0], [12.0, 14.0, 18.0]) == pytest.approx((2.0, 10.0))
+    assert lm._line([1.0], [7.0]) == (0.0, 7.0)
