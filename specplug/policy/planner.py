@@ -182,9 +182,10 @@ def _schedule(
     c: E.Context, d: E.DraftChoice, alpha: float, cands: list[Shape], capacity: int
 ) -> tuple[list[ScheduleEntry], list[CurvePoint], int | None]:
     """k per batch size along the policy's batch curve up to ``capacity`` (no batch beyond what the KV cache holds
-    runs), and the largest batch that still speculates (None: up to capacity). A bigger batch leaves less idle
-    compute, so k never grows with batch and, once off, stays off: each point only considers shapes no deeper than
-    the last. The off point is found to the batch."""
+    runs), and the largest batch that still speculates (None: up to capacity). In the cost model a bigger batch
+    leaves less idle compute, so the predicted k never grows with batch and, once off, stays off: each point only
+    considers shapes no deeper than the last (measurements may say otherwise: tune decides from them). The off point
+    is found to the batch."""
     pts = [b for b in c.policy.rules.batch_curve if b < capacity] + [max(capacity, 1)]
     curve: list[CurvePoint] = []
     depth_cap: int | None = None
