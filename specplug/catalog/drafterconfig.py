@@ -15,11 +15,11 @@ from typing import Any
 from specplug.catalog import hub
 from specplug.errors import CatalogError
 
-# Draft architectures by the stacks' own names (vLLM and SGLang model registries, SpecForge, speculators).
-_EAGLE3_ARCHS = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3DraftModel", "Eagle3Speculator",
-                 "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM", "Eagle3DeepseekV3ForCausalLM"}
-_BLOCK_ARCHS = {"DFlashDraftModel": ("dflash", "dflash"), "DFlash2DraftModel": ("dflash", "dflash2"),
-                "LiLiCorrDraftModel": ("dflash", "lilicorr"), "DSparkDraftModel": ("dspark", "dspark")}
+# Draft architectures by the substrings the stacks' registries name them with (vLLM, SGLang, SpecForge,
+# speculators): new targets add classes such as Gemma4DSparkModel or EagleMistralForCausalLM monthly.
+_ARCH_PATTERNS = (("PEagle", "p_eagle", "p_eagle"), ("Eagle3", "eagle3", "eagle3"), ("DFlash2", "dflash", "dflash2"),
+                  ("DFlash", "dflash", "dflash"), ("LiLiCorr", "dflash", "lilicorr"), ("DSpark", "dspark", "dspark"),
+                  ("Eagle", "eagle", "eagle1"), ("MTP", "mtp", "mtp"), ("NextN", "mtp", "mtp"))
 _SPECULATORS_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "dflash": "dflash", "dspark": "dspark", "mtp": "mtp"}
 _LABEL = {"eagle": "an EAGLE-1/EAGLE-2 head", "eagle3": "an EAGLE-3 head", "medusa": "Medusa heads",
           "mlp_speculator": "an MLP speculator", "dflash": "a DFlash block drafter", "dspark": "a DSpark block drafter",
@@ -72,22 +72,22 @@ def classify(cfg: dict[str, Any], repo: str = "", source: str = "", card: dict[s
         layers = _int(cfg.get("medusa_num_layers")) or layers
     elif model_type == "mlp_speculator" or arch == "MLPSpeculatorPreTrainedModel":
         method, fmt, basis = "mlp_speculator", "mlp_speculator", f"model_type 'mlp_speculator', n_predict {cfg.get('n_predict')}"
-    elif arch in _BLOCK_ARCHS:
-        method, fmt = _BLOCK_ARCHS[arch]
-        basis = f"architectures {arch}, block_size {cfg.get('block_size') or (cfg.get('dflash_config') or {}).get('block_size')}"
-    elif arch == "PEagleDraftModel":
-        method, fmt, basis = "p_eagle", "p_eagle", f"architectures {arch}"
-    elif arch in _EAGLE3_ARCHS or draft_vocab is not None:
+    elif (named := _by_arch(arch)) and named[0] != "eagle3":
+        method, fmt = named
+        basis = f"architectures {arch}"
+        if method in ("dflash", "dspark"):
+            basis += f", block_size {cfg.get('block_size') or (cfg.get('dflash_config') or {}).get('block_size')}"
+    elif named or draft_vocab is not None:
         method = "eagle3"
         v31 = bool(cfg.get("fc_norm")) or bool(cfg.get("norm_output"))
         fmt = "eagle3.1" if v31 else "eagle3"
-        basis = (f"architectures {arch}" if arch in _EAGLE3_ARCHS else "draft_vocab_size (a reduced draft vocabulary)")
+        basis = f"architectures {arch}" if named else "draft_vocab_size (a reduced draft vocabulary)"
         if v31:
             basis += " with fc_norm/norm_output (the EAGLE 3.1 variant)"
-    elif model_type == "eagle" or arch.startswith("Eagle"):
-        method, fmt, basis = "eagle", "eagle1", f"{'model_type' if model_type == 'eagle' else 'architectures'} '{model_type if model_type == 'eagle' else arch}'"
-    elif arch.endswith("MTP") or arch.endswith("MTPModel") or model_type.endswith("_mtp"):
-        method, fmt, basis = "mtp", "mtp", f"architectures {arch or model_type}"
+    elif model_type == "eagle":
+        method, fmt, basis = "eagle", "eagle1", "model_type 'eagle'"
+    elif model_type.endswith("_mtp"):
+        method, fmt, basis = "mtp", "mtp", f"model_type {model_type}"
     elif arch.endswith("ForCausalLM") and layers == 1:
         # One decoder layer and the LM's own vocabulary: the EAGLE-1 head layout (no draft model has one layer).
         method, fmt, basis = "eagle", "eagle1", f"architectures {arch} with num_hidden_layers 1 and no draft_vocab_size"
@@ -114,6 +114,11 @@ def classify(cfg: dict[str, Any], repo: str = "", source: str = "", card: dict[s
     return DrafterInfo(repo=repo, method=method, format=fmt, basis=f"config.json {basis}", vocab_size=vocab,
                        draft_vocab_size=draft_vocab, trained_for=target, trained_for_basis=target_basis, layers=layers,
                        source=source)
+
+
+def _by_arch(arch: str) -> tuple[str, str] | None:
+    """(method, format) an architecture name says, by the first pattern it contains."""
+    return next(((method, fmt) for part, method, fmt in _ARCH_PATTERNS if part in arch), None)
 
 
 def read_drafter(name: str, revision: str | None = None) -> DrafterInfo:

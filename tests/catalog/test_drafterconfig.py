@@ -97,3 +97,18 @@ def test_every_format_the_reader_gives_belongs_to_its_method_in_the_method_table
     assert (BY_NAME["ngram"].drafts_by, BY_NAME["draft_model"].drafts_by, BY_NAME["eagle3"].drafts_by) == ("copy", "model", "learned")
     assert BY_NAME["eagle3"].needs_drafter and not BY_NAME["mtp"].needs_drafter
     assert "p_eagle" not in BY_NAME  # no stack here runs P-EAGLE checkpoints: the reader says so instead
+
+
+@pytest.mark.parametrize("arch,method", [
+    # Class names from the vLLM and SGLang registries that no fixed list named: per-target heads arrive monthly.
+    ("Qwen3DSparkModel", "dspark"), ("Gemma4DSparkForCausalLM", "dspark"), ("DFlashQwen3ForCausalLM", "dflash"),
+    ("EagleMistralForCausalLM", "eagle"), ("LlamaForCausalLMEagle", "eagle"), ("Qwen2ForCausalLMEagle", "eagle"),
+    ("Eagle3MiniMaxM2ForCausalLM", "eagle3"), ("Qwen3NextForCausalLMMTP", "mtp"), ("DeepseekV3ForCausalLMNextN", "mtp"),
+])
+def test_drafter_classes_the_stacks_register_are_read_by_their_names(arch, method):
+    assert classify({"architectures": [arch], "model_type": "qwen3", "num_hidden_layers": 1}).method == method
+
+
+def test_a_target_model_is_not_mistaken_for_a_drafter_by_its_name():
+    for arch in ("MiMoV2FlashForCausalLM", "LongcatFlashForCausalLM", "DeepseekV3ForCausalLM"):
+        assert classify({"architectures": [arch], "model_type": "x", "num_hidden_layers": 4}).method == "draft_model"

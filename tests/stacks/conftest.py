@@ -37,6 +37,32 @@ def tiny_model(vllm_env) -> Path:
     return need(vllm_env / "models" / "tiny-llama" / "config.json", "the tiny local model", "vllm").parent
 
 
+# How each method's checkpoint names itself in config.json (the stacks' registries), over the tiny model's config.
+_DRAFTER_CONFIG = {
+    "eagle3": {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1},
+    "eagle": {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1},  # EAGLE-1's released layout
+    "dflash": {"architectures": ["DFlashDraftModel"], "num_hidden_layers": 1, "block_size": 16,
+               "dflash_config": {"target_layer_ids": [1], "mask_token_id": 2}},
+    "dspark": {"architectures": ["DSparkDraftModel"], "num_hidden_layers": 1, "block_size": 7},
+}
+
+
+@pytest.fixture(scope="session")
+def drafters(tiny_model, tmp_path_factory) -> dict[str, Path]:
+    """A drafter folder per method for the tiny model: its files, with config.json saying the method (the stacks
+    parse and resolve without loading weights; specplug refuses a plain LM named as an EAGLE head)."""
+    out = {}
+    base = json.loads((tiny_model / "config.json").read_text(encoding="utf-8"))
+    for method, fields in _DRAFTER_CONFIG.items():
+        folder = tmp_path_factory.mktemp(f"drafter-{method}")
+        for f in tiny_model.iterdir():
+            if f.name != "config.json":
+                (folder / f.name).symlink_to(f)
+        (folder / "config.json").write_text(json.dumps({**base, **fields}), encoding="utf-8")
+        out[method] = folder
+    return out
+
+
 @pytest.fixture(scope="session")
 def sglang_env() -> Path:
     return need(ROOT / "sglang" / ".specplug-pin", "the pinned SGLang venv", "sglang").parent

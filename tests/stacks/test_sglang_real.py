@@ -36,13 +36,14 @@ SCHEDULE = ("  schedule:\n    - {min_batch: 1, max_batch: 8, num_speculative_tok
 
 
 @pytest.fixture(scope="module")
-def checked(sglang_env, tiny_model, run_cli_module, tmp_path_factory):
+def checked(sglang_env, tiny_model, drafters, run_cli_module, tmp_path_factory):
     m = str(tiny_model)
+    d = {k: str(v) for k, v in drafters.items()}
     tmp = tmp_path_factory.mktemp("sglang")
     common = dict(model=m, gpu="h100", num_gpus=1, stack_version=VERSION, port=30001)
     cases = {
         "ngram": (render("sglang", method="ngram", num_speculative_tokens=4, **common).spec.argv, True),
-        "eagle3": (render("sglang", method="eagle3", drafter=m, num_speculative_tokens=3, **common).spec.argv, True),
+        "eagle3": (render("sglang", method="eagle3", drafter=d["eagle3"], num_speculative_tokens=3, **common).spec.argv, True),
         "standalone": (render("sglang", method="draft_model", drafter=m, num_speculative_tokens=2, **common).spec.argv,
                        True),
     }
@@ -51,16 +52,16 @@ def checked(sglang_env, tiny_model, run_cli_module, tmp_path_factory):
                     "  tree: {steps: 6, topk: 4, num_draft_tokens: 12}\n")
     cases["ngram_tree"] = (render("sglang", config_path=ngram).spec.argv, True)
     adaptive = render("sglang", config_path=_config(tmp / "adaptive", tiny_model,
-                                                    f"  method: eagle3\n  drafter: {m}\n  num_speculative_tokens: 4\n{SCHEDULE}"))
+                                                    f"  method: eagle3\n  drafter: {d['eagle3']}\n  num_speculative_tokens: 4\n{SCHEDULE}"))
     assert adaptive.files, "the schedule should render an adaptive config"
     cases["eagle3_adaptive"] = (_written(adaptive, tmp / "adaptive-out"), True)
-    cases["eagle"] = (render("sglang", method="eagle", drafter=m, num_speculative_tokens=3, **common).spec.argv, True)
+    cases["eagle"] = (render("sglang", method="eagle", drafter=d["eagle"], num_speculative_tokens=3, **common).spec.argv, True)
     # DFLASH resolves on CUDA/NPU/XPU only: the check's CPU device stops inside SGLang's own DFLASH handler.
-    cases["dflash"] = (render("sglang", method="dflash", drafter=m, num_speculative_tokens=15, **common).spec.argv, True)
-    block = _config(tmp / "block", tiny_model, f"  method: eagle3\n  drafter: {m}\n  num_speculative_tokens: 3\n"
+    cases["dflash"] = (render("sglang", method="dflash", drafter=d["dflash"], num_speculative_tokens=15, **common).spec.argv, True)
+    block = _config(tmp / "block", tiny_model, f"  method: eagle3\n  drafter: {d['eagle3']}\n  num_speculative_tokens: 3\n"
                     "  verification: block\n  draft_sampling: probabilistic\n")
     cases["eagle3_block"] = (render("sglang", config_path=block).spec.argv, True)
-    cases["dspark"] = (render("sglang", method="dspark", drafter=m, num_speculative_tokens=7, **common).spec.argv, True)
+    cases["dspark"] = (render("sglang", method="dspark", drafter=d["dspark"], num_speculative_tokens=7, **common).spec.argv, True)
     # specplug refuses NGRAM and STANDALONE with DP attention; the same argv with it added shows SGLang does too.
     dp = ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2"]
     cases["ngram_dp_attention"] = (cases["ngram"][0] + dp, True)
@@ -90,12 +91,12 @@ def test_ngram_resolves_with_ngram_algorithm(checked):
     assert r["parsed"]["host"] == "127.0.0.1" and r["parsed"]["port"] == 30001
 
 
-def test_eagle3_resolves_with_all_three_knobs_and_steps_plus_one(checked, tiny_model):
+def test_eagle3_resolves_with_all_three_knobs_and_steps_plus_one(checked, drafters):
     r = checked["eagle3"]
     assert r["ok"], r.get("error")
     got = r["resolved"]
     assert got["speculative_algorithm"] == "EAGLE3"
-    assert got["speculative_draft_model_path"] == str(tiny_model)
+    assert got["speculative_draft_model_path"] == str(drafters["eagle3"])
     assert (got["speculative_num_steps"], got["speculative_eagle_topk"], got["speculative_num_draft_tokens"]) == (3, 1, 4)
 
 
@@ -157,19 +158,19 @@ def test_sglang_itself_refuses_what_specplug_refuses_with_dp_attention(checked, 
     assert "does not support dp attention" not in (checked["eagle3_dp_attention"].get("error") or "")
 
 
-def test_dflash_parses_as_sglangs_dflash_algorithm_with_its_block(checked, tiny_model):
+def test_dflash_parses_as_sglangs_dflash_algorithm_with_its_block(checked, drafters):
     r = checked["dflash"]
     assert r["parsed"]["speculative_algorithm"] == "DFLASH"
-    assert r["parsed"]["speculative_draft_model_path"] == str(tiny_model)
+    assert r["parsed"]["speculative_draft_model_path"] == str(drafters["dflash"])
     assert r["parsed"]["speculative_num_draft_tokens"] == 16  # the anchor plus k=15 masks: one z-lab b16 block
     # Resolution reached SGLang's DFLASH handler (the algorithm and flags were accepted) and stopped at the device.
     assert not r["ok"] and "DFLASH speculative decoding is not supported" in r["error"], r.get("error")
 
 
-def test_dspark_parses_as_sglangs_dspark_algorithm_with_its_block(checked, tiny_model):
+def test_dspark_parses_as_sglangs_dspark_algorithm_with_its_block(checked, drafters):
     r = checked["dspark"]
     assert r["parsed"]["speculative_algorithm"] == "DSPARK"
-    assert r["parsed"]["speculative_draft_model_path"] == str(tiny_model)
+    assert r["parsed"]["speculative_draft_model_path"] == str(drafters["dspark"])
     assert r["parsed"]["speculative_dspark_block_size"] == 7
     # steps, topk and draft tokens are left to SGLang, which forces them (an explicit different value is an error).
     assert r["parsed"]["speculative_num_draft_tokens"] is None and r["parsed"]["speculative_num_steps"] is None
