@@ -35,27 +35,9 @@ import statistics
 import time
 
 import torch
+from _prompts import ITEMS_CODE
 
-REWRITE_CODE = '''import json
-from pathlib import Path
-
-
-def load_items(path):
-    data = json.loads(Path(path).read_text())
-    items = []
-    for raw in data["items"]:
-        if raw.get("skip"):
-            continue
-        items.append({"name": raw["name"], "price": float(raw["price"]), "qty": int(raw.get("qty", 1))})
-    return items
-
-
-def total(items):
-    result = 0.0
-    for item in items:
-        result += item["price"] * item["qty"]
-    return result
-
+REWRITE_CODE = "import json\nfrom pathlib import Path\n\n\n" + ITEMS_CODE + '''
 
 def cheapest(items):
     best = None

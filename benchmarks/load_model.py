@@ -31,15 +31,16 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _servers import free_port, stop
+from _servers import start as start_server
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -105,12 +106,6 @@ class ArmResult:
     rows: list[dict] = field(default_factory=list)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server_argv(server: str, method: str, s: Setup, port: int) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, **CLIENT_ENV}
     if server == "embedded":
@@ -134,32 +129,8 @@ def start(server: str, method: str, s: Setup) -> tuple[subprocess.Popen, str, Pa
     port = free_port()
     argv, env = server_argv(server, method, s, port)
     log = s.work / f"{server}-{method}.log"
-    fh = open(log, "w")  # noqa: SIM115 - owned by the process for its lifetime
-    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{server} ({method}) exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, base, log
-        except OSError:
-            pass
-        time.sleep(1)
-    stop(proc)
-    raise RuntimeError(f"{server} ({method}) not healthy after 900 s; log: {log}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+    proc, base = start_server(argv, env, REPO, log, f"{server} ({method})", port)
+    return proc, base, log
 
 
 def counters(base: str) -> dict[str, float]:

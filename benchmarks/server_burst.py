@@ -26,7 +26,6 @@ import json
 import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -37,7 +36,7 @@ from urllib.parse import urlparse
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from server_load import free_port, wait_healthy  # noqa: E402  (sibling benchmark)
+from _servers import free_port, start, stop  # noqa: E402
 
 from specplug.runtime.serving.loadgen import require_loopback  # noqa: E402
 
@@ -300,14 +299,13 @@ def stop_prober(prober: tuple) -> tuple[list[float], list[str]]:
     return result
 
 
-def start_server(args: argparse.Namespace, port: int, log: Path) -> subprocess.Popen:
+def server_argv(args: argparse.Namespace, port: int) -> list[str]:
     argv = [sys.executable, "-m", "specplug.runtime.server", "--model", args.model, "--method", args.method,
             "--port", str(port), "--max-batch-size", str(args.max_batch_size), "--max-queue", str(args.max_queue),
             "--max-body-bytes", str(args.max_body_bytes), "--max-tokens-limit", "64", "--log-level", "warning"]
     if args.threads:
         argv += ["--threads", str(args.threads)]
-    fh = open(log, "w")  # noqa: SIM115 - owned by the process for its lifetime
-    return subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return argv
 
 
 def pct(values: list[float], q: int) -> float:
@@ -397,22 +395,16 @@ def main() -> None:
     args = p.parse_args()
 
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
     log = Path(args.log_dir) / "server-burst.log"
-    proc = start_server(args, port, log)
+    proc, base = start(server_argv(args, port), {**os.environ, "HF_HUB_OFFLINE": "1"}, REPO, log, "server", port)
     try:
-        wait_healthy(proc, base, log)
         prober = start_prober(base)
         try:
             tally, wall = asyncio.run(burst(base, args))
         finally:
             probe = stop_prober(prober)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     row = report(tally, wall, probe, args)
     print_report(row, args)
     print(f"server log: {log}")

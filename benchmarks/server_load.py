@@ -15,15 +15,14 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _servers import free_port, start, stop  # noqa: E402
 
 from specplug.runtime.serving.loadgen import run_load  # noqa: E402
 
@@ -39,12 +38,6 @@ PROMPTS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def metrics(base: str) -> dict[str, float]:
     with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -56,38 +49,20 @@ def metrics(base: str) -> dict[str, float]:
     return out
 
 
-def start(args: argparse.Namespace, method: str, port: int, log: Path) -> subprocess.Popen:
+def server_argv(args: argparse.Namespace, method: str, port: int) -> list[str]:
     argv = [sys.executable, "-m", "specplug.runtime.server", "--model", args.model, "--method", method,
             "-k", str(args.k), "--port", str(port), "--max-batch-size", str(args.max_batch_size),
             "--max-queue", str(max(256, args.clients)), "--log-level", "warning"]
     if args.threads:
         argv += ["--threads", str(args.threads)]
-    fh = open(log, "w")  # noqa: SIM115 - owned by the process for its lifetime
-    return subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-
-
-def wait_healthy(proc: subprocess.Popen, base: str, log: Path, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"server not healthy after {timeout}s")
+    return argv
 
 
 def run_one(args: argparse.Namespace, method: str) -> dict:
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
     log = Path(args.log_dir) / f"server-{method}.log"
-    proc = start(args, method, port, log)
+    proc, base = start(server_argv(args, method, port), {**os.environ, "HF_HUB_OFFLINE": "1"}, REPO, log, "server", port)
     try:
-        wait_healthy(proc, base, log)
         # Warm-up: first passes allocate and pick kernels; keep them out of the figures.
         asyncio.run(run_load(base, args.model, PROMPTS, clients=2, requests_per_client=1, max_tokens=4, timeout_s=300))
         before = metrics(base)
@@ -96,11 +71,7 @@ def run_one(args: argparse.Namespace, method: str) -> dict:
                                    timeout_s=args.time_budget))
         after = metrics(base)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     row = {"method": method, **res.summary()}
     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     drafts = d.get("vllm:spec_decode_num_drafts_total", 0)

@@ -6,8 +6,10 @@ dtype, on the same weights (logits bit-identical on a CPU with the weights as lo
 ``tests/runtime/test_decoder.py``), with stacked projections, RoPE on q and k at once, and a KV cache
 (:class:`GrowCache`) that writes into preallocated room and rolls back by moving a length.
 
-On a CPU in float32 the weights are also re-laid for MKL (:data:`CPU_LAYOUT`, :data:`CPU_PACKED`) and moved into
-huge pages (:data:`HUGE_PAGES`): logits then differ in the last bits, greedy tokens stay the same (tested).
+On a CPU in float32 the weights are also re-laid for MKL (:data:`CPU_LAYOUT`, :data:`CPU_PACKED`), packed for
+oneDNN for passes of several rows (:data:`ONEDNN_FROM_ROWS`: a batched step then costs about what a lone request's
+does) and moved into huge pages (:data:`HUGE_PAGES`): logits then differ in the last bits, greedy tokens stay the
+same (tested).
 
 Only layers of exactly the Llama shape (q/k/v/o, optional biases, RMSNorm, gated SiLU MLP, rotary positions)
 take this path; anything else keeps the transformers forward. The rotary table comes from the model's own
@@ -47,6 +49,11 @@ TORCH_LAYOUT_ROWS = frozenset({2, 3})
 # while a packed product does not; benchmarks/weight_layout.py shows which weights gain.
 CPU_PACKED = frozenset({"gate_up", "lm_head"})
 PACKED_ROWS = {4: 5, 5: 5, 6: 8, 7: 8, 8: 8}
+# Passes of at least this many rows multiply through oneDNN's packed weights (every weight kind), where torch has
+# oneDNN; MKL's packs are then not made. Why: from 2 rows MKL's unpacked and packed kernels cost about twice a
+# 1-row product on a small model, so a batch of 4 paid 2-2.5 times a lone request's step; oneDNN's blocked
+# kernels read the weights once for all rows (benchmarks/step_profile.py shows the step by batch).
+ONEDNN_FROM_ROWS = 2
 # Bytes the "both" copies and the packs may add; beyond it the weights stay as loaded, since for a larger model
 # memory matters more than a few percent.
 CPU_COPY_BUDGET = 5 << 28
@@ -220,6 +227,28 @@ class _Packed:
         return torch.ops.mkl._mkl_linear(x, self.packs[rows], self.weight, bias, rows)[:m]
 
 
+class _Onednn:
+    """``x @ W.T`` through oneDNN, the weight reordered once into its blocked layout (any row count)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 4)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, bias, "none", [], "")
+
+
+@functools.cache
+def _onednn_packing() -> bool:
+    """Whether this torch build multiplies through oneDNN's packed linear (x86 and arm64 CPU builds do)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:  # some builds list the op but lack the kernel for float32
+        w, x = torch.ones(8, 8), torch.ones(2, 8)
+        return bool(torch.equal(_Onednn(w)(x), x @ w.t()))
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 def _mkl_packing() -> bool:
     """Whether this torch build has MKL's packed product (x86 builds with MKL do)."""
     return bool(getattr(torch._C, "has_mkl", False)) and hasattr(torch.ops.mkl, "_mkl_linear")
@@ -255,6 +284,7 @@ class _Weights:
     in_eps: float
     post_eps: float
     packs: dict[str, _Packed]  # kind -> the weight packed for PACKED_ROWS rows (CPU_PACKED), where it is
+    dnn: dict[str, _Onednn]  # kind -> the weight packed by oneDNN (ONEDNN_FROM_ROWS), where it is
     # alt (the pass's rows are not TORCH_LAYOUT_ROWS) -> kind -> the stored form to multiply by, as _rhs views
     rhs: dict[bool, dict[str, torch.Tensor]] = field(init=False)
 
@@ -270,7 +300,7 @@ def _rhs(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _linear(
-    x: torch.Tensor, rhs: torch.Tensor, packed: _Packed | None, bias: torch.Tensor | None = None
+    x: torch.Tensor, rhs: torch.Tensor, packed: _Packed | _Onednn | None, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``x @ rhs (+ bias)`` for a 2-D ``x`` and a weight's view ``rhs`` (:func:`_rhs`); through ``packed`` (the
     same weight packed by MKL) when given.
@@ -381,7 +411,8 @@ class LeanDecoder(torch.nn.Module):
         head = model.lm_head.weight if subset is None else subset.weight
         layers = inner.layers[: cfg.num_hidden_layers]
         layout = dict(CPU_LAYOUT) if head.device.type == "cpu" and head.dtype == torch.float32 else {}
-        packed = set(CPU_PACKED) if layout and _mkl_packing() else set()
+        dnn = bool(layout) and _onednn_packing()
+        packed = set(CPU_PACKED) if layout and not dnn and _mkl_packing() else set()
 
         def numel(*paths: str) -> int:
             return sum(layer.get_submodule(p).weight.numel() for layer in layers for p in paths)
@@ -391,9 +422,13 @@ class LeanDecoder(torch.nn.Module):
                  "o": numel("self_attn.o_proj"), "down": numel("mlp.down_proj")}
         copies = sum(sizes[kind] for kind, how in layout.items() if how == "both")
         copies += sum(sizes[kind] for kind in packed) * len(set(PACKED_ROWS.values()))
+        copies += sum(sizes.values()) if dnn else 0
         if copies * head.element_size() > CPU_COPY_BUDGET:
             layout = {kind: "torch" if how == "both" else how for kind, how in layout.items()}
             packed = set()
+            # Batched passes gain most from oneDNN: it alone is kept where it alone fits.
+            dnn = dnn and sum(sizes.values()) * head.element_size() <= CPU_COPY_BUDGET
+        self.onednn = dnn
         t = {kind for kind, how in layout.items() if how == "transposed"}
         both = {kind for kind, how in layout.items() if how == "both"}
         self.rotary = inner.rotary_emb
@@ -406,6 +441,7 @@ class LeanDecoder(torch.nn.Module):
             self.lm_head = _copy_of(subset, head, "lm_head" in t)
         self.lm_head_t = _copy_of(head_owner, self.lm_head, "lm_head" in both)
         self.lm_head_p = _pack_of(head_owner, self.lm_head, "lm_head" in packed)
+        self.lm_head_dnn = _kept(head_owner, "_specplug_onednn", self.lm_head, _Onednn) if dnn else None
         self.head_rhs, self.head_t_rhs = _rhs(self.lm_head), _rhs(self.lm_head_t)
         self.lm_bias = getattr(model.lm_head, "bias", None) if subset is None else subset.bias
         self.embed = inner.embed_tokens.weight
@@ -419,12 +455,13 @@ class LeanDecoder(torch.nn.Module):
             # Each pack is kept on the module that owns its weight, for other decoders over the model.
             owned = {"qkv": (a, qkv), "o": (a.o_proj, o), "gate_up": (m, gate_up), "down": (m.down_proj, down)}
             packs = {kind: _pack_of(owner, w, True) for kind, (owner, w) in owned.items() if kind in packed}
+            dnns = {kind: _kept(owner, "_specplug_onednn", w, _Onednn) for kind, (owner, w) in owned.items()} if dnn else {}
             self.weights.append(
                 _Weights(
                     layer.input_layernorm.weight, qkv, _copy_of(a, qkv, "qkv" in both), qkv_bias,
                     o, _copy_of(a.o_proj, o, "o" in both), a.o_proj.bias, layer.post_attention_layernorm.weight,
                     gate_up, _copy_of(m, gate_up, "gate_up" in both), down,
-                    _eps(layer.input_layernorm), _eps(layer.post_attention_layernorm), packs,
+                    _eps(layer.input_layernorm), _eps(layer.post_attention_layernorm), packs, dnns,
                 )
             )
         self.inter = self.weights[0].gate_up.shape[0] // 2 if self.weights else 0
@@ -508,9 +545,10 @@ class LeanDecoder(torch.nn.Module):
         nq = heads + kv
         # Which stored form of a weight kept more than one way (CPU_LAYOUT, CPU_PACKED) this pass multiplies by.
         alt, pack = b * n not in TORCH_LAYOUT_ROWS, b * n in PACKED_ROWS
+        dnn = self.onednn and b * n >= ONEDNN_FROM_ROWS
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
-            packs = w.packs if pack else {}
+            packs = w.dnn if dnn else w.packs if pack else {}
             rhs = w.rhs[alt]
             qkv = _linear(x, rhs["qkv"], packs.get("qkv"), w.qkv_bias).view(b, n, nq + kv, dim)
             # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
@@ -540,7 +578,8 @@ class LeanDecoder(torch.nn.Module):
             h = h[:, -logits_to_keep:]
         rows = b * h.shape[1]
         head = self.head_rhs if rows in TORCH_LAYOUT_ROWS else self.head_t_rhs
-        packed = self.lm_head_p if rows in PACKED_ROWS else None
+        packed = self.lm_head_dnn if self.onednn and rows >= ONEDNN_FROM_ROWS else (
+            self.lm_head_p if rows in PACKED_ROWS else None)
         logits = _linear(h.reshape(rows, -1), head, packed, self.lm_bias).view(b, rows // b, -1)
         return SimpleNamespace(logits=logits, cache=cache)
 

@@ -14,6 +14,10 @@ device=None, eos_token_ids=None, lean=True, paced=False)``
 ``engine.generate(prompts: list[list[int]], params: GenerationParams | list[GenerationParams]) -> list[Result]``
     Decode a batch to the end; one :class:`Result` (tokens, text, finish_reason, stats) per prompt, in order.
 
+``engine.calibrate(max_batch) -> dict[int, float]``
+    Time target passes by batch size and draft width on this device, so that a paced engine starts from its
+    own costs. ``engine.spec_steps`` counts decode steps by what speculation did (:data:`SPEC_STEPS`).
+
 ``batch = engine.start()`` -> :class:`DecodeBatch`, the step-wise interface:
     ``rid = batch.add(prompt_ids, params)``  queue a request; it joins at the next ``step()`` (continuous
                                               batching: add any time, also while others are decoding).
@@ -33,9 +37,9 @@ Each request has its own sampling parameters (temperature, top-k, top-p), stop s
 max_new_tokens, and vLLM's min_tokens and stop_token_ids. min_tokens masks the stop tokens' logits at the
 positions before it, in the one target pass that verifies drafts as in plain decoding, so speculation stays
 lossless. A stop string ends the text before it and the tokens with the one that completed it
-(:mod:`specplug.runtime.textstream`, which the server shares). Seeds: a batch draws from one generator seeded
-by its first request that has a seed, so a seeded request reproduces exactly when decoded alone (pacing then
-drafts a fixed k: see ``step``).
+(:mod:`specplug.runtime.textstream`, which the server shares). Seeds: every request draws its random numbers
+from its own generator (seeded by its seed, else at random), as many as it would alone, so a seeded request
+gives the same tokens alone and batched beside others (pacing then drafts a fixed k: see ``step``).
 
 How a step works: each row feeds [last token, its drafts] in one target forward (rows with fewer drafts
 carry padding that is rolled back), the verifier decides per row, the target cache keeps per row exactly the
@@ -56,7 +60,7 @@ from specplug.runtime.cache import KVState
 from specplug.runtime.decoder import lean as lean_decoder
 from specplug.runtime.pacing import DraftPacer, record
 from specplug.runtime.proposers import Draft, Proposer, _prefill
-from specplug.runtime.sampling import RowWarper, SamplingParams, hold_stop_tokens
+from specplug.runtime.sampling import RowGenerators, RowWarper, SamplingParams, hold_stop_tokens
 from specplug.runtime.textstream import TextStream
 from specplug.runtime.verify import verify
 
@@ -176,6 +180,7 @@ class _Row:
     started: float
     stats: RequestStats
     stream: TextStream | None = None  # ids -> text and stop strings, where the engine has a tokenizer
+    gen: torch.Generator | None = None  # the request's own random numbers (set when it joins)
     finish_reason: str | None = None
     found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
     # Whether the row's latest settled free draft matched in full: copied text tends to go on being copied, so a
@@ -211,6 +216,17 @@ class _NoProposer:
         return None
 
 
+# What speculation did in a decode step, for /metrics and the log: "on" drafted; otherwise why not:
+# "no_draft" the proposer found nothing to draft, "not_paying" the cost model (measured pass costs at this batch
+# and the acceptance seen so far) predicted drafting would not pay, "at_length" every row is one token short of
+# its max_tokens.
+SPEC_STEPS = ("on", "no_draft", "not_paying", "at_length")
+# Pass widths (drafts per row) and batch sizes ``calibrate`` times at start, up to k and the largest batch.
+CALIBRATE_WIDTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
+CALIBRATE_BATCHES = (1, 2, 4, 8, 16, 32)
+CALIBRATE_CONTEXT = 96  # tokens in each calibration row's cache: a short chat's context
+
+
 class SpeculativeEngine:
     """Holds the target model and how to draft; each ``start()`` makes an independent batch."""
 
@@ -239,6 +255,9 @@ class SpeculativeEngine:
         self.k_max = k_max or 2 * k
         # Measured pass costs and acceptance, shared by this engine's batches (see specplug.runtime.pacing).
         self.pacer = DraftPacer() if paced and proposer_factory else None
+        # Steps by what speculation did (SPEC_STEPS): whether it drafted, and why not where it did not. Read by
+        # the server's /metrics and log; only ever added to.
+        self.spec_steps: dict[str, int] = dict.fromkeys(SPEC_STEPS, 0)
         self.device = torch.device(device) if device is not None else next(target.parameters()).device
         if eos_token_ids is None:
             eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
@@ -246,6 +265,30 @@ class SpeculativeEngine:
                 eos = getattr(target.config, "eos_token_id", None)
             eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
         self.eos_token_ids = set(eos_token_ids)
+
+    @torch.inference_mode()
+    def calibrate(self, max_batch: int) -> dict[int, float]:
+        """Time target passes on this machine before serving: each batch size in ``CALIBRATE_BATCHES`` up to
+        ``max_batch`` at each width in ``CALIBRATE_WIDTHS`` up to the longest draft, twice (the pacer does not believe a size's
+        first timing). The pacer then starts from this device's costs instead of learning them by exploring on
+        live traffic, which at a large batch costs real seconds. Returns {tokens fed: seconds}; {} without a pacer.
+        """
+        if self.pacer is None:
+            return {}
+        gen = torch.Generator().manual_seed(0)
+        vocab = int(getattr(self.target.config, "vocab_size", 1000))
+        for batch in [b for b in CALIBRATE_BATCHES if b <= max(1, max_batch)]:
+            kv = KVState(self.target, batch, self.device)
+            kv.forward(torch.randint(0, vocab, (batch, CALIBRATE_CONTEXT), generator=gen).to(self.device), last_only=True)
+            for width in [w for w in CALIBRATE_WIDTHS if w <= (self.k_max if self.adaptive else self.k)]:
+                feed = torch.randint(0, vocab, (batch, width + 1), generator=gen).to(self.device)
+                for _ in range(2):
+                    t = time.perf_counter()
+                    logits = kv.forward(feed)
+                    logits.argmax(-1).tolist()  # as a step ends: a device sync
+                    self.pacer.observe_pass(batch * (width + 1), time.perf_counter() - t)
+                    kv.rollback(torch.zeros(batch, dtype=torch.long, device=self.device))
+        return dict(sorted(self.pacer.cost.items()))
 
     def start(self) -> DecodeBatch:
         proposer = self.proposer_factory() if self.proposer_factory else _NoProposer()
@@ -276,7 +319,6 @@ class DecodeBatch:
         self._next_id = 0
         self._lock = threading.Lock()
         self._warper: RowWarper | None = None
-        self.generator: torch.Generator | None = None
 
     # -- requests -------------------------------------------------------------------------------------------
     def add(self, prompt: list[int], params: GenerationParams | None = None) -> int:
@@ -343,6 +385,7 @@ class DecodeBatch:
         if self._warper is None:
             self._warper = RowWarper([r.params.sampling for r in rows], self.device)
         warper = self._warper
+        gens = RowGenerators([r.gen for r in rows])
         ks = [max(0, min(r.k, r.params.max_new_tokens - r.stats.new_tokens - 1)) for r in rows]
         if self.engine.proposer_factory is None:
             ks = [0] * len(rows)
@@ -358,6 +401,7 @@ class DecodeBatch:
         # is told its width before drafting.
         free = bool(getattr(self.proposer, "free", False))
         width = 0
+        limits = list(ks)
         if paced and any(ks) and not free:
             rates = [pacer.rates(*r.counts(None), k) for r, k in zip(rows, ks, strict=True)]
             width = pacer.choose(ks, rates, probe=True)
@@ -367,8 +411,9 @@ class DecodeBatch:
             return None if warper.all_greedy else warper(logits)
 
         t0 = time.perf_counter()
-        draft = self.proposer.propose([r.history for r in rows], ks, warp, self.generator)
+        draft = self.proposer.propose([r.history for r in rows], ks, warp, gens)
         drafting = time.perf_counter() - t0
+        full_n = draft.n
         found: list[_Found] | None = None
         if pacer is not None and free and draft.tokens.shape[1]:
             full = draft.tokens.tolist()
@@ -380,11 +425,15 @@ class DecodeBatch:
                 draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
         if paced and pacer.measuring and draft.tokens.shape[1] < width:
             draft = _widen(draft, width)  # the pass must have the width being measured
+        if self.engine.proposer_factory is not None:
+            found_any = free and bool((full_n > 0).any())
+            cut = paced and width == 0 and (found_any or not free)
+            self.engine.spec_steps[_spec_state(limits, cut, draft)] += 1
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
         t1 = time.perf_counter()
         logits = self._hold_stops(rows, self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1)))
-        n_acc, nxt = verify(logits, dtokens, dn, draft.probs, warper, self.generator)
+        n_acc, nxt = verify(logits, dtokens, dn, draft.probs, warper, gens)
         self.kv.rollback(n_acc + 1)
         self.proposer.commit(n_acc, nxt)
 
@@ -513,21 +562,27 @@ class DecodeBatch:
         if gone:
             self._drop(gone)
         if queue:
-            if self.generator is None:
-                seed = next((r.params.sampling.seed for r in queue if r.params.sampling.seed is not None), None)
-                self.generator = torch.Generator(device=self.device)
-                if seed is not None:
-                    self.generator.manual_seed(seed)
+            for r in queue:
+                r.gen = torch.Generator(device=self.device)
+                if r.params.sampling.seed is not None:
+                    r.gen.manual_seed(r.params.sampling.seed)
                 else:
-                    self.generator.seed()
+                    r.gen.seed()
             t0 = time.perf_counter()
-            new = KVState(self.engine.target, len(queue), self.device)
-            # The whole prompt goes in and its last position gives the first token, exactly as a plain
-            # ``generate`` computes it (same shapes, so the same rounding and the same greedy ties).
-            logits = self._hold_stops(queue, _prefill(new, [r.history for r in queue], self.device))
+            # The whole prompt goes in and its last position gives the first token, as a plain ``generate``
+            # computes it. Consecutive prompts of one length go in together and others apart, so that no compute
+            # goes to padding a short prompt to a long one's length (and equal ones still share a pass).
+            new = KVState(self.engine.target, 0, self.device)
+            parts = []
+            for run in _equal_length_runs(queue):
+                part = KVState(self.engine.target, len(run), self.device)
+                parts.append(_prefill(part, [r.history for r in run], self.device))
+                new.merge(part)
+            logits = self._hold_stops(queue, torch.cat(parts))
             warper = RowWarper([r.params.sampling for r in queue], self.device)
             no_draft = torch.zeros(len(queue), 0, dtype=torch.long, device=self.device)
-            _, first = verify(logits, no_draft, no_draft.new_zeros(len(queue)), None, warper, self.generator)
+            gens = RowGenerators([r.gen for r in queue])
+            _, first = verify(logits, no_draft, no_draft.new_zeros(len(queue)), None, warper, gens)
             self.kv.merge(new)
             now = time.perf_counter()
             first_l = first.tolist()
@@ -551,6 +606,27 @@ def _text_stream(tokenizer: Any, params: GenerationParams) -> TextStream:
 
         return DialectTextStream(tokenizer, params.stop, min_tokens=params.min_tokens)
     return TextStream(tokenizer, params.stop)
+
+
+def _equal_length_runs(rows: list[_Row]) -> list[list[_Row]]:
+    """``rows`` cut, in order, into runs whose histories have one length."""
+    runs: list[list[_Row]] = []
+    for r in rows:
+        if runs and len(runs[-1][0].history) == len(r.history):
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
+
+
+def _spec_state(limits: list[int], cut: bool, draft: Draft) -> str:
+    """Which of ``SPEC_STEPS`` a step was: ``limits`` the rows' draft limits before pacing, ``cut`` whether the
+    pacer chose width 0 where there was something to draft, ``draft`` what goes to the target."""
+    if not any(limits):
+        return "at_length"
+    if bool((draft.n > 0).any()):
+        return "on"
+    return "not_paying" if cut else "no_draft"
 
 
 def _widen(draft: Draft, width: int) -> Draft:

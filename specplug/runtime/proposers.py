@@ -15,7 +15,7 @@ import torch
 
 from specplug.runtime.cache import KVState
 from specplug.runtime.decoder import lean as lean_decoder
-from specplug.runtime.sampling import sample
+from specplug.runtime.sampling import RowGenerators, sample
 
 
 @dataclass
@@ -238,7 +238,9 @@ class DraftModelProposer:
                 tok = logits.argmax(-1)
                 conf = logits.float().softmax(-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1) if self.min_confidence else None
             else:
-                tok = sample(probs, generator)
+                # Rows past their own draft length draw nothing, so a row's draws are those it makes alone.
+                drawing = (alive & (limit > i)).tolist() if isinstance(generator, RowGenerators) else None
+                tok = sample(probs, generator, drawing)
                 out_probs.append(probs)
                 # The distribution's peak, not the drawn token's probability: whether a token is submitted
                 # must not depend on which token was drawn, or the proposal is no longer q (not lossless).

@@ -96,8 +96,47 @@ class RowWarper:
         return RowWarper([self.params[r] for r in rows], self.temps.device)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` (shape ``(..., V)``), returned with shape ``probs.shape[:-1]``."""
+class RowGenerators:
+    """One random generator per batch row, used wherever a single generator would be.
+
+    Why: requests decoded together would otherwise share one stream of random numbers, so a seeded request's
+    tokens would depend on which others ran beside it. Each row draws only from its own generator, and only as
+    many numbers as it would alone (its own drafts, not the batch's widest).
+    """
+
+    def __init__(self, generators: list[torch.Generator]) -> None:
+        self.generators = generators
+
+    def __len__(self) -> int:
+        return len(self.generators)
+
+    def uniform(self, n: list[int], width: int, device: torch.device) -> torch.Tensor:
+        """``(B, width)`` uniforms, ``n[i]`` of them drawn from row i's generator and the rest of the row 1.0."""
+        out = torch.ones(len(n), width, device=device)
+        for i, (g, count) in enumerate(zip(self.generators, n, strict=True)):
+            if count:
+                out[i, :count] = torch.rand(count, generator=g, device=device)
+        return out
+
+    def multinomial(self, probs: torch.Tensor, rows: list[bool] | None = None) -> torch.Tensor:
+        """One token per row of ``probs`` ``(B, V)``, each drawn from its row's generator; rows marked False in
+        ``rows`` draw nothing (their token is 0)."""
+        out = torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device)
+        for i, g in enumerate(self.generators):
+            if rows is None or rows[i]:
+                out[i] = torch.multinomial(probs[i], 1, generator=g)[0]
+        return out
+
+
+def sample(
+    probs: torch.Tensor, generator: torch.Generator | RowGenerators | None, rows: list[bool] | None = None
+) -> torch.Tensor:
+    """One token per row of ``probs`` (shape ``(..., V)``), returned with shape ``probs.shape[:-1]``.
+
+    With :class:`RowGenerators` ``probs`` is ``(B, V)``, and rows marked False in ``rows`` draw nothing.
+    """
+    if isinstance(generator, RowGenerators):
+        return generator.multinomial(probs, rows)
     flat = probs.reshape(-1, probs.shape[-1])
     out = torch.multinomial(flat, 1, generator=generator)
     return out.reshape(probs.shape[:-1])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from specplug.runtime.sampling import RowWarper, SamplingParams, sample
+from specplug.runtime.sampling import RowGenerators, RowWarper, SamplingParams, sample
 
 
 def verify(
@@ -25,7 +25,7 @@ def verify(
     n_draft: torch.Tensor,
     draft_probs: torch.Tensor | None,
     params: SamplingParams | RowWarper,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | RowGenerators | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(n_accepted, next_token)``, both shape ``(B,)``.
 
@@ -33,6 +33,8 @@ def verify(
     ``draft_tokens``: ``(B, k)``; ``n_draft``: ``(B,)`` how many of them are real for each row.
     ``draft_probs``: ``(B, k, V)`` warped draft distributions, or None for a point-mass draft.
     ``params``: one ``SamplingParams`` for all rows, or a ``RowWarper`` with each row's own.
+    ``generator``: one for the batch, or :class:`RowGenerators` (each row draws from its own, as many numbers as
+    it has drafts, so its tokens do not depend on the other rows).
     """
     warper = params if isinstance(params, RowWarper) else RowWarper([params] * target_logits.shape[0], target_logits.device)
     k = draft_tokens.shape[1]
@@ -47,7 +49,10 @@ def verify(
             q_draft = torch.ones_like(p_draft)
         else:
             q_draft = draft_probs.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
-        u = torch.rand(p_draft.shape, generator=generator, device=p_draft.device)
+        if isinstance(generator, RowGenerators):
+            u = generator.uniform(n_draft.tolist(), k, p_draft.device)
+        else:
+            u = torch.rand(p_draft.shape, generator=generator, device=p_draft.device)
         # u < p/q written without the division; q > 0 because the draft token was drawn from q.
         ok = u * q_draft < p_draft
     positions = torch.arange(k, device=draft_tokens.device)

@@ -4,6 +4,8 @@ mid-flight; stop conditions; and an end-to-end sampling check against exact sequ
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -331,6 +333,54 @@ def test_a_seeded_request_reproduces_on_a_paced_engine(target, name):
     assert outs[0] == outs[1] == outs[2]
 
 
+@pytest.mark.parametrize("name", ["none", "ngram", "draft-subset"])
+def test_a_seeded_request_gives_the_same_text_alone_and_batched(target, name):
+    """Each request draws from its own generator: a seeded sampled request is the same beside others (two copies
+    of it, an unseeded sampled one and a greedy one, joining together and mid-flight) as alone."""
+    seeded = GenerationParams(max_new_tokens=30, ignore_eos=True, sampling=SamplingParams(temperature=1.0, seed=11))
+    other = GenerationParams(max_new_tokens=45, ignore_eos=True, sampling=SamplingParams(temperature=0.7, top_k=20))
+    greedy = GenerationParams(max_new_tokens=12, ignore_eos=True)
+    eng = SpeculativeEngine(target, proposer_factory=_proposers(target)[name], k=3)
+    alone = eng.generate([PROMPTS[0]], seeded)[0].tokens
+    batch = eng.start()
+    first = [batch.add(PROMPTS[1], other), batch.add(PROMPTS[0], seeded), batch.add(PROMPTS[3], greedy)]
+    batch.step()
+    batch.step()
+    late = batch.add(PROMPTS[0], seeded)  # joins a batch already decoding
+    for _ in batch:
+        pass
+    assert batch.result(first[1]).tokens == alone
+    assert batch.result(late).tokens == alone
+    reseeded = eng.generate([PROMPTS[0]], GenerationParams(max_new_tokens=30, ignore_eos=True,
+                                                           sampling=SamplingParams(temperature=1.0, seed=12)))
+    assert reseeded[0].tokens != alone  # the seed is what repeats it
+
+
+def test_calibration_times_this_machine_and_speculation_turns_off_where_it_would_not_pay(target, reference):
+    """``calibrate`` fills the pacer's cost table with this device's pass costs; with passes made to cost far more
+    per drafted column than acceptance could repay, the paced engine drafts nothing, counts why, and stays
+    lossless; with the measured costs of a tiny model (flat across widths) it drafts."""
+    eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=4, paced=True)
+    costs = eng.calibrate(max_batch=4)
+    assert {1, 5, 4, 20} <= set(costs) and all(c > 0 for c in costs.values())
+    assert not {32, 64} & set(costs)  # no batch past the largest asked for
+    params = GenerationParams(max_new_tokens=N_NEW)
+    for tokens in range(1, 41):  # every pass that drafts costs 50 times a plain one: drafting cannot pay
+        eng.pacer.cost[tokens] = 1.0 if tokens <= 4 else 50.0
+        eng.pacer.timed_at[tokens] = 10**9  # recently timed: no re-measuring in this test
+    got = eng.generate(PROMPTS, params)
+    assert [r.tokens for r in got] == reference
+    assert eng.spec_steps["on"] == 0 and eng.spec_steps["not_paying"] > 0
+    assert sum(r.stats.drafted for r in got) == 0
+    # On a tiny model a pass costs about the same at any width (overhead dominates): calibrated, drafting pays.
+    cheap = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=4, paced=True)
+    cheap.calibrate(max_batch=4)
+    got = cheap.generate(PROMPTS, params)
+    assert [r.tokens for r in got] == reference
+    assert cheap.spec_steps["on"] > 0 and sum(r.stats.drafted for r in got) > 0
+    assert SpeculativeEngine(target).calibrate(4) == {}  # nothing to pace without a proposer
+
+
 def test_sampling_end_to_end_matches_exact_sequence_probabilities(device):
     """Three sampled tokens from a tiny model (the first from the prefill, the next two speculated): the joint
     distribution equals the model's exact one, with a draft model (scoring all tokens, and a subset) and with
@@ -355,7 +405,9 @@ def test_sampling_end_to_end_matches_exact_sequence_probabilities(device):
     )
     for factory in factories:
         eng = SpeculativeEngine(model, proposer_factory=factory, k=2, eos_token_ids=[])
-        res = eng.generate([prompt] * n, GenerationParams(max_new_tokens=3, sampling=sp))
+        # One seed per request: each request draws from its own generator, so equal seeds repeat a sequence.
+        seeds = [GenerationParams(max_new_tokens=3, sampling=replace(sp, seed=sp.seed + i)) for i in range(n)]
+        res = eng.generate([prompt] * n, seeds)
         cells = torch.tensor([(r.tokens[0] * vocab + r.tokens[1]) * vocab + r.tokens[2] for r in res])
         counts = torch.bincount(cells, minlength=vocab**3).double()
         assert counts[exact == 0].sum() == 0
@@ -473,7 +525,7 @@ def test_min_tokens_sampling_matches_exact_masked_probabilities(device):
     params = GenerationParams(max_new_tokens=3, sampling=sp, min_tokens=2, stop_token_ids=(1,))
     for factory in (lambda: DraftModelProposer(draft, device), lambda: NgramProposer(1, 2)):
         eng = SpeculativeEngine(model, proposer_factory=factory, k=2, eos_token_ids=[])
-        res = eng.generate([prompt] * n, params)
+        res = eng.generate([prompt] * n, [replace(params, sampling=replace(sp, seed=sp.seed + i)) for i in range(n)])
         assert all(len(r.tokens) == 3 for r in res)  # token 1 is allowed third, and then ends it as the third
         cells = torch.tensor([(r.tokens[0] * vocab + r.tokens[1]) * vocab + r.tokens[2] for r in res])
         counts = torch.bincount(cells, minlength=vocab**3).double()

@@ -191,7 +191,8 @@ def test_streaming_completion_with_usage_chunk(client):
     assert events[-3]["choices"][0]["finish_reason"] == "length"
 
 
-def test_streaming_chat_deltas_and_usage_on_last_chunk(client):
+def test_streaming_chat_deltas_and_no_usage_unless_asked(client):
+    # vLLM streams usage only when stream_options.include_usage asks; strict clients reject an unasked field.
     with client.stream(
         "POST", "/v1/chat/completions",
         json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True},
@@ -201,9 +202,33 @@ def test_streaming_chat_deltas_and_usage_on_last_chunk(client):
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert events[-1] == "[DONE]"
     last = events[-2]
-    assert last["choices"][0]["finish_reason"] == "length" and last["usage"]["completion_tokens"] == 6
+    assert last["choices"][0]["finish_reason"] == "length"
+    assert not any("usage" in e for e in events[:-1])
     text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
     assert text == REPLY[:6]
+
+
+def test_streaming_completion_has_no_usage_unless_asked(client):
+    with client.stream("POST", "/v1/completions",
+                       json={"model": "tiny", "prompt": "x", "max_tokens": 5, "stream": True}) as r:
+        r.read()
+    events = sse_events(r)
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    assert not any("usage" in e for e in events[:-1])
+
+
+def test_the_role_chunk_comes_with_the_first_token():
+    # Clients time the first chunk as time to first token: it must not leave before the model has run.
+    c, backend, _ = make_client(ScriptedBackend(step_s=0.3))
+    with c, c.stream("POST", "/v1/chat/completions",
+                     json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                           "stream": True}) as r:
+        start = time.monotonic()
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.strip())
+        waited = time.monotonic() - start
+    assert json.loads(first[len("data: "):])["choices"][0]["delta"]["role"] == "assistant"
+    assert waited >= 0.25
 
 
 def test_streaming_holds_back_partial_stop_string(client):
@@ -510,6 +535,42 @@ def test_metrics_have_vllm_spec_decode_names(client):
     assert value("vllm:e2e_request_latency_seconds_count") == 1
 
 
+def test_running_gauge_reads_zero_once_idle(client):
+    # The gauge followed admissions only, so it kept the last batch's size after it finished.
+    for n in (3, 8):
+        client.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": n})
+    values = _samples(client.get("/metrics").text)
+    assert values[("vllm:num_requests_running", frozenset({("model_name", "tiny")}))] == 0
+    assert values[("vllm:num_requests_waiting", frozenset({("model_name", "tiny")}))] == 0
+
+
+class SpeculatingBackend(ScriptedBackend):
+    """Says, as the engine backend does, what speculation did in each step: on in odd steps, not paying in even."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = {"on": 0, "no_draft": 0, "not_paying": 0, "at_length": 0}
+
+    def step(self) -> list[StepOutput]:
+        self.steps["on" if sum(self.steps.values()) % 2 == 0 else "not_paying"] += 1
+        return super().step()
+
+    def speculation_steps(self) -> dict[str, int]:
+        return dict(self.steps)
+
+
+def test_metrics_say_how_often_and_why_speculation_was_off():
+    c, backend, _ = make_client(SpeculatingBackend())
+    with c:
+        c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 8})  # 4 steps
+        values = _samples(c.get("/metrics").text)
+
+    def value(state: str) -> float:
+        return values[("specplug:spec_decode_steps_total", frozenset({"model_name": "tiny", "state": state}.items()))]
+
+    assert value("on") == 2 and value("not_paying") == 2 and value("no_draft") == 0 and value("at_length") == 0
+
+
 # Every family /metrics exports, with the type a Prometheus server must see (vLLM's names and types).
 EXPECTED_FAMILIES = {
     "vllm:spec_decode_num_drafts": "counter",
@@ -522,6 +583,7 @@ EXPECTED_FAMILIES = {
     "specplug:requests_rejected": "counter",
     "specplug:requests_cancelled": "counter",
     "specplug:engine_steps": "counter",
+    "specplug:spec_decode_steps": "counter",
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",
     "vllm:e2e_request_latency_seconds": "histogram",

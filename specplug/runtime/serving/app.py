@@ -683,8 +683,8 @@ async def _completion_stream(
                 return
             if ev.text or ev.finished:
                 c = chunk(ev.text, ev.finish_reason if ev.finished else None)
-                if continuous or (ev.finished and not include_usage):
-                    c["usage"] = _usage(handle)  # usage on the last chunk even when not asked for
+                if continuous:  # usage only where stream_options asks for it, as in vLLM
+                    c["usage"] = _usage(handle)
                 yield c
         if include_usage:
             yield {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [],
@@ -704,8 +704,12 @@ async def _chat_stream(
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
 
     try:
-        yield chunk({"role": "assistant", "content": ""}, None)
+        first = True
         async for ev in handle.events():
+            if first:
+                # With the first token, as vLLM sends it: a client times its first chunk as time to first token.
+                yield chunk({"role": "assistant", "content": ""}, None)
+                first = False
             if ev.error:
                 yield _stream_error(ev)
                 return
@@ -716,7 +720,7 @@ async def _chat_stream(
                 yield c
             if ev.finished:
                 c = chunk({}, ev.finish_reason)
-                if continuous or not include_usage:
+                if continuous:
                     c["usage"] = _usage(handle)
                 yield c
         if include_usage:

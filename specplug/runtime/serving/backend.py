@@ -11,10 +11,14 @@ is exactly one draft).
 from __future__ import annotations
 
 import argparse
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from specplug.runtime.serving.scheduler import SamplingParams, StepOutput
+
+log = logging.getLogger("specplug.server")
 
 
 @dataclass
@@ -39,8 +43,8 @@ class EngineBackend:
         from specplug.runtime.sampling import SamplingParams as RtSampling
 
         if not self._ids:
-            # An idle server starts a fresh batch, so a seeded request that runs alone reproduces exactly
-            # (the engine seeds one generator per batch).
+            # An idle server starts a fresh batch (a clean cache; a seeded request draws from its own generator
+            # whether it runs alone or beside others).
             self.batch = self.engine.start()
         params = GenerationParams(
             max_new_tokens=max_tokens,
@@ -70,6 +74,10 @@ class EngineBackend:
             if o.finished:
                 self._forget(rid)
         return outs
+
+    def speculation_steps(self) -> dict[str, int]:
+        """Decode steps so far by what speculation did (see ``specplug.runtime.engine.SPEC_STEPS``)."""
+        return dict(getattr(self.engine, "spec_steps", {}))
 
     def remove(self, rid: str) -> None:
         seen = self._ids.get(rid)
@@ -107,6 +115,13 @@ def load_backend(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str
         args.model, method=args.method, drafter=args.drafter, k=args.num_speculative_tokens,
         device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi, paced=args.pace,
     )
+    if engine.pacer is not None:
+        # The pacer's cost model starts from this machine's measured pass costs, not another device's.
+        t = time.perf_counter()
+        costs = engine.calibrate(args.max_batch_size)
+        plain = {m: c for m, c in costs.items() if m in (1, 4, 16)}
+        log.info("calibrated target pass costs in %.1f s (tokens fed: ms) %s", time.perf_counter() - t,
+                 ", ".join(f"{m}: {c * 1e3:.1f}" for m, c in plain.items()))
     tokenizer = engine.tokenizer
     engine.tokenizer = None  # the scheduler does detokenization and stop strings; don't decode twice
     config = engine.target.config

@@ -119,6 +119,14 @@ class ServerMetrics:
             "specplug:requests_cancelled_total", "Requests abandoned by their client mid-decode."
         )
         self.engine_steps = counter("specplug:engine_steps_total", "Batched decode steps run.")
+        self.spec_steps = counter(
+            "specplug:spec_decode_steps_total",
+            "Decode steps by what speculation did: on (drafted), or why it was off: no_draft (nothing found), "
+            "not_paying (predicted not to pay at this batch), at_length (rows about to end).",
+            "state",
+        )
+        for state in ("on", "no_draft", "not_paying", "at_length"):  # the engine's SPEC_STEPS (no torch import)
+            self.spec_steps.inc(0, state=state)
         self.num_running = Gauge("vllm:num_requests_running", "Requests in the decode batch.", reg, const)
         self.num_waiting = Gauge("vllm:num_requests_waiting", "Requests queued for the batch.", reg, const)
         self.e2e_latency = histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.", E2E_BUCKETS)

@@ -27,6 +27,8 @@ from specplug.runtime.serving.metrics import ServerMetrics
 from specplug.runtime.textstream import TextStream
 
 log = logging.getLogger("specplug.server")
+# How often the log sums up what speculation did (on, or why off; /metrics has it per step).
+SPEC_LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,9 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.healthy = True
         self.last_error: str | None = None
+        self._spec_seen: dict[str, int] = {}  # the backend's speculation step counts, as last read
+        self._spec_window: dict[str, int] = {}  # the same since the last log line
+        self._spec_logged = time.monotonic()
 
     # ------------------------------------------------------------------ event-loop side
 
@@ -298,14 +303,37 @@ class Scheduler:
                     continue
                 outputs = self.backend.step()
                 self.metrics.engine_steps.inc()
+                self._count_speculation()
                 for out in outputs:
                     self._deliver(out)
+                # Requests that finished in this step have left: an idle server reads 0, not its last batch.
+                self.metrics.num_running.set(len(self._running))
             except Exception as exc:  # an engine failure must fail the requests, not hang them
                 log.exception("engine step failed")
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 with self._cond:
                     self._fail_all(f"The engine failed: {self.last_error}")
                 self._reset_backend()
+
+    def _count_speculation(self) -> None:
+        """Move the backend's per-step speculation counts into /metrics, and now and then into the log."""
+        read = getattr(self.backend, "speculation_steps", None)
+        if read is None:
+            return
+        counts = read()
+        for state, n in counts.items():
+            delta = n - self._spec_seen.get(state, 0)
+            if delta > 0:
+                self.metrics.spec_steps.inc(delta, state=state)
+                self._spec_window[state] = self._spec_window.get(state, 0) + delta
+        self._spec_seen = counts
+        now = time.monotonic()
+        total = sum(self._spec_window.values())
+        if total and now - self._spec_logged >= SPEC_LOG_EVERY_S:
+            shares = ", ".join(f"{state} {n / total:.0%}" for state, n in sorted(self._spec_window.items(),
+                                                                                key=lambda kv: -kv[1]) if n)
+            log.info("speculation over the last %d steps: %s (batch now %d)", total, shares, len(self._running))
+            self._spec_window, self._spec_logged = {}, now
 
     def _deliver(self, out: StepOutput) -> None:
         live = self._running.get(out.rid)
@@ -364,6 +392,7 @@ class Scheduler:
         self._running.clear()
         self._waiting.clear()
         self.metrics.num_waiting.set(0)
+        self.metrics.num_running.set(0)
         return len(doomed)
 
     def _reset_backend(self) -> None:
