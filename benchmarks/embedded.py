@@ -32,10 +32,14 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
-from _prompts import ITEMS_CODE
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling _servers and _prompts
+from _prompts import ITEMS_CODE  # noqa: E402
 
 REWRITE_CODE = "import json\nfrom pathlib import Path\n\n\n" + ITEMS_CODE + '''
 

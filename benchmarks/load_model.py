@@ -39,8 +39,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _servers import free_port, stop
-from _servers import start as start_server
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling _servers and _prompts
+from _servers import free_port, stop  # noqa: E402
+from _servers import start as start_server  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -30,9 +30,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _prompts import ITEMS_CODE
-from _servers import free_port, stop
-from _servers import start as start_server
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling _servers and _prompts
+from _prompts import ITEMS_CODE  # noqa: E402
+from _servers import free_port, stop  # noqa: E402
+from _servers import start as start_server  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "smollm2-135m"

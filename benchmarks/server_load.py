@@ -22,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling _servers and _prompts
 from _servers import free_port, start, stop  # noqa: E402
 
 from specplug.runtime.serving.loadgen import run_load  # noqa: E402

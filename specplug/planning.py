@@ -12,6 +12,7 @@ from specplug.plan import Plan
 from specplug.policy.schema import Policy
 
 if TYPE_CHECKING:
+    from specplug.catalog.drafters import Drafter
     from specplug.policy.estimator import Estimate
 
 
@@ -22,15 +23,47 @@ def plan_from_config(
     stack_version: str | None = None,
     policy: str | Path | dict[str, Any] | Policy | None = None,
     calibration: str | None = None,
+    discover: bool | None = None,
 ) -> Plan:
-    """Resolve every ``auto`` in ``cfg`` (stack, hardware, speculation) and fill the whole Plan."""
+    """Resolve every ``auto`` in ``cfg`` (stack, hardware, speculation) and fill the whole Plan.
+
+    ``discover``: whether drafters published outside the catalog are candidates (:func:`discovered`); None
+    searches for a target the catalog does not hold, True for any Hub target, False never.
+    """
     from specplug import stackcaps
     from specplug.policy.planner import plan
     from specplug.validate import validate_plan
 
     name = cfg.stack.name if "name" in cfg.stack.model_fields_set else stackcaps.default_stack()
     caps = stackcaps.resolve(name, cfg.stack.version, stack_version)
-    return plan(cfg, caps, probed=probed, policy=policy, calibration=calibration, validate=validate_plan)
+    found = discovered(cfg, force=True) if discover else () if discover is False else discovered(cfg)
+    return plan(cfg, caps, probed=probed, policy=policy, calibration=calibration, validate=validate_plan, found=found)
+
+
+def discovered(cfg: Config, *, force: bool = False) -> tuple[Drafter, ...]:
+    """Drafters for the config's target found in the local Hugging Face cache and (unless HF_HUB_OFFLINE) on the
+    Hub, when the speculation leaves the drafter to choose. Catalog targets keep to the catalog's curated rows
+    unless ``force``: a plan of a catalog model stays the same on every machine, online or not."""
+    from specplug.catalog import get_model
+    from specplug.catalog.discovery import found_drafters
+    from specplug.catalog.hub import is_repo_id
+    from specplug.catalog.models import in_catalog
+    from specplug.methods import BY_NAME
+
+    spec = cfg.speculation
+    if spec != "auto" and (getattr(spec, "drafter", None) or spec.method not in BY_NAME
+                           or not BY_NAME[spec.method].needs_drafter):
+        return ()
+    if not cfg.model or (in_catalog(cfg.model) and not force):
+        return ()
+    try:
+        model = get_model(cfg.model)
+    except SpecplugError:
+        return ()  # planning reports the same error
+    target = model.base_model or model.hf_id
+    if model.local_path or not is_repo_id(target):
+        return ()
+    return tuple(found_drafters(target)[0])
 
 
 def estimate(model: str, method: str, *, stack: str = "vllm", stack_version: str | None = None, **kw: Any) -> Estimate:
@@ -54,6 +87,7 @@ def recommend(
     policy: str | Path | dict[str, Any] | None = None,
     calibration: str | None = None,
     probed: Any = None,
+    discover: bool | None = None,
     **flags: Any,
 ) -> Plan:
     """Recommend a speculative-decoding setup (the CLI's ``specplug recommend``): the config (a file, a Config or
@@ -73,4 +107,4 @@ def recommend(
     request = PlanRequest.from_flags(model=model, **flags)
     merged = request.apply(cfg)
     return plan_from_config(merged, probed=probed, stack_version=request.stack_version, policy=policy,
-                            calibration=calibration)
+                            calibration=calibration, discover=discover)

@@ -9,7 +9,9 @@ not got are left out, each with the reason (SKIPPED); one runs changed, with the
 - launch without --dry-run: it would load Llama-3.1-70B; the line runs with --dry-run (preflight and command);
 - generate: it runs when the packaged SmolLM2 is already converted here (no network), else it is left out.
 
-`recommend --traffic logs.jsonl` reads the user's own traffic log: the folder gets a small one first.
+`recommend --traffic logs.jsonl` reads the user's own traffic log: the folder gets a small one first. Hub ids
+are read from the fake Hub on 127.0.0.1 (tests/catalog's copies of real config.json files), as no test reaches
+huggingface.co.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def test_the_readme_block_is_what_this_test_expects():
 
 
 @pytest.mark.slow
-def test_every_readme_command_exits_0_in_order_in_a_fresh_folder(run_cli, tmp_path):
+def test_every_readme_command_exits_0_in_order_in_a_fresh_folder(run_cli, fake_hub, tmp_path):
     logs.write(tmp_path / "logs.jsonl", logs.build("chat", n=20))  # the user's own traffic, for --traffic
     ran, left_out = [], []
     for argv in readme_commands():

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specplug.catalog import hub
 from specplug.catalog.drafterconfig import DrafterInfo, classify, front_matter, read_drafter
+from specplug.catalog.drafters import Drafter
 from specplug.errors import CatalogError
 
 # Hub listings return popular repositories first; reading more configs than this costs seconds for little.
 _MAX_HUB_READS = 20
+# Suffixes that name one training stage or packaging of a model: checkpoints equal without them are siblings
+# (base and instruct), whose heads transfer with a discount (the planner's cross-target rule).
+_STAGE = re.compile(r"[-_](instruct|chat|base|it|hf|pretrain|sft|fp8|bf16|awq|gptq|int4|int8)$", re.I)
 # A search by the target's name also returns its quantized copies and fine-tunes; these words mark drafters.
 _DRAFTER_WORDS = ("eagle", "dflash", "dspark", "speculator", "medusa", "draft", "mtp", "pard")
 
@@ -31,10 +36,27 @@ class Found:
     acceptance_length: float | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def in_catalog(self) -> bool:
+        return self.where.startswith("catalog:")
 
-def discover(target_hf_id: str, *, online: bool | None = None) -> tuple[list[Found], list[str]]:
+    def as_drafter(self, target_hf_id: str) -> Drafter:
+        """The drafter as a candidate for planning ``target_hf_id``: what its files said, where it was found."""
+        return Drafter(target_hf_id=target_hf_id, method=self.method, drafter_hf_id=self.drafter_id, format=self.format,
+                       draft_vocab_size=self.draft_vocab_size, trained_for=self.trained_for, confirmed="yes",
+                       source="; ".join(self.notes), found_in=self.where)
+
+
+def found_drafters(target_hf_id: str, *, online: bool | None = None) -> tuple[list[Drafter], list[str]]:
+    """Drafters for ``target_hf_id`` that are not catalog rows (the local cache, and the Hub when ``online``), as
+    planning candidates, and notes on what could not be searched."""
+    found, notes = discover(target_hf_id, online=online, catalog=False)
+    return [f.as_drafter(target_hf_id) for f in found if f.method != "draft_model"], notes
+
+
+def discover(target_hf_id: str, *, online: bool | None = None, catalog: bool = True) -> tuple[list[Found], list[str]]:
     """Drafters for ``target_hf_id`` and notes on what could not be searched. ``online`` None: search the Hub
-    unless HF_HUB_OFFLINE is set."""
+    unless HF_HUB_OFFLINE is set; ``catalog`` False leaves the catalog's own rows out."""
     found: list[Found] = []
     notes: list[str] = []
     seen: set[str] = set()
@@ -45,7 +67,7 @@ def discover(target_hf_id: str, *, online: bool | None = None) -> tuple[list[Fou
             seen.add(key)
             found.append(f)
 
-    for f in _catalog(target_hf_id):
+    for f in _catalog(target_hf_id) if catalog else []:
         add(f)
     s = hub.settings()
     for f in _local_cache(s.cache_dir, target_hf_id):
@@ -96,7 +118,7 @@ def _local_cache(cache_dir: Path, target: str) -> list[Found]:
                                 front_matter(card.read_text(encoding="utf-8", errors="replace")) if card.is_file() else None)
             except (OSError, ValueError, CatalogError):
                 continue
-            if info.method != "draft_model" and info.trained_for.lower() == target.lower():
+            if info.method != "draft_model" and info.trained_for and siblings(info.trained_for, target):
                 out.append(_found(info, f"local cache: {cfg.parent} ({info.trained_for_basis})"))
     return out
 
@@ -133,10 +155,21 @@ def _hub(s: hub.HubSettings, target: str) -> list[Found]:
             continue
         if info.method == "draft_model":
             continue  # a fine-tune of the target, not a drafter for it
-        if info.trained_for and info.trained_for.lower() != target.lower():
+        if info.trained_for and not siblings(info.trained_for, target):
             continue
         out.append(_found(info, where + (f"; {info.trained_for_basis}" if info.trained_for_basis else "")))
     return out
+
+
+def siblings(a: str, b: str) -> bool:
+    """Whether Hub ids ``a`` and ``b`` name one model, or two stages of it (base and instruct, a packaging)."""
+    def stem(x: str) -> str:
+        x = x.lower()
+        while (shorter := _STAGE.sub("", x)) != x:
+            x = shorter
+        return x
+
+    return a.lower() == b.lower() or stem(a) == stem(b)
 
 
 def _found(info: DrafterInfo, where: str) -> Found:

@@ -46,6 +46,8 @@ class Drafter:
     # The checkpoint whose hidden states the head was trained on, when a source pairs it with another target
     # (same architecture and tokenizer): its acceptance on this target is unmeasured and below its own.
     trained_for: str = ""
+    # Where discovery found a drafter that is not a catalog row (the local cache, the Hub); empty for catalog rows.
+    found_in: str = ""
 
     # A catalog row is identified by what it drafts for and with; the stacks dict alone would make it unhashable.
     def __hash__(self) -> int:

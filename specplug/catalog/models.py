@@ -329,6 +329,13 @@ def get_model(name: str, revision: str | None = None) -> Model:
     )
 
 
+def in_catalog(name: str) -> bool:
+    """Whether ``name`` (alias or HF id, optionally @revision) is one of the catalog's models, its quantized copies
+    or its draft models, rather than read from the Hub or a folder."""
+    repo, _ = split_revision(name.strip())
+    return norm(repo) in _index() or _from_quant_suffix(repo) is not None or _draft_model(repo) is not None
+
+
 @cache
 def _draft_models() -> dict[str, Model]:
     """Catalog drafters that are whole models (PARD draft models): the catalog row of the model each was adapted

@@ -23,10 +23,13 @@ from specplug.output import emit
               help="JSONL log of requests and completions: measured shape and acceptance replace the workload's prior.")
 @click.option("--traffic-map", default=None, metavar="KEY=PATH,...",
               help="Where the prompt and completion sit in each traffic line, e.g. prompt=input.text,completion=output.")
+@click.option("--discover/--no-discover", default=None,
+              help="Consider drafters found outside the catalog (local Hugging Face cache; the Hub unless HF_HUB_OFFLINE). "
+                   "Default: for targets the catalog does not hold.")
 @plot_option
 @output_option
 def recommend(config_path: str | None, policy_path: str | None, calibration: str | None, traffic_map: str | None,
-              plot_path: str | None, output: str, **flags: Any) -> None:
+              plot_path: str | None, output: str, discover: bool | None, **flags: Any) -> None:
     """Recommend a speculative-decoding setup: technique, drafter, k, schedule, memory and predicted speedup.
 
     A deployment that cannot fit in memory exits 1 with the fixes and what each would give.
@@ -38,7 +41,7 @@ def recommend(config_path: str | None, policy_path: str | None, calibration: str
     cfg, _ = read_config(config_path)
     # --traffic given nowhere (None): the config's workload.traffic, if any, is the planner's to read.
     with using_field_map(traffic_map, progress=sys.stderr.isatty()):
-        plan = run(config=cfg, policy=policy_path, calibration=calibration, **flags)
+        plan = run(config=cfg, policy=policy_path, calibration=calibration, discover=discover, **flags)
     if plot_path:
         from specplug.commands.loadplot import write_load_plot
 

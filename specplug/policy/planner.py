@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
+from specplug.catalog.drafters import Drafter
 from specplug.compat import CompatRow, drafter_features, serve_features
 from specplug.config import Config, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
@@ -45,7 +46,9 @@ NGRAM_LOOKUP = (2, 4)
 ALTERNATIVES = 3
 
 
-def _candidates(c: E.Context, model: Model, caps: StackCapabilities, kvb: float) -> list[E.DraftChoice]:
+def _candidates(c: E.Context, model: Model, caps: StackCapabilities, kvb: float,
+                found: Sequence[Drafter] = ()) -> list[E.DraftChoice]:
+    """A choice per method: ``found`` adds drafters published outside the catalog (the caller's discovery)."""
     stack, supported, version = caps.name, caps.methods, caps.version
     out: list[E.DraftChoice] = []
     for method in E.METHOD_ORDER:
@@ -63,6 +66,8 @@ def _candidates(c: E.Context, model: Model, caps: StackCapabilities, kvb: float)
             out.extend(_draft_models(c, model, caps, kvb, reason))
         else:
             heads = model.known_drafters(method)
+            known = {h.drafter_hf_id.lower() for h in heads}
+            heads += [d for d in found if d.method == method and d.drafter_hf_id.lower() not in known]
             if not heads:
                 from specplug.catalog.drafters import drafters_for
 
@@ -636,7 +641,7 @@ def _score_candidates(s: Planning) -> None:
     """Every method the policy knows, each ruled out with its reason or scored at the plan's batch size."""
     pol, c, seqs = s.pol, s.c, s.seqs
     s.explicit = s.cfg.speculation if isinstance(s.cfg.speculation, SpeculationSpec) else None
-    s.cands = _candidates(c, s.model, s.caps, s.kvb)
+    s.cands = _candidates(c, s.model, s.caps, s.kvb, s.plan_kw.get("found", ()))
     _rule_out_known_broken(s)
     for d in s.cands:
         cand = Candidate(method=d.method, drafter=d.drafter_id)  # type: ignore[arg-type]
@@ -923,6 +928,10 @@ def _chosen_reasons(s: Planning, sc: _Scheduled, sched: list[ScheduleEntry], sou
         s.reasons.append(f"Acceptance is the median of the published figures of {d.method} heads for this model.")
     elif source is None and (note := borrowed_note(c.policy, d.method)) is not None:
         s.reasons.append(note)
+    if d.catalog is not None and d.catalog.found_in:
+        prior = " Its acceptance is the method's prior." if published is None and source is None else ""
+        s.reasons.append(f"{d.drafter_id} is not a catalog drafter: found in {d.catalog.found_in}; "
+                         f"{d.catalog.source or 'its files say ' + d.method}.{prior}")
     s.alternatives = _alternatives(c, d, alpha, s.seqs, sc.pool, o, sc.headline / o.speedup, source, published)
     if (tied := [a for a in s.alternatives if a.within_error]):
         s.reasons.append(_tie_reason(s.alternatives, tied, c.policy.rules.shape_error))
@@ -978,6 +987,23 @@ def _schedule_and_speculation(s: Planning) -> None:
         _acceptance_floor(s, source)
     if s.prof is not None:
         s.reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))
+    if found := s.plan_kw.get("found"):
+        s.reasons.append(_found_reason(s, found))
+
+
+def _found_reason(s: Planning, found: Sequence[Drafter]) -> str:
+    """The drafters found outside the catalog, where each was, and what became of it."""
+    by_id = {(c.method, (c.drafter or "").lower()): c for c in s.candidates}
+
+    def fate(d: Drafter) -> str:
+        c = by_id.get((d.method, d.drafter_hf_id.lower()))
+        if c is None:
+            return "a catalog head for the method ranks first"
+        return "chosen" if c.chosen else f"ruled out: {c.ruled_out}" if c.ruled_out else f"{c.speedup}x"
+
+    listed = "; ".join(f"{d.drafter_hf_id} ({d.method}{', trained for ' + d.trained_for if d.cross_target else ''}; "
+                       f"{d.found_in}; {fate(d)})" for d in found)
+    return f"Drafters found outside the catalog for {s.model.hf_id}: {listed}."
 
 
 def _context_note(c: E.Context, d: E.DraftChoice, alpha: float) -> str | None:
@@ -1128,6 +1154,7 @@ def plan(
     policy: str | Path | dict[str, Any] | Policy | None = None,
     calibration: str | None = None,
     validate: Callable[[Plan], None] | None = None,
+    found: Sequence[Drafter] = (),
     _fixing: bool = False,
 ) -> Plan:
     """Resolve every ``auto`` in ``cfg`` (hardware, speculation) for the stack ``caps`` describes and fill the
@@ -1137,9 +1164,11 @@ def plan(
     says when the policy would choose differently. A deployment that cannot fit in memory is an error that
     lists the fixes with what each would give. Same inputs give an identical Plan. ``validate`` is the stack's
     checks (the caller's: the policy never asks an adapter); it runs on the result and on every fix offered.
+    ``found``: drafters for the target found outside the catalog (specplug.catalog.discovery), candidates beside
+    the catalog's own.
     """
-    s = Planning(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration, "validate": validate},
-                 _fixing)
+    s = Planning(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration, "validate": validate,
+                                     "found": tuple(found)}, _fixing)
     for stage in STAGES:
         stage(s)
     return _build(s)

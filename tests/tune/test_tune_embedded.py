@@ -103,7 +103,8 @@ def test_tune_embedded_interrupt_resume_failed_candidate_and_decision(smollm2, t
     if d["speculate"]:
         assert loaded.speculation.method == "ngram" and loaded.speculation.schedule
     else:
-        assert loaded.speculation.method == "none" and d["why"] in text
+        # The comment carries the why on one line, cut at 400 characters (tune.json has it whole).
+        assert loaded.speculation.method == "none" and " ".join(d["why"].split())[:200] in text
     assert loaded.calibration == "calibration.yaml"
     cal = (tmp_path / "calibration.yaml").read_text()
     assert "source: tune out (ngram-k2)" in cal
