@@ -200,8 +200,10 @@ def parse_table(text: str, filename: str) -> CompatTable:
     """A compat_<stack>.yaml file's table; SpecplugError naming the file and row when it does not validate."""
     import yaml
 
+    from specplug.fileio import load_yaml
+
     try:
-        t = _Table.model_validate(yaml.safe_load(text) or {})
+        t = _Table.model_validate(load_yaml(text) or {})
     except (ValidationError, yaml.YAMLError) as exc:
         raise SpecplugError(f"{filename} is not a valid compatibility table: {exc}") from None
     rows = tuple(

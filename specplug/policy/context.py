@@ -26,13 +26,13 @@ _FAMILY_WORDS = {"head": "drafter heads", "native": "MTP layers", "block": "bloc
 def _data() -> dict[str, Any]:
     from importlib import resources
 
-    import yaml
+    from specplug.fileio import load_yaml
 
     f = resources.files("specplug.policies").joinpath("context.yaml")
     if not f.is_file():
         raise ConfigError("policies/context.yaml is missing from the installed package.",
                           "Reinstall specplug, or run scripts/fit_context.py in a source checkout.")
-    data = yaml.load(f.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    data = load_yaml(f.read_text(encoding="utf-8"))
     families = data.get("families") if isinstance(data, dict) else None
     if not isinstance(families, dict) or data.get("reference_context") != REFERENCE_CONTEXT or not all(
         isinstance(v, dict) and isinstance(v.get("slope"), int | float) for v in families.values()

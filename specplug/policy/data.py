@@ -27,10 +27,10 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def _read_yaml(text: str, where: str) -> dict[str, Any]:
     import yaml
 
-    # libyaml's C loader parses the shipped policy ~10x faster than pure Python (start-up time).
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    from specplug.fileio import load_yaml
+
     try:
-        data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: invalid YAML: {exc}.", "Fix the syntax of the policy file.") from None
     if data is None:
