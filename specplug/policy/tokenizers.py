@@ -24,14 +24,20 @@ class Compat:
 
 
 def compatible(target: Model, draft: Model, caps: StackCapabilities) -> Compat:
-    """Can ``draft`` draft for ``target`` on the stack ``caps`` describes? Mismatches say what it would do."""
+    """Can ``draft`` draft for ``target`` on the stack ``caps`` describes? Mismatches say what it would do.
+
+    Two catalog rows compare their curated tokenizer families; where either model is not a catalog row (a Hub id,
+    a folder), both tokenizers' files are read and their token->id maps and special tokens compared."""
     tf, df = target.tokenizer_family, draft.tokenizer_family
+    behaviour = f"; {caps.vocab_mismatch}" if caps.vocab_mismatch else ""  # what the stack would do
+    if not tf or not df or tf.startswith("local:") or df.startswith("local:"):
+        by_files = _by_files(target, draft, behaviour)
+        if by_files is not None:
+            return by_files
     if not tf or not df:
         return Compat(True, f"tokenizer of {'target' if not tf else 'drafter'} unknown; check that both share one")
-    behaviour = f"; {caps.vocab_mismatch}" if caps.vocab_mismatch else ""  # what the stack would do
     if tf.startswith("local:") or df.startswith("local:"):
-        # Local folders: compare fingerprints, and fall back to the special tokens + vocab size when only one
-        # side is local (a catalog model has no fingerprint to compare against).
+        # Local folders whose other side's files could not be read: compare fingerprints, else vocab sizes.
         if tf == df:
             return Compat(True)
         if tf.startswith("local:") and df.startswith("local:"):
@@ -53,4 +59,19 @@ def compatible(target: Model, draft: Model, caps: StackCapabilities) -> Compat:
         if slack is not None and delta > slack:
             return Compat(False, f"vocab sizes differ by {delta} (> {slack}){behaviour}")
         return Compat(True, f"same tokenizer, vocab padded differently ({tv} vs {dv})")
+    return Compat(True)
+
+
+def _by_files(target: Model, draft: Model, behaviour: str) -> Compat | None:
+    """The verdict from both models' tokenizer files; None when either cannot be read here."""
+    from specplug.catalog.tokenizerfiles import tokenizer_of
+
+    t, d = tokenizer_of(target), tokenizer_of(draft)
+    if t is None or d is None:
+        return None
+    if t.fingerprint != d.fingerprint:
+        return Compat(False, f"token->id maps differ ({t.where}: {t.fingerprint[:8]}, {d.where}: {d.fingerprint[:8]}){behaviour}")
+    diff = sorted(k for k in set(t.special) | set(d.special) if t.special.get(k) != d.special.get(k))
+    if diff:
+        return Compat(False, f"special tokens differ ({', '.join(diff)}){behaviour}")
     return Compat(True)
