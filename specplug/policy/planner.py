@@ -106,10 +106,17 @@ def _draft_models(c: E.Context, model: Model, caps: StackCapabilities, kvb: floa
 
     stack, version = caps.name, caps.version
     ids: list[str] = [d.drafter_hf_id for d in model.known_drafters("draft_model")]
-    if model.tokenizer_family and not model.local_path:
-        # Same-tokenizer catalog models 1/200 .. 1/6 of the target's size are natural drafters.
+    if not model.local_path and (model.tokenizer_family or model.vocab_size):
+        # Same-tokenizer catalog models 1/200 .. 1/6 of the target's size are natural drafters. A target read from
+        # the Hub has no curated family: catalog models with its exact vocabulary size are candidates, and the
+        # tokenizer check (its files, where they can be read) rules on each.
+        def same_tokenizer(m: Model) -> bool:
+            if model.tokenizer_family:
+                return m.tokenizer_family == model.tokenizer_family
+            return bool(m.tokenizer_family) and m.vocab_size == model.vocab_size
+
         same = sorted(
-            (m for m in all_models() if m.tokenizer_family == model.tokenizer_family and m.hf_id != model.hf_id and m.params_b),
+            (m for m in all_models() if same_tokenizer(m) and m.hf_id != model.hf_id and m.params_b),
             key=lambda m: (m.params_b, m.hf_id),
         )
         for m in same:

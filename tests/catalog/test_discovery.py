@@ -155,3 +155,14 @@ def test_a_head_trained_for_a_sibling_checkpoint_is_planned_with_the_cross_targe
     assert any("was trained on meta-llama/Meta-Llama-3.1-8B-Instruct" in w and "discounts" in w for w in plan.warnings)
     listed = next(r for r in plan.reasons if r.startswith("Drafters found outside the catalog"))
     assert "trained for meta-llama/Meta-Llama-3.1-8B-Instruct" in listed and "70b" not in listed
+
+
+def test_a_hub_target_drafts_with_catalog_models_of_its_vocabulary(fake_hub):
+    from specplug.planning import recommend
+
+    plan = recommend(model="meta-llama/Meta-Llama-3.1-70B", gpu="h100")
+    drafts = [c for c in plan.candidates if c.method == "draft_model" and c.ruled_out is None]
+    assert drafts and drafts[0].drafter == "meta-llama/Llama-3.2-1B-Instruct"  # 128,256 tokens, like the target
+    # Its tokenizer files are not on this fake Hub: the plan says the check could not be made.
+    assert plan.speculation.drafter == drafts[0].drafter
+    assert any("tokenizer of target unknown" in w for w in plan.warnings)
