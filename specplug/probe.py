@@ -52,7 +52,7 @@ class Hardware(BaseModel):
     gpu: str = Field(description="GPU catalog name")
     num_gpus: int = Field(1, ge=1)
     memory_gb: float = Field(description="Memory per GPU used for planning, in GiB (probed total, else catalog)")
-    source: str = Field(description="'probed', 'named' or 'default'")
+    source: str = Field(description="'probed', 'named', 'default' or 'host' (this machine's CPU, for a stack that serves on it)")
     note: str = ""
 
     def catalog_entry(self) -> GPU:

@@ -18,8 +18,8 @@ _REQUIRED = {
     "bf16_tflops": "dense BF16/FP16 tensor throughput in TFLOPS",
 }
 _OPTIONAL = {"fp8_tflops": "dense FP8 tensor throughput in TFLOPS", "nvlink": "yes or no", "name": "a label"}
-# Beyond these a figure is a typo (bandwidth in MB/s, memory in MiB), not a GPU.
-_LIMITS = {"memory_gib": (0.5, 4096.0), "bandwidth_gbs": (10.0, 100_000.0), "bf16_tflops": (0.1, 100_000.0),
+# Beyond these a figure is a typo (bandwidth in MB/s, memory in MiB), not a device; the floors admit one CPU core.
+_LIMITS = {"memory_gib": (0.5, 4096.0), "bandwidth_gbs": (1.0, 100_000.0), "bf16_tflops": (0.01, 100_000.0),
            "fp8_tflops": (0.1, 200_000.0)}
 _EXAMPLE = "memory_gib=80,bandwidth_gbs=3350,bf16_tflops=989"
 

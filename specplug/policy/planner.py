@@ -452,13 +452,19 @@ def _workload_and_precision(s: Planning) -> None:
 
 def _hardware(s: Planning) -> None:
     """The GPUs (the smallest count that holds the model when none is named) and their tensor x pipeline split."""
-    from specplug.probe import resolve_hardware
+    from specplug.probe import Hardware, resolve_hardware
 
     cfg, pol, model = s.cfg, s.pol, s.model
     hs = cfg.hardware_spec()
     hw = resolve_hardware(hs.gpu, hs.num_gpus, s.probed)
+    if hw.source == "default" and s.caps.runs_on_cpu:
+        from specplug.hostcpu import host_cpu
+
+        host = host_cpu()
+        hw = Hardware(gpu=host.spec, num_gpus=1, memory_gb=host.memory_gib, source="host",
+                      note=f"{hw.note.split(' Planning for the default')[0]} {host.note}")
     s.gpu = gpu = get_gpu(hw.gpu)
-    if hs.num_gpus is None and hw.source != "probed" and cfg.serve.tensor_parallel_size is None:
+    if hs.num_gpus is None and hw.source not in ("probed", "host") and cfg.serve.tensor_parallel_size is None:
         # Where the stack reserves one request of max_model_len at start, the count holds a useful one (min_context,
         # or the configured max_model_len); _served_context then serves the longest that fits.
         ctx = s.useful_context if s.context_auto else s.context
@@ -483,14 +489,7 @@ def _hardware(s: Planning) -> None:
             f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} "
             f"({s.fmt.name} weights) and its KV cache"
         )
-        if hw.source == "default" and s.caps.runs_on_cpu:
-            note = hw.note.split(" Planning for the default")[0]
-            msg = (
-                f"{note} {s.factors_label()} serves on this machine's CPU, where it picks each step's draft length "
-                f"from what it measures; the figures here are for the default GPU, {gpu.name}, as a reference ({msg}). "
-                "Name the hardware with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."
-            )
-        elif hw.source == "default":
+        if hw.source == "default":
             note = hw.note.split(" Planning for the default")[0]
             msg = (
                 f"{note} Planning for the default GPU, {gpu.name}: {msg}. "

@@ -104,13 +104,25 @@ def test_a_long_context_lowers_a_learned_drafters_acceptance() -> None:
     assert a.acceptance_rate == b.acceptance_rate
 
 
-def test_an_embedded_plan_without_a_gpu_says_it_serves_on_the_cpu() -> None:
+def test_an_embedded_plan_without_a_gpu_is_made_for_this_machines_cpu(monkeypatch) -> None:
+    from specplug import hostcpu
     from specplug.probe import ProbeResult
 
+    files = {"/proc/cpuinfo": "model name\t: Test CPU\nflags\t\t: fpu avx2 avx512f\ncpu MHz\t\t: 3000.0\n" * 8,
+             "/proc/meminfo": "MemTotal:       67108864 kB\n"}
+    monkeypatch.setattr(hostcpu, "_read", files.__getitem__)
+    monkeypatch.setattr(hostcpu.os, "sched_getaffinity", lambda _pid: set(range(8)), raising=False)
     none = ProbeResult(available=False, message="No NVIDIA driver found; no GPU probed.")
     p = specplug.recommend("smollm2-135m", stack="embedded", probed=none)
+    assert p.hardware.source == "host" and p.hardware.num_gpus == 1 and p.hardware.memory_gb == 64
+    # 8 cores x 7.5 GB/s of float32 weights, halved for the 16-bit bytes the plan counts; 8 x 3 GHz x 32 FLOPs.
+    assert p.hardware.gpu == "memory_gib=64,bandwidth_gbs=30,bf16_tflops=0.768,name=CPU x8"
     text = " ".join(p.reasons)
-    assert "serves on this machine's CPU" in text and "Planning for the default GPU" not in text
+    assert "planned for this machine's CPU (Test CPU, 8 cores, 64 GiB)" in text and "H100" not in text
+    # A CPU turns compute-bound at small batches: the plan stops drafting long before an H100's would.
+    h100 = specplug.recommend("smollm2-135m", stack="embedded", gpu="h100")
+    assert p.prediction.breakeven_batch_size is not None
+    assert p.prediction.breakeven_batch_size < (h100.prediction.breakeven_batch_size or 10**6)
     # A GPU stack on the same machine plans for the default GPU and says so.
     v = specplug.recommend("smollm2-135m", stack="vllm", probed=none)
     assert any("Planning for the default GPU" in r for r in v.reasons)
