@@ -431,6 +431,9 @@ def _workload_and_precision(s: Planning) -> None:
         # Lengths measured on the user's requests stand in for the defaults (never for lengths they set).
         measured = {k: v for k, v in (("input_len", round(prof.input_len)), ("output_len", round(prof.output_len)))
                     if k not in wl.model_fields_set and v}
+        if prof.request_rate and "request_rate" not in wl.model_fields_set:
+            measured["request_rate"] = round(prof.request_rate, 4)
+            s.reasons.append(_arrivals_reason(prof))
         wl = wl.model_copy(update=measured)
     s.wl = wl
     s.seqs = wl.concurrency
@@ -580,6 +583,16 @@ def _feasibility(s: Planning) -> None:
             "and the rest queue; planned at that batch. More GPUs, an FP8 KV cache or lighter weights hold more."
         )
         _set_batch(s, s.capacity)
+
+
+def _arrivals_reason(prof: Any) -> str:
+    """Where the request rate came from when the traffic log's arrival times gave it, and how far to trust it."""
+    text = (f"Request rate {prof.request_rate:.3g}/s from the traffic log's arrival times ({prof.timed} of "
+            f"{prof.requests} requests timed, over {prof.span_s:,.0f} s); the load model takes arrivals as Poisson")
+    if prof.arrival_cv is not None and prof.arrival_cv > 1.5:
+        text += (f", but the log's gaps between arrivals vary {prof.arrival_cv:.1f}x as much as a Poisson stream's: "
+                 "its bursts queue longer than predicted")
+    return text + ". A sampled or idle-spanning log understates it: pass --request-rate."
 
 
 def _set_batch(s: Planning, batch: int) -> None:

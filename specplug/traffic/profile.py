@@ -52,6 +52,12 @@ class TrafficProfile:
     # The context a request decodes over (prompt + half its output), at the middle of each tenth of requests by it:
     # what acceptance is averaged over where it falls with context (specplug.policy.context).
     contexts: tuple[float, ...] = ()
+    # From the lines' arrival times (specplug.traffic.records.arrival), where at least two say: requests per second
+    # over the span they cover, and how much more the gaps between arrivals vary than a Poisson stream's (1.0).
+    request_rate: float | None = None
+    arrival_cv: float | None = None
+    timed: int = 0  # requests whose line gave an arrival time
+    span_s: float = 0.0
     tallies: dict[str, Tally] = field(default_factory=dict, repr=False)
 
     def position_rates(self, method: str) -> list[float] | None:
@@ -183,6 +189,7 @@ def load_traffic(
     sha = hashlib.sha256()
     in_tokens = out_tokens = replayed = 0
     contexts: list[float] = []
+    arrivals: list[float] = []
     try:
         fh = p.open("rb")
     except OSError as exc:
@@ -228,6 +235,8 @@ def load_traffic(
             pending = None  # (records in the batch, its tokenization under way)
             batch: list = []
             for rec in read_records(hashed(fh, bar), stats, fmap):
+                if rec.arrived is not None:
+                    arrivals.append(rec.arrived)
                 batch.append(rec)
                 if len(batch) >= BATCH:
                     if pending is not None:
@@ -269,8 +278,20 @@ def load_traffic(
         prompt_lookup_min=prompt_lookup_min,
         prompt_lookup_max=prompt_lookup_max,
         contexts=_tenths(contexts),
+        **_arrival_rate(arrivals),
         tallies=tallies,
     )
+
+
+def _arrival_rate(times: list[float]) -> dict[str, Any]:
+    """request_rate, arrival_cv, timed and span_s from arrival times (none where fewer than two differ)."""
+    if len(times) < 2 or max(times) <= min(times):
+        return {"timed": len(times)}
+    t = sorted(times)
+    gaps = [b - a for a, b in zip(t, t[1:], strict=False)]
+    mean = sum(gaps) / len(gaps)
+    sd = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+    return {"request_rate": len(gaps) / (t[-1] - t[0]), "arrival_cv": sd / mean, "timed": len(t), "span_s": t[-1] - t[0]}
 
 
 def _tenths(values: list[float]) -> tuple[float, ...]:

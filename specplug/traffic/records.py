@@ -31,7 +31,10 @@ FORMATS_HELP = (
     '{"prompt": ..., "completion": ...}, {"messages": [...], "completion": ...}, or other shapes with a field map '
     "such as --traffic-map prompt=input.text,completion=output"
 )
-MAP_KEYS = ("prompt", "completion", "messages")
+MAP_KEYS = ("prompt", "completion", "messages", "time")
+# Where a line says when its request arrived, first found wins: a log's own field, then the OpenAI response's
+# 'created' (set when the server accepted the request). Unix seconds (milliseconds above 1e11) or ISO 8601.
+TIME_KEYS = ("timestamp", "time", "arrival_time", "created_at", "created")
 MAX_LISTED = 20
 
 # The field map a command line gave (--traffic-map): load_traffic falls back to it when called without one,
@@ -57,6 +60,41 @@ def using_field_map(text: str | dict[str, str] | None, progress: bool = False) -
 class Record:
     prompt: str
     completion: str
+    arrived: float | None = None  # unix seconds the request arrived, where the line says
+
+
+def arrival(obj: Any, field_map: dict[str, str] | None = None) -> float | None:
+    """When the request on this line arrived (unix seconds), or None where the line does not say."""
+    if field_map and "time" in field_map:
+        try:
+            return _seconds(_get(obj, field_map["time"]))
+        except _Bad:
+            return None
+    places = [obj]
+    if isinstance(obj.get("request"), dict) or isinstance(obj.get("response"), dict):
+        places += [_unwrap(obj.get("request")), _unwrap(obj.get("response"))]
+    for place in places:
+        if isinstance(place, dict):
+            for key in TIME_KEYS:
+                if key in place and (t := _seconds(place[key])) is not None:
+                    return t
+    return None
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) / 1000 if value > 1e11 else float(value)
+    if isinstance(value, str) and value.strip():
+        from datetime import datetime
+
+        try:
+            t = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+        return t.timestamp()
+    return None
 
 
 @dataclass
@@ -239,5 +277,6 @@ def read_records(fh: Any, stats: ReadStats, field_map: dict[str, str] | None = N
         if not rec.completion:
             stats.bad(n, "empty completion")
             continue
+        rec.arrived = arrival(obj, field_map)
         stats.records += 1
         yield rec

@@ -3,6 +3,7 @@ shape figures, and what the planner does with them."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 
@@ -180,3 +181,57 @@ def test_the_logs_context_lengths_drive_a_learned_drafters_acceptance(tmp_path) 
     b = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, method="eagle3", traffic=str(mixed))
     assert b.prediction.acceptance_rate < a.prediction.acceptance_rate - 0.1
     assert any("Over the traffic's contexts" in r for r in b.reasons)
+
+
+# Arrival times: a log that says when each request came gives the request rate the load model plans for.
+def _timed(path, recs, times, where="created"):
+    lines = []
+    for r, t in zip(recs, times, strict=True):
+        if where == "created":  # an OpenAI response's own timestamp
+            lines.append({"request": {"model": "m", "prompt": r["prompt"]},
+                          "response": {"created": t, "choices": [{"text": r["completion"]}]}})
+        else:
+            lines.append({**r, where: t})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def test_arrival_times_give_the_request_rate_and_how_bursty_it_is(tmp_path) -> None:
+    recs = logs.build("chat", n=200, words=20)
+    rng = random.Random(1)
+    t, times = 1_764_900_000.0, []
+    for _ in recs:
+        t += rng.expovariate(2.0)  # Poisson at 2 requests/s
+        times.append(round(t, 3))
+    prof = load_traffic(_timed(tmp_path / "a.jsonl", recs, times), NO_TOKENIZER)
+    assert prof.timed == 200 and prof.request_rate == pytest.approx(2.0, rel=0.15)
+    assert prof.arrival_cv == pytest.approx(1.0, abs=0.2)
+    # ISO 8601 in a field of the log's own, and milliseconds: the same rate.
+    iso = [datetime.datetime.fromtimestamp(x, datetime.UTC).isoformat() for x in times]
+    assert load_traffic(_timed(tmp_path / "b.jsonl", recs, iso, "timestamp"), NO_TOKENIZER).request_rate == pytest.approx(
+        prof.request_rate)
+    ms = [x * 1000 for x in times]
+    assert load_traffic(_timed(tmp_path / "c.jsonl", recs, ms, "time"), NO_TOKENIZER).request_rate == pytest.approx(
+        prof.request_rate)
+    # Bursts: ten at once, then a pause.
+    bursty = [1_764_900_000.0 + (i // 10) * 5 + (i % 10) * 0.01 for i in range(200)]
+    assert load_traffic(_timed(tmp_path / "d.jsonl", recs, bursty), NO_TOKENIZER).arrival_cv > 2
+    # Untimed logs have no rate.
+    assert load_traffic(logs.write(tmp_path / "e.jsonl", recs), NO_TOKENIZER).request_rate is None
+
+
+def test_the_plan_takes_the_logs_request_rate_and_says_where_it_came_from(tmp_path) -> None:
+    import specplug
+
+    recs = logs.build("chat", n=120, words=20)
+    times = [1_764_900_000.0 + i * 0.25 for i in range(120)]  # 4 requests/s, evenly
+    log = _timed(tmp_path / "timed.jsonl", recs, times)
+    plan = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, traffic=str(log))
+    assert plan.load is not None and plan.load.request_rate == pytest.approx(4.0, rel=0.01)
+    assert any("from the traffic log's arrival times (120 of 120 requests timed" in r for r in plan.reasons)
+    # A rate the user gives wins over the log's.
+    given = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, traffic=str(log), request_rate=1.0)
+    assert given.load.request_rate == 1.0 and not any("arrival times" in r for r in given.reasons)
+    bursty = _timed(tmp_path / "bursty.jsonl", recs, [1_764_900_000.0 + (i // 20) * 10 for i in range(120)])
+    b = specplug.recommend(model="qwen3-8b", gpu="h100", num_gpus=1, traffic=str(bursty))
+    assert any("bursts queue longer than predicted" in r for r in b.reasons)

@@ -113,3 +113,15 @@ def test_reading_streams_line_by_line(tmp_path) -> None:
     stats = ReadStats()
     first = next(iter(read_records(lines, stats)))
     assert first.prompt == "0" and stats.lines == 1
+
+
+def test_a_field_map_can_name_where_the_arrival_time_is() -> None:
+    from specplug.traffic.records import arrival, parse_field_map
+
+    fmap = parse_field_map("prompt=in,completion=out,time=meta.ts")
+    from datetime import UTC, datetime
+
+    ten = datetime(2026, 12, 5, 10, tzinfo=UTC).timestamp()
+    assert arrival({"in": "a", "out": "b", "meta": {"ts": "2026-12-05T10:00:00+00:00"}}, fmap) == ten
+    assert arrival({"in": "a", "out": "b"}, fmap) is None  # a line without it is untimed, not malformed
+    assert arrival({"prompt": "a", "completion": "b", "created": True}) is None  # a flag, not a time
