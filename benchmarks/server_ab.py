@@ -84,7 +84,8 @@ class Arm:
         return statistics.mean(r.tokens_per_s for r in self.rounds[c])
 
 
-def server_argv(server: str, arm: str, threads: int, port: int, tree: Path) -> tuple[list[str], dict[str, str], Path]:
+def server_argv(server: str, arm: str, threads: int, port: int, tree: Path,
+                prefix_caching: bool = True) -> tuple[list[str], dict[str, str], Path]:
     """The command line, environment and working folder that start ``server`` for ``arm``."""
     env = {**os.environ, **CLIENT_ENV}
     if server == "embedded":
@@ -104,14 +105,17 @@ def server_argv(server: str, arm: str, threads: int, port: int, tree: Path) -> t
             "--port", str(port)]
     if arm != "plain":
         argv += ["--speculative-config", json.dumps(NGRAM)]
+    if not prefix_caching:
+        argv += ["--no-enable-prefix-caching"]
     env.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_TARGET_DEVICE="cpu", VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}",
                OMP_NUM_THREADS=str(threads))
     return argv, env, REPO
 
 
-def start(server: str, arm: str, threads: int, work: Path, tree: Path) -> tuple[subprocess.Popen, str, Path]:
+def start(server: str, arm: str, threads: int, work: Path, tree: Path,
+          prefix_caching: bool = True) -> tuple[subprocess.Popen, str, Path]:
     port = free_port()
-    argv, env, cwd = server_argv(server, arm, threads, port, tree)
+    argv, env, cwd = server_argv(server, arm, threads, port, tree, prefix_caching)
     log = work / f"{server}-{arm}.log"
     proc, base = start_server(argv, env, cwd, log, f"{server} ({arm})", port)
     return proc, base, log
@@ -147,7 +151,7 @@ def bench(base: str, concurrency: int, work: Path, tag: str) -> Round:
 
 
 def run_arm(server: str, arm: str, args: argparse.Namespace, work: Path) -> Arm:
-    proc, base, log = start(server, arm, args.threads, work, Path(args.embedded_tree))
+    proc, base, log = start(server, arm, args.threads, work, Path(args.embedded_tree), not args.no_prefix_caching)
     out = Arm(server, arm)
     try:
         bench(base, max(args.concurrency), work, f"{server}-{arm}-warmup")
@@ -212,6 +216,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--embedded-tree", default=str(REPO), help="folder holding the specplug package to serve")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, client results)")
+    ap.add_argument("--no-prefix-caching", action="store_true",
+                    help="serve vLLM without its automatic prefix caching (the embedded server has none): the rounds "
+                         "repeat the same prompts, which vLLM then prefills from its cache")
     args = ap.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     servers = [s for s in args.servers.split(",") if s]

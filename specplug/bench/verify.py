@@ -6,11 +6,18 @@ k+1 positions at once) sums floating-point numbers in another order, and where t
 within that noise the argmax can flip; from there the texts part ways. Such divergences come late (after
 a long identical prefix) and at near-ties. A broken drafter/verifier diverges early, often and at tokens
 the baseline clearly did not pick.
+
+With a JSON schema (``specplug verify --json-schema``) every request asks for structured output
+(``response_format`` json_schema), and the report says per endpoint how many outputs parse as JSON and validate
+against the schema: speculation must keep the grammar's mask at every verified position, so the outputs stay
+identical and valid.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -42,6 +49,22 @@ class Divergence(BaseModel):
     error: str | None = None
 
 
+class SchemaCheck(BaseModel):
+    """How one endpoint's outputs fared against the schema."""
+
+    role: str  # "speculative" or "baseline"
+    outputs: int = 0  # answered (failed requests are counted in the report's errors)
+    parsed: int = 0  # parse as JSON
+    valid: int = 0  # and validate against the schema
+    truncated: int = 0  # ended at max_tokens (finish_reason "length"): cut short, not a broken grammar
+    first_problem: str | None = None  # the first invalid output that was not truncated: prompt and why
+
+    @property
+    def broken(self) -> int:
+        """Outputs that ended by themselves and still do not validate: the server did not honour the schema."""
+        return self.outputs - self.valid - self.truncated
+
+
 class VerifyReport(BaseModel):
     endpoint: str
     baseline: str
@@ -60,10 +83,89 @@ class VerifyReport(BaseModel):
     verdict: str = ""
     explanation: str = EXPLANATION
     results: list[Divergence] = []
+    json_schema: str | None = None  # the schema file, when every request asked for structured output
+    schema_checks: list[SchemaCheck] = []
 
     @property
     def failed(self) -> bool:
-        return self.systematic > 0 or self.errors > 0
+        return self.systematic > 0 or self.errors > 0 or any(c.broken for c in self.schema_checks)
+
+
+def load_schema(path: str) -> dict[str, Any]:
+    """The JSON schema in ``path``, checked against its metaschema (a bad schema fails before any request)."""
+    from specplug.errors import SpecplugError
+
+    validators = _jsonschema()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            schema = json.load(fh)
+    except OSError as exc:
+        raise SpecplugError(f"Cannot read --json-schema {path}: {exc.strerror}.") from None
+    except json.JSONDecodeError as exc:
+        raise SpecplugError(f"--json-schema {path} is not JSON: {exc}.") from None
+    if not isinstance(schema, dict):
+        raise SpecplugError(f"--json-schema {path} must hold a JSON object (a JSON schema).")
+    try:
+        validators.validator_for(schema).check_schema(schema)
+    except Exception as exc:  # jsonschema.SchemaError: the message names the offending keyword
+        raise SpecplugError(f"--json-schema {path} is not a valid JSON schema: {getattr(exc, 'message', exc)}.") from None
+    return schema
+
+
+def _jsonschema() -> Any:
+    from specplug.errors import SpecplugError
+
+    try:
+        import jsonschema.validators
+    except ImportError:
+        raise SpecplugError("--json-schema needs the jsonschema package.", "pip install 'specplug[bench]'.") from None
+    return jsonschema.validators
+
+
+def check_schema(role: str, schema: dict[str, Any], outputs: list[tuple[str, Completion]]) -> SchemaCheck:
+    """Count ``outputs`` ((prompt id, completion)) that parse as JSON and validate against ``schema``."""
+    validator = _jsonschema().validator_for(schema)(schema)
+    check = SchemaCheck(role=role)
+    for pid, c in outputs:
+        if c.error:
+            continue
+        check.outputs += 1
+        problem = None
+        try:
+            value = json.loads(c.text)
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON ({exc.msg} at character {exc.pos})"
+        else:
+            check.parsed += 1
+            error = next(iter(validator.iter_errors(value)), None)
+            if error is None:
+                check.valid += 1
+                continue
+            problem = f"does not validate: {error.message}"
+        if c.finish_reason == "length":
+            check.truncated += 1
+        elif check.first_problem is None:
+            check.first_problem = f"{pid}: {problem}"
+    return check
+
+
+class _WithBody:
+    """An httpx client whose POSTs also carry ``extra`` body fields (the structured-output request)."""
+
+    def __init__(self, client: Any, extra: dict[str, Any]) -> None:
+        self._client = client
+        self._extra = extra
+
+    async def post(self, url: str, json: dict[str, Any] | None = None, **kw: Any) -> Any:
+        return await self._client.post(url, json={**(json or {}), **self._extra}, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def response_format(schema: dict[str, Any], name: str = "verify") -> dict[str, Any]:
+    """OpenAI's ``response_format`` asking for output that follows ``schema``."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
 def _first_diff(a: list[str] | str, b: list[str] | str) -> int | None:
@@ -121,7 +223,7 @@ def classify(pid: str, base: Completion, spec: Completion, late_after: int, tie_
 
 async def _run(
     base_ep: Endpoint, spec_ep: Endpoint, prompts: list[Prompt], api: str, max_tokens: int, concurrency: int,
-    timeout_s: float,
+    timeout_s: float, extra: dict[str, Any] | None = None,
 ) -> list[tuple[Completion, Completion]]:
     bc = make_client(base_ep, concurrency, timeout_s)
     sc = make_client(spec_ep, concurrency, timeout_s)
@@ -129,11 +231,12 @@ async def _run(
         base_ep.model = await preflight(bc, base_ep, "--baseline")
         spec_ep.model = await preflight(sc, spec_ep, "--endpoint")
         sem = asyncio.Semaphore(concurrency)
+        bpost, spost = (_WithBody(bc, extra), _WithBody(sc, extra)) if extra else (bc, sc)
 
         async def one(p: Prompt) -> tuple[Completion, Completion]:
             async with sem:
-                b = await complete(bc, base_ep, p, p.api(api), max_tokens)
-                s = await complete(sc, spec_ep, p, p.api(api), max_tokens)
+                b = await complete(bpost, base_ep, p, p.api(api), max_tokens)  # type: ignore[arg-type]
+                s = await complete(spost, spec_ep, p, p.api(api), max_tokens)  # type: ignore[arg-type]
                 return b, s
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))
@@ -145,15 +248,23 @@ async def _run(
 def verify(
     spec_ep: Endpoint, base_ep: Endpoint, prompts: list[Prompt], *, api: str = "auto", max_tokens: int = 128,
     concurrency: int = 1, late_after: int = 32, tie_margin: float = 0.5, max_diff_share: float = 0.5,
-    timeout_s: float = 300.0,
+    timeout_s: float = 300.0, json_schema: dict[str, Any] | None = None, schema_name: str | None = None,
 ) -> VerifyReport:
-    """Send every prompt greedily to both servers and classify each difference."""
-    pairs = asyncio.run(_run(base_ep, spec_ep, prompts, api, max_tokens, concurrency, timeout_s))
+    """Send every prompt greedily to both servers and classify each difference; with ``json_schema`` every request
+    asks for output following it, and each endpoint's outputs are validated against it."""
+    extra = {"response_format": response_format(json_schema)} if json_schema is not None else None
+    pairs = asyncio.run(_run(base_ep, spec_ep, prompts, api, max_tokens, concurrency, timeout_s, extra))
     results = [classify(p.id, b, s, late_after, tie_margin) for p, (b, s) in zip(prompts, pairs, strict=True)]
     rep = VerifyReport(
         endpoint=spec_ep.root, baseline=base_ep.root, model=spec_ep.model, prompts=len(results), max_tokens=max_tokens,
         late_after=late_after, tie_margin=tie_margin, results=results,
     )
+    if json_schema is not None:
+        rep.json_schema = schema_name or "(given)"
+        rep.schema_checks = [
+            check_schema(role, json_schema, [(p.id, pair[i]) for p, pair in zip(prompts, pairs, strict=True)])
+            for i, role in ((1, "speculative"), (0, "baseline"))
+        ]
     rep.identical = sum(r.identical for r in results)
     rep.near_tie = sum(r.kind == "near-tie" for r in results)
     rep.late = sum(r.kind == "late" for r in results)
@@ -177,6 +288,12 @@ def verify(
         rep.verdict = f"Lossless up to numeric noise: {len(differing)} late/near-tie divergence(s), none systematic."
     else:
         rep.verdict = "Lossless: every output identical."
+    broken = [c for c in rep.schema_checks if c.broken]
+    if broken:
+        rep.verdict += " Structured output NOT honoured: " + "; ".join(
+            f"{c.role} returned {c.broken} output(s) that do not validate" for c in broken) + "."
+    elif rep.schema_checks and any(c.truncated for c in rep.schema_checks):
+        rep.verdict += " Some outputs hit max_tokens before the JSON was complete; raise --max-tokens to check them."
     return rep
 
 
@@ -190,6 +307,11 @@ def render(rep: VerifyReport) -> list:
         f"max_tokens {rep.max_tokens}, temperature 0"
     )
     out: list = [head]
+    for c in rep.schema_checks:
+        line = (f"JSON schema {rep.json_schema}: {c.role} {c.valid}/{c.outputs} valid, {c.parsed}/{c.outputs} parse as JSON"
+                + (f", {c.truncated} cut at max_tokens" if c.truncated else ""))
+        out.append(Text(line + (f" (first invalid: {c.first_problem})" if c.first_problem else ""),
+                        style="red" if c.broken else ""))
     diffs = [r for r in rep.results if not r.identical]
     if diffs:
         t = Table(title="Differences (first diverging position)", title_justify="left")

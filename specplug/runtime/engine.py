@@ -36,7 +36,9 @@ device=None, eos_token_ids=None, lean=True, paced=False)``
 Each request has its own sampling parameters (temperature, top-k, top-p), stop strings, EOS handling,
 max_new_tokens, and vLLM's min_tokens and stop_token_ids. min_tokens masks the stop tokens' logits at the
 positions before it, in the one target pass that verifies drafts as in plain decoding, so speculation stays
-lossless. A stop string ends the text before it and the tokens with the one that completed it
+lossless. A structured-output grammar (``GenerationParams.grammar``) masks every verified position the same way,
+by its state after the drafts before it (:mod:`specplug.runtime.structured`); ``GenerationParams.logprobs`` reads
+each output token's log-probability from the pass that produced it. A stop string ends the text before it and the tokens with the one that completed it
 (:mod:`specplug.runtime.textstream`, which the server shares). Seeds: every request draws its random numbers
 from its own generator (seeded by its seed, else at random), as many as it would alone, so a seeded request
 gives the same tokens alone and batched beside others (pacing then drafts a fixed k: see ``step``).
@@ -60,7 +62,14 @@ from specplug.runtime.cache import KVState
 from specplug.runtime.decoder import lean as lean_decoder
 from specplug.runtime.pacing import DraftPacer, record
 from specplug.runtime.proposers import Draft, Proposer, _prefill
-from specplug.runtime.sampling import RowGenerators, RowWarper, SamplingParams, hold_stop_tokens
+from specplug.runtime.sampling import (
+    RowGenerators,
+    RowWarper,
+    SamplingParams,
+    TokenLogprob,
+    hold_stop_tokens,
+    token_logprobs,
+)
 from specplug.runtime.textstream import TextStream
 from specplug.runtime.verify import verify
 
@@ -79,6 +88,13 @@ class GenerationParams:
     # Tokens that end the output when produced (also with ignore_eos); unlike EOS they count as output tokens,
     # and their text is not part of the output.
     stop_token_ids: tuple[int, ...] = ()
+    # A compiled grammar (specplug.runtime.structured.Grammar) the output must follow: it masks the target's logits
+    # at every position, verified ones included, and the output ends where the grammar is complete.
+    grammar: Any = None
+    # Log-probabilities of each output token, with this many alternatives (None: none). As vLLM's default
+    # logprobs_mode (raw_logprobs): from the target's logits after the grammar mask, before min_tokens, temperature,
+    # top-k and top-p.
+    logprobs: int | None = None
 
 
 @dataclass
@@ -145,6 +161,7 @@ class StepOutput:
     finished: bool
     finish_reason: str | None
     stop_token_id: int | None = None  # the stop_token_ids member that ended the request (the last new token)
+    logprobs: list[TokenLogprob] | None = None  # one per new token, where the request asked for them
 
 
 @dataclass
@@ -182,6 +199,7 @@ class _Row:
     stream: TextStream | None = None  # ids -> text and stop strings, where the engine has a tokenizer
     gen: torch.Generator | None = None  # the request's own random numbers (set when it joins)
     finish_reason: str | None = None
+    grammar: Any = None  # the request's specplug.runtime.structured.GrammarState (set when it joins)
     found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
     # Whether the row's latest settled free draft matched in full: copied text tends to go on being copied, so a
     # free proposer's counters are kept per state (this run state, and how long a match found the draft). A
@@ -411,7 +429,11 @@ class DecodeBatch:
             return None if warper.all_greedy else warper(logits)
 
         t0 = time.perf_counter()
-        draft = self.proposer.propose([r.history for r in rows], ks, warp, gens)
+        guided = [i for i, r in enumerate(rows) if r.grammar is not None]
+        if guided and getattr(self.proposer, "guided", False):
+            draft = self.proposer.propose([r.history for r in rows], ks, warp, gens, guide=self._guide(rows, guided))
+        else:
+            draft = self.proposer.propose([r.history for r in rows], ks, warp, gens)
         drafting = time.perf_counter() - t0
         full_n = draft.n
         found: list[_Found] | None = None
@@ -432,12 +454,20 @@ class DecodeBatch:
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
         t1 = time.perf_counter()
-        logits = self._hold_stops(rows, self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1)))
+        logits = self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1))
+        dn_l = draft.n.tolist()
+        dtok_l = draft.tokens.tolist() if any(dn_l) else None
+        if guided:
+            self._mask(rows, guided, logits, [d[:n] for d, n in zip(dtok_l, dn_l, strict=True)] if dtok_l else None)
+        lps = self._logprobs(rows, logits)
+        logits = self._hold_stops(rows, logits)
         n_acc, nxt = verify(logits, dtokens, dn, draft.probs, warper, gens)
         self.kv.rollback(n_acc + 1)
         self.proposer.commit(n_acc, nxt)
 
-        acc_l, nxt_l, dn_l = n_acc.tolist(), nxt.tolist(), draft.n.tolist()  # (a device sync)
+        acc_l, nxt_l = n_acc.tolist(), nxt.tolist()  # (a device sync)
+        for i in guided:
+            rows[i].grammar.settle(acc_l[i], nxt_l[i])
         if pacer is not None:
             t2 = time.perf_counter()
             pacer.observe_pass(len(rows) * (1 + dtokens.shape[1]), t2 - t1)
@@ -447,7 +477,6 @@ class DecodeBatch:
                 for row, k, a in zip(rows, ks, acc_l, strict=True):
                     pacer.observe_acceptance(k, a)
                     record(*row.counts(None), k, a)
-        dtok_l = draft.tokens.tolist() if any(dn_l) else None
         finished: list[int] = []
         now = time.perf_counter()
         for i, row in enumerate(rows):
@@ -462,12 +491,44 @@ class DecodeBatch:
             emitted = (dtok_l[i][:a] if a else []) + [nxt_l[i]]
             if pacer is not None and free:
                 self._score_found(row, found[i] if found else None, emitted)
-            outs.append(self._emit(row, emitted, now))
+            outs.append(self._emit(row, emitted, now, lps.get(i)))
             if row.finish_reason is not None:
                 finished.append(i)
         if finished:
             self._drop(finished)
         return outs
+
+    def _guide(self, rows: list[_Row], guided: list[int]) -> Callable[[torch.Tensor | None], torch.Tensor]:
+        """For a proposer that samples from a distribution: before each draft position, walk the tokens it drafted
+        at the previous one (None before the first) and return ``(B, V)`` bool, the tokens each row's grammar
+        allows there (all for unconstrained rows), so that q is a distribution over allowed tokens."""
+        vocab = int(self.engine.target.config.vocab_size)
+
+        def guide(drafted: torch.Tensor | None) -> torch.Tensor:
+            allowed = torch.ones(len(rows), vocab, dtype=torch.bool)
+            prev = drafted.tolist() if drafted is not None else None
+            for i in guided:
+                g = rows[i].grammar
+                if prev is not None:
+                    g.advance(prev[i])
+                allowed[i] = g.allowed(vocab)
+            return allowed
+
+        return guide
+
+    def _mask(self, rows: list[_Row], guided: list[int], logits: torch.Tensor, drafts: list[list[int]] | None) -> None:
+        """Grammar-mask the target's logits ``(B, W, V)`` in place: row i's column j by its grammar's state after its
+        drafts 0..j-1, the distribution plain decoding samples from there (columns past its drafts are padding)."""
+        from specplug.runtime.structured import mask_logits
+
+        vocab = logits.shape[-1]
+        for i in guided:
+            d = drafts[i] if drafts is not None else []
+            mask_logits(logits[i, : len(d) + 1], rows[i].grammar.masks(d, vocab))
+
+    def _logprobs(self, rows: list[_Row], logits: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Log-softmax ``(W, V)`` of the logits of each row that asked for logprobs (see GenerationParams.logprobs)."""
+        return {i: logits[i].float().log_softmax(-1) for i, r in enumerate(rows) if r.params.logprobs is not None}
 
     def _hold_stops(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
         """``logits`` with stop tokens masked where a row is short of its min_tokens (see ``hold_stop_tokens``)."""
@@ -494,9 +555,13 @@ class DecodeBatch:
                 still.append(f)
         row.found = still
 
-    def _emit(self, row: _Row, emitted: list[int], now: float) -> StepOutput:
+    def _emit(self, row: _Row, emitted: list[int], now: float, logprobs: torch.Tensor | None = None) -> StepOutput:
         params, st = row.params, row.stats
         reason, eos_at, stop_id = None, -1, None
+        # The grammar allows only end-of-sequence after its last token (the drafts after it were rejected): the
+        # output is complete, and ends here rather than one more pass for the EOS.
+        if row.grammar is not None and row.grammar.stopped:
+            reason = "stop"
         eos = self.engine.eos_token_ids if not params.ignore_eos else ()
         if eos or params.stop_token_ids:
             # Stop tokens count from the min_tokens-th output on (before it their logits were masked anyway).
@@ -526,7 +591,10 @@ class DecodeBatch:
         st.eos_tokens = int(reason == "stop" and len(emitted) == eos_at)  # not when cut before the EOS
         st.elapsed_s = now - row.started
         row.finish_reason = reason
-        return StepOutput(row.rid, emitted, delta, reason is not None, reason, stop_id)
+        lps = None
+        if logprobs is not None:
+            lps = token_logprobs(logprobs, emitted, params.logprobs or 0) if emitted else []
+        return StepOutput(row.rid, emitted, delta, reason is not None, reason, stop_id, lps)
 
     def _drop(self, idx: list[int]) -> None:
         gone = set(idx)
@@ -578,7 +646,14 @@ class DecodeBatch:
                 part = KVState(self.engine.target, len(run), self.device)
                 parts.append(_prefill(part, [r.history for r in run], self.device))
                 new.merge(part)
-            logits = self._hold_stops(queue, torch.cat(parts))
+            logits = torch.cat(parts)
+            guided = [i for i, r in enumerate(queue) if r.params.grammar is not None]
+            for i in guided:
+                queue[i].grammar = queue[i].params.grammar.start()
+            if guided:
+                self._mask(queue, guided, logits, None)
+            lps = self._logprobs(queue, logits)
+            logits = self._hold_stops(queue, logits)
             warper = RowWarper([r.params.sampling for r in queue], self.device)
             no_draft = torch.zeros(len(queue), 0, dtype=torch.long, device=self.device)
             gens = RowGenerators([r.gen for r in queue])
@@ -586,10 +661,12 @@ class DecodeBatch:
             self.kv.merge(new)
             now = time.perf_counter()
             first_l = first.tolist()
-            for r, t in zip(queue, first_l, strict=True):
+            for i in guided:
+                queue[i].grammar.settle(0, first_l[i])
+            for i, (r, t) in enumerate(zip(queue, first_l, strict=True)):
                 r.stats.prefill_s = now - t0
                 r.stats.target_passes += 1
-                outs.append(self._emit(r, [t], now))
+                outs.append(self._emit(r, [t], now, lps.get(i)))
             self.proposer.start([list(r.history) for r in queue])
             self.rows.extend(queue)
             self._warper = None

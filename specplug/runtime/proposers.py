@@ -8,6 +8,7 @@ the same protocol: it would read the target's hidden states handed to it in ``co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,7 +44,13 @@ class Proposer(Protocol):
         """New rows join the batch (appended after the current ones), with their prompts."""
 
     def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None) -> Draft:
-        """Up to ``ks[b]`` tokens for row b. ``warp(logits, rows)`` turns draft logits into probabilities."""
+        """Up to ``ks[b]`` tokens for row b. ``warp(logits, rows)`` turns draft logits into probabilities.
+
+        A proposer with ``guided = True`` also takes ``guide``: called before each draft position with the tokens
+        drafted at the previous one (None first), it returns ``(B, V)`` bool, the tokens a structured-output
+        grammar allows there; the proposer drafts only those (q over allowed tokens). Point-mass proposers need no
+        guide: the target's mask rejects a forbidden draft.
+        """
 
     def commit(self, n_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None:
         """After verification: row b kept ``n_accepted[b]`` drafts, then the target added ``next_tokens[b]``."""
@@ -166,6 +173,7 @@ class DraftModelProposer:
 
     name = "draft_model"
     free = False
+    guided = True
 
     def __init__(
         self,
@@ -206,7 +214,10 @@ class DraftModelProposer:
         self.pending.extend([p[-1:] for p in prompts])
 
     @torch.inference_mode()
-    def propose(self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None) -> Draft:
+    def propose(
+        self, histories: list[list[int]], ks: list[int], warp: Any, generator: torch.Generator | None,
+        guide: Callable[[torch.Tensor | None], torch.Tensor] | None = None,
+    ) -> Draft:
         b = len(histories)
         k = max(ks, default=0)
         if k == 0:
@@ -233,6 +244,9 @@ class DraftModelProposer:
         out_tokens, out_probs = [], []
         fed = 0
         for i in range(k):
+            any_allowed = None
+            if guide is not None:
+                logits, any_allowed = self._constrain(logits, guide(out_tokens[-1] if out_tokens else None))
             probs = warp(logits)
             if probs is None:
                 tok = logits.argmax(-1)
@@ -249,6 +263,10 @@ class DraftModelProposer:
                 tok = self.vocab[tok]  # column -> token id
             out_tokens.append(tok)
             alive &= limit > i
+            if any_allowed is not None:
+                # No draft-vocabulary token is allowed here: the row stops drafting before this token (a rule that
+                # reads only the grammar's state, not the draw, so it stays lossless).
+                alive &= any_allowed
             n += alive.long()
             if conf is not None:
                 alive &= conf >= self.min_confidence
@@ -265,6 +283,17 @@ class DraftModelProposer:
             full = probs_out.new_zeros(*probs_out.shape[:-1], self.vocab_size)
             probs_out = full.index_copy_(-1, self.vocab, probs_out)
         return Draft(self._drafted[:, :width], n, probs_out, backlog=backlog)
+
+    def _constrain(self, logits: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``logits`` over the drafter's columns masked to the grammar's ``allowed`` tokens, and per row whether any
+        column is allowed (a row with none keeps its logits and must stop drafting)."""
+        cols = allowed.to(logits.device)
+        cols = cols.index_select(-1, self.vocab) if self.vocab is not None else cols[:, : logits.shape[-1]]
+        if cols.shape[-1] < logits.shape[-1]:  # a drafter with a wider head than the target: those ids are never text
+            cols = torch.nn.functional.pad(cols, (0, logits.shape[-1] - cols.shape[-1]))
+        some = cols.any(-1)
+        masked = logits.masked_fill(~cols & some.unsqueeze(-1), float("-inf"))
+        return masked, some
 
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
         """The last column's logits, over the draft vocabulary when there is one."""

@@ -158,3 +158,26 @@ def hold_stop_tokens(logits: torch.Tensor, produced: list[int], min_tokens: list
         idx = torch.tensor(sorted(t for t in ids if 0 <= t < vocab), dtype=torch.long, device=logits.device)
         logits[i, :cols, idx] = float("-inf")
     return logits
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One output token's log-probability, and the ``top`` likeliest tokens at its position (id, logprob)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def token_logprobs(logprobs: torch.Tensor, tokens: list[int], top: int) -> list[TokenLogprob]:
+    """``logprobs`` ``(n, V)`` log-softmax rows, ``tokens`` the n tokens output at them -> one entry per token."""
+    n = len(tokens)
+    rows = logprobs[:n]
+    chosen = rows[torch.arange(n, device=rows.device), torch.tensor(tokens, device=rows.device)].tolist()
+    if top <= 0:
+        return [TokenLogprob(t, lp) for t, lp in zip(tokens, chosen, strict=True)]
+    values, ids = rows.topk(min(top, rows.shape[-1]), dim=-1)
+    return [
+        TokenLogprob(t, lp, tuple(zip(i, v, strict=True)))
+        for t, lp, i, v in zip(tokens, chosen, ids.tolist(), values.tolist(), strict=True)
+    ]

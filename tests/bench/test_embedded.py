@@ -99,3 +99,24 @@ def test_calibrate_moves_the_estimate_to_the_measurement(bench_dir, run_cli, tmp
                     "--gpu", "l4", "-o", str(out))
     assert again.exit_code == 0 and "predicted before" in again.stdout and "measured" in again.stdout
     assert len(yaml.safe_load(out.read_text())["entries"]) == 2
+
+
+def test_verify_json_schema_reports_valid_and_identical_structured_outputs(embedded_pair, run_cli, tmp_path):
+    spec_url, base_url = embedded_pair
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({
+        "type": "object", "properties": {"title": {"type": "string", "maxLength": 24}, "lines": {"type": "integer"}},
+        "required": ["title", "lines"], "additionalProperties": False,
+    }))
+    r = run_cli("verify", "--endpoint", spec_url, "--baseline", base_url, "--workload", "chat", "--num-prompts", "2",
+                "--max-tokens", "64", "--json-schema", str(schema), "--lora", "smollm2-135m", "--output", "json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    rep = r.json()
+    assert rep["identical"] == 2 and rep["json_schema"] == str(schema) and rep["model"] == "smollm2-135m"
+    checks = {c["role"]: c for c in rep["schema_checks"]}
+    assert set(checks) == {"speculative", "baseline"}
+    for c in checks.values():
+        assert c["outputs"] == c["parsed"] == c["valid"] == 2 and c["truncated"] == 0
+    t = run_cli("verify", "--endpoint", spec_url, "--baseline", base_url, "--workload", "chat", "--num-prompts", "1",
+                "--max-tokens", "64", "--json-schema", str(schema))
+    assert t.exit_code == 0 and "JSON schema" in t.stdout and "speculative" in t.stdout

@@ -52,3 +52,35 @@ def test_one_output_stopping_early_is_a_difference():
 def test_errors_are_reported_not_compared():
     d = classify("p", Completion(text="", error="HTTP 500: boom"), _toks(BASE), 32, 0.5)
     assert d.kind == "error" and "boom" in d.error
+
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+def test_schema_check_counts_parsed_valid_and_truncated():
+    from specplug.bench.verify import check_schema
+
+    outs = [
+        ("a", Completion(text='{"n": 1}', finish_reason="stop")),
+        ("b", Completion(text='{"n": "x"}', finish_reason="stop")),
+        ("c", Completion(text='{"n": 1', finish_reason="length")),
+        ("d", Completion(text="", error="HTTP 500")),
+    ]
+    c = check_schema("speculative", SCHEMA, outs)
+    assert (c.outputs, c.parsed, c.valid, c.truncated, c.broken) == (3, 2, 1, 1, 1)
+    assert c.first_problem.startswith("b: does not validate")
+
+
+def test_load_schema_refuses_what_is_not_a_schema(tmp_path):
+    import pytest
+
+    from specplug.bench.verify import load_schema
+    from specplug.errors import SpecplugError
+
+    good = tmp_path / "s.json"
+    good.write_text('{"type": "object"}')
+    assert load_schema(str(good)) == {"type": "object"}
+    for text, why in (("{", "not JSON"), ("[1]", "JSON object"), ('{"type": "wizard"}', "not a valid JSON schema")):
+        good.write_text(text)
+        with pytest.raises(SpecplugError, match=why):
+            load_schema(str(good))

@@ -253,7 +253,8 @@ def test_streaming_holds_back_partial_stop_string(client):
         ({"model": "tiny", "prompt": "x", "temperature": 3}, "temperature", "less than or equal to 2"),
         ({"model": "tiny", "prompt": "x", "top_p": 0}, "top_p", "greater than 0"),
         ({"model": "tiny", "prompt": "x", "n": 2}, "n", "not supported"),
-        ({"model": "tiny", "prompt": "x", "logprobs": 2}, "logprobs", "not supported"),
+        ({"model": "tiny", "prompt": "x", "logprobs": 2, "echo": True}, "logprobs", "not supported"),
+        ({"model": "tiny", "prompt": "x", "logprobs": 21}, "logprobs", "less than or equal to 20"),
         ({"model": "tiny", "prompt": "x", "presence_penalty": 1.0}, "presence_penalty", "not supported"),
         ({"model": "tiny", "prompt": "x", "ignore_eos": "yes"}, "ignore_eos", ""),
         ({"model": "tiny", "prompt": "x", "repetition_penalty": 1.3}, "repetition_penalty", "not supported"),
@@ -304,10 +305,18 @@ def test_bad_chat_messages(client):
         {"model": "tiny", "messages": [{"role": "user", "content": 5}]},
         {"model": "tiny", "messages": "hi"},
         {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
-        {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+        {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]},
+        {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},
     ]
     for body in bad:
         assert_openai_error(client.post("/v1/chat/completions", json=body), 400)
+
+
+def test_structured_output_without_a_fast_tokenizer_is_a_400_that_says_why(client):
+    pytest.importorskip("llguidance")
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}
+    err = assert_openai_error(client.post("/v1/chat/completions", json=body), 400, "response_format")
+    assert "fast Hugging Face tokenizer" in err["message"]
 
 
 def test_body_size_limit_declared_and_chunked():

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specplug.runtime.serving.lifecycle import Drain
+from specplug.runtime.serving.logprobs import LogprobFormatter
 from specplug.runtime.serving.metrics import CONTENT_TYPE, ServerMetrics
 from specplug.runtime.serving.scheduler import (
     SHUTDOWN_MESSAGE,
@@ -295,6 +296,8 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
     names = {settings.model_name, *settings.aliases}
     created = int(time.time())
     vocab_size = _vocab_size(tokenizer)
+    lp_format = LogprobFormatter(tokenizer)
+    grammars: list[Any] = []  # the GrammarCompiler, made by the first request that asks for structure
     errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
               413: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
 
@@ -331,7 +334,25 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
                 code="model_not_found",
             )
 
-    def sampling_from(req: CompletionRequest | ChatCompletionRequest) -> SamplingParams:
+    async def grammar_for(req: CompletionRequest | ChatCompletionRequest) -> Any:
+        """The request's compiled grammar (None without one); llguidance is imported here, on first use only."""
+        asked = req.structure()
+        if asked is None:
+            return None
+        param, fmt, spec = asked
+        from specplug.runtime.structured import GrammarCompiler, GrammarError, StructuredOutputUnavailable
+
+        if not grammars:
+            grammars.append(GrammarCompiler(tokenizer, getattr(scheduler.backend, "eos_token_ids", None)))
+        try:
+            # Off the event loop: the first request builds llguidance's tokenizer, and a big schema takes a while.
+            return await asyncio.to_thread(grammars[0].compile, fmt, spec)
+        except GrammarError as exc:
+            raise ApiError(400, f"Invalid {param}: {exc}", param=param, code="invalid_value") from None
+        except StructuredOutputUnavailable as exc:
+            raise ApiError(400, str(exc), param=param, code="unsupported_parameter") from None
+
+    def sampling_from(req: CompletionRequest | ChatCompletionRequest, grammar: Any = None) -> SamplingParams:
         temperature = 1.0 if req.temperature is None else float(req.temperature)
         top_k = 0 if req.top_k in (None, -1) else int(req.top_k)
         if vocab_size and top_k >= vocab_size:
@@ -347,6 +368,8 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
             min_tokens=int(req.min_tokens or 0),
             stop_token_ids=tuple(dict.fromkeys(req.stop_token_ids or ())),
+            grammar=grammar,
+            logprobs=_logprobs_asked(req),
         )
 
     def check_stop_tokens(req: CompletionRequest | ChatCompletionRequest, max_tokens: int) -> None:
@@ -484,13 +507,15 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
             max_tokens = min(16, budget(len(ids), None))
         check_stop_tokens(body, max_tokens)
         echo = (prompt if isinstance(prompt, str) else tokenizer.decode(ids)) if body.echo else ""
-        handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
+        grammar = await grammar_for(body)
+        handle = submit(ids, max_tokens, sampling_from(body, grammar), body.stop_list())
         rid = "cmpl-" + uuid.uuid4().hex
         include_usage, continuous = _stream_usage(body)
         headers = ignored(body)
+        lp = lp_format if body.logprobs is not None else None
         if body.stream:
-            return _sse(_completion_stream(handle, rid, body.model, echo, include_usage, continuous, spec), headers)
-        text, reason = await _collect(handle, request)
+            return _sse(_completion_stream(handle, rid, body.model, echo, include_usage, continuous, spec, lp), headers)
+        text, reason, entries = await _collect(handle, request)
         if text is None:
             return Response(status_code=499)
         return JSONResponse(
@@ -499,7 +524,8 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
                 "object": "text_completion",
                 "created": int(time.time()),
                 "model": body.model,
-                "choices": [{"index": 0, "text": echo + text, "logprobs": None, "finish_reason": reason}],
+                "choices": [{"index": 0, "text": echo + text, "finish_reason": reason,
+                             "logprobs": lp.completion(entries) if lp is not None else None}],
                 "usage": _usage(handle),
                 **_metrics(spec(handle)),
             },
@@ -520,13 +546,15 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
         ids = await encode(text) if len(text) else []
         max_tokens = budget(len(ids), body.requested_max_tokens())
         check_stop_tokens(body, max_tokens)
-        handle = submit(ids, max_tokens, sampling_from(body), body.stop_list())
+        grammar = await grammar_for(body)
+        handle = submit(ids, max_tokens, sampling_from(body, grammar), body.stop_list())
         rid = "chatcmpl-" + uuid.uuid4().hex
         include_usage, continuous = _stream_usage(body)
         headers = ignored(body)
+        lp = lp_format if body.logprobs else None
         if body.stream:
-            return _sse(_chat_stream(handle, rid, body.model, include_usage, continuous, spec), headers)
-        out, reason = await _collect(handle, request)
+            return _sse(_chat_stream(handle, rid, body.model, include_usage, continuous, spec, lp), headers)
+        out, reason, entries = await _collect(handle, request)
         if out is None:
             return Response(status_code=499)
         return JSONResponse(
@@ -535,7 +563,8 @@ def build_app(scheduler: Scheduler, tokenizer: Any, settings: ServerSettings, me
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": out}, "logprobs": None, "finish_reason": reason}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": out}, "finish_reason": reason,
+                             "logprobs": lp.chat(entries) if lp is not None else None}],
                 "usage": _usage(handle),
                 **_metrics(spec(handle)),
             },
@@ -580,17 +609,20 @@ def _usage(handle: RequestHandle) -> dict:
     }
 
 
-async def _gather(handle: RequestHandle) -> tuple[str, str | None]:
-    """A request's whole text and finish reason; raises the :class:`ApiError` for an error event."""
+async def _gather(handle: RequestHandle) -> tuple[str, str | None, list[Any]]:
+    """A request's whole text, finish reason and token logprobs (empty unless asked for); raises the
+    :class:`ApiError` for an error event."""
     parts: list[str] = []
     reason: str | None = None
+    logprobs: list[Any] = []
     async for ev in handle.events():
         if ev.error:
             raise _event_error(ev)
         parts.append(ev.text)
+        logprobs.extend(ev.logprobs or ())
         if ev.finished:
             reason = ev.finish_reason
-    return "".join(parts), reason
+    return "".join(parts), reason, logprobs
 
 
 async def _disconnected(request: Request) -> None:
@@ -599,8 +631,9 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _collect(handle: RequestHandle, request: Request) -> tuple[str | None, str | None]:
-    """All of a request's text, or (None, None) if the client went away first (the request is then cancelled).
+async def _collect(handle: RequestHandle, request: Request) -> tuple[str | None, str | None, list[Any]]:
+    """All of a request's text (with :func:`_gather`'s reason and logprobs), or (None, None, []) if the client went
+    away first (the request is then cancelled).
 
     Waits on the result and the disconnect together rather than polling, so a thousand waiting requests
     cost the event loop nothing until something happens."""
@@ -617,7 +650,7 @@ async def _collect(handle: RequestHandle, request: Request) -> tuple[str | None,
         return result.result()
     handle.cancel()
     _discard(result)
-    return None, None
+    return None, None, []
 
 
 def _discard(*tasks: asyncio.Future) -> None:
@@ -632,6 +665,13 @@ def _stream_usage(body: CompletionRequest | ChatCompletionRequest) -> tuple[bool
     so = body.stream_options
     include = bool(so and so.include_usage)
     return include, bool(include and so and so.continuous_usage_stats)
+
+
+def _logprobs_asked(req: CompletionRequest | ChatCompletionRequest) -> int | None:
+    """How many alternatives each token's logprob comes with; None where the request asked for no logprobs."""
+    if isinstance(req, ChatCompletionRequest):
+        return int(req.top_logprobs or 0) if req.logprobs else None
+    return req.logprobs
 
 
 def _metrics(m: dict | None) -> dict:
@@ -666,13 +706,14 @@ def _sse(chunks: AsyncIterator[dict], headers: dict[str, str] | None = None) -> 
 
 async def _completion_stream(
     handle: RequestHandle, rid: str, model: str, echo: str, include_usage: bool, continuous: bool = False,
-    spec: SpecFn | None = None,
+    spec: SpecFn | None = None, lp: LogprobFormatter | None = None,
 ) -> AsyncIterator[dict]:
     created = int(time.time())
+    offset = len(echo)
 
-    def chunk(text: str, reason: str | None) -> dict:
+    def chunk(text: str, reason: str | None, logprobs: dict | None = None) -> dict:
         return {"id": rid, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]}
+                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}]}
 
     try:
         if echo:
@@ -681,8 +722,12 @@ async def _completion_stream(
             if ev.error:
                 yield _stream_error(ev)
                 return
-            if ev.text or ev.finished:
-                c = chunk(ev.text, ev.finish_reason if ev.finished else None)
+            # A chunk carries the logprobs of the tokens that arrived with it (its text may lag behind them).
+            logprobs = lp.completion(ev.logprobs or [], offset) if lp is not None and ev.logprobs else None
+            if logprobs is not None:
+                offset += sum(len(t) for t in logprobs["tokens"])
+            if ev.text or ev.finished or logprobs is not None:
+                c = chunk(ev.text, ev.finish_reason if ev.finished else None, logprobs)
                 if continuous:  # usage only where stream_options asks for it, as in vLLM
                     c["usage"] = _usage(handle)
                 yield c
@@ -695,13 +740,13 @@ async def _completion_stream(
 
 async def _chat_stream(
     handle: RequestHandle, rid: str, model: str, include_usage: bool, continuous: bool = False,
-    spec: SpecFn | None = None,
+    spec: SpecFn | None = None, lp: LogprobFormatter | None = None,
 ) -> AsyncIterator[dict]:
     created = int(time.time())
 
-    def chunk(delta: dict, reason: str | None) -> dict:
+    def chunk(delta: dict, reason: str | None, logprobs: dict | None = None) -> dict:
         return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
 
     try:
         first = True
@@ -713,8 +758,9 @@ async def _chat_stream(
             if ev.error:
                 yield _stream_error(ev)
                 return
-            if ev.text:
-                c = chunk({"content": ev.text}, None)
+            logprobs = lp.chat(ev.logprobs) if lp is not None and ev.logprobs else None
+            if ev.text or logprobs is not None:
+                c = chunk({"content": ev.text}, None, logprobs)
                 if continuous:
                     c["usage"] = _usage(handle)
                 yield c

@@ -35,6 +35,8 @@ class EngineBackend:
         self.engine = engine
         self.max_batch_size = max_batch_size
         self.batch = engine.start()
+        # The ids that end a sequence: a structured-output grammar lets the model end exactly with these.
+        self.eos_token_ids = sorted(engine.eos_token_ids)
         self._ids: dict[str, _Seen] = {}
         self._rev: dict[int, str] = {}
 
@@ -52,6 +54,8 @@ class EngineBackend:
             ignore_eos=sampling.ignore_eos,
             min_tokens=sampling.min_tokens,
             stop_token_ids=tuple(sampling.stop_token_ids),
+            grammar=sampling.grammar,
+            logprobs=sampling.logprobs,
         )
         erid = self.batch.add(list(prompt_ids), params)
         self._ids[rid] = _Seen(erid)
@@ -70,7 +74,7 @@ class EngineBackend:
             if drafted > 0:
                 drafts.append((drafted, accepted))
             seen.drafted, seen.accepted = stats.drafted, stats.accepted
-            outs.append(StepOutput(rid, list(o.new_tokens), o.finished, o.finish_reason, drafts, o.stop_token_id))
+            outs.append(StepOutput(rid, list(o.new_tokens), o.finished, o.finish_reason, drafts, o.stop_token_id, o.logprobs))
             if o.finished:
                 self._forget(rid)
         return outs

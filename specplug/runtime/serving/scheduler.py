@@ -45,6 +45,10 @@ class SamplingParams:
     # vLLM's min_tokens and stop_token_ids (the engine masks and stops; see specplug.runtime.engine).
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    # A compiled grammar the output must follow (specplug.runtime.structured.Grammar), and how many alternatives
+    # each token's logprob comes with (None: no logprobs); see specplug.runtime.engine.GenerationParams.
+    grammar: Any = None
+    logprobs: int | None = None
 
 
 @dataclass
@@ -59,6 +63,8 @@ class StepOutput:
     drafts: list[tuple[int, int]] = field(default_factory=list)
     # Set when a member of the request's stop_token_ids ended it: the last new token, counted but not text.
     stop_token_id: int | None = None
+    # One specplug.runtime.sampling.TokenLogprob per new token, where the request asked for logprobs.
+    logprobs: list[Any] | None = None
 
 
 class Backend(Protocol):
@@ -97,6 +103,7 @@ class Event:
     finish_reason: str | None = None
     error: str | None = None
     error_code: str = ENGINE_ERROR  # what kind of error: ENGINE_ERROR or SHUTTING_DOWN
+    logprobs: list[Any] | None = None  # one TokenLogprob per new token, where the request asked for them
 
 
 class RequestHandle:
@@ -366,13 +373,15 @@ class Scheduler:
             finished, reason = True, "stop"
             new_ids = new_ids[:kept]
         live.generated += len(new_ids)
+        lps = out.logprobs[: len(new_ids)] if out.logprobs is not None else None
         self.metrics.generation_tokens.inc(len(new_ids))
         if finished:
             self._running.pop(out.rid, None)
             if not out.finished:
                 self.backend.remove(out.rid)
             self._finish_metrics(live, now, reason or "stop")
-        ev = Event(text=delta, num_new_tokens=len(new_ids), finished=finished, finish_reason=(reason or "stop") if finished else None)
+        ev = Event(text=delta, num_new_tokens=len(new_ids), finished=finished, finish_reason=(reason or "stop") if finished else None,
+                   logprobs=lps)
         if delta or finished or new_ids:
             _post(live, ev)
 

@@ -6,6 +6,10 @@ and a field neither OpenAI nor vLLM defines is accepted and ignored as vLLM does
 it in the ``X-Ignored-Fields`` header). Arguments the runtime cannot honour are accepted at their neutral
 value (``n: 1``, ``presence_penalty: 0``, ``repetition_penalty: 1``...); any other value is a 400 that says
 it is not supported, rather than being silently ignored.
+
+Structured output (``response_format`` json_object / json_schema, and vLLM's ``guided_*`` / ``structured_outputs``)
+is checked for shape here; the grammar itself is compiled by the app (:mod:`specplug.runtime.structured`), which
+answers a grammar llguidance refuses with a 400 too.
 """
 
 from __future__ import annotations
@@ -57,6 +61,34 @@ VLLM_EXTRAS: dict[str, object] = {
 }
 
 
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's ``response_format.json_schema``: the schema is read from ``schema`` (vLLM also takes ``json_schema``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: StrictStr = Field("response", max_length=256)
+    description: StrictStr | None = None
+    schema_: dict[str, Any] | StrictBool | None = Field(None, alias="schema")
+    strict: StrictBool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "json_schema" in data and "schema" not in data:
+            data = {**data, "schema": data["json_schema"]}
+            del data["json_schema"]
+        return data
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+# structured_outputs keys the server honours (vLLM's StructuredOutputsParams); others are a 400, not ignored.
+STRUCTURED_OUTPUT_KEYS = frozenset({"json", "regex", "choice", "grammar", "json_object"})
+
+
 class _Sampling(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -91,6 +123,36 @@ class _Sampling(BaseModel):
     min_p: Float | Int | None = Field(None, ge=0.0, le=1.0)
     length_penalty: Float | Int | None = None
     use_beam_search: StrictBool | None = False
+    # Structured output: OpenAI's response_format, and vLLM's guided_* fields and structured_outputs (one at most).
+    response_format: ResponseFormat | None = None
+    guided_json: StrictStr | dict[str, Any] | None = None
+    guided_regex: StrictStr | None = None
+    guided_choice: list[StrictStr] | None = None
+    guided_grammar: StrictStr | None = None
+    structured_outputs: dict[str, Any] | None = None
+
+    def structure(self) -> tuple[str, str, Any] | None:
+        """The output's grammar as (request field, format for specplug.runtime.structured, spec), or None."""
+        found: list[tuple[str, str, Any]] = []
+        rf = self.response_format
+        if rf is not None and rf.type == "json_object":
+            found.append(("response_format", "json_schema", {"type": "object"}))
+        elif rf is not None and rf.type == "json_schema":
+            found.append(("response_format", "json_schema", rf.json_schema.schema_ if rf.json_schema else None))
+        for name, fmt in (("guided_json", "json_schema"), ("guided_regex", "regex"), ("guided_choice", "choice"),
+                          ("guided_grammar", "grammar")):
+            if getattr(self, name) is not None:
+                found.append((name, fmt, getattr(self, name)))
+        so = self.structured_outputs or {}
+        for key, fmt in (("json", "json_schema"), ("regex", "regex"), ("choice", "choice"), ("grammar", "grammar")):
+            if so.get(key) is not None:
+                found.append((f"structured_outputs.{key}", fmt, so[key]))
+        if so.get("json_object"):
+            found.append(("structured_outputs.json_object", "json_schema", {"type": "object"}))
+        if len(found) > 1:
+            raise UnsupportedParameter(found[1][0], "Send one structured-output constraint per request, got "
+                                       + ", ".join(f[0] for f in found) + ".")
+        return found[0] if found else None
 
     def ignored_fields(self) -> list[str]:
         """Fields neither OpenAI nor vLLM defines: accepted and ignored, as vLLM does."""
@@ -127,6 +189,19 @@ class _Sampling(BaseModel):
                 raise UnsupportedParameter(
                     name, f"{name} is not supported by the embedded server; omit it or send {neutral!r}."
                 )
+        if self.response_format is not None and self.response_format.type == "json_schema":
+            js = self.response_format.json_schema
+            if js is None or js.schema_ is None:
+                raise UnsupportedParameter(
+                    "response_format", "response_format of type json_schema needs json_schema.schema (a JSON schema)."
+                )
+        unknown = sorted(set(self.structured_outputs or {}) - STRUCTURED_OUTPUT_KEYS)
+        if unknown:
+            raise UnsupportedParameter(
+                "structured_outputs", f"structured_outputs.{unknown[0]} is not supported by the embedded server; "
+                f"use one of {', '.join(sorted(STRUCTURED_OUTPUT_KEYS))}.",
+            )
+        self.structure()
         return self
 
 
@@ -137,7 +212,7 @@ class CompletionRequest(_Sampling):
         description="Text, or token ids; one prompt per request."
     )
     echo: StrictBool | None = False
-    logprobs: Int | None = Field(None, ge=0, le=20, description="Not supported; omit it.")
+    logprobs: Int | None = Field(None, ge=0, le=20, description="Log-probabilities of each token, with this many alternatives.")
     best_of: Int | None = Field(None, ge=1, le=128, description="Only 1 is supported.")
     suffix: StrictStr | None = Field(None, description="Not supported; omit it.")
 
@@ -153,8 +228,10 @@ class CompletionRequest(_Sampling):
                 )
             if isinstance(p[0], list) and len(p[0]) == 0:
                 raise UnsupportedParameter("prompt", "prompt must not be empty.")
-        if self.logprobs is not None:
-            raise UnsupportedParameter("logprobs", "logprobs are not supported by the embedded server; omit the field.")
+        if self.logprobs is not None and self.echo:
+            raise UnsupportedParameter(
+                "logprobs", "logprobs with echo (the prompt's logprobs) are not supported by the embedded server; send one."
+            )
         if self.best_of not in (None, 1):
             raise UnsupportedParameter("best_of", "best_of > 1 is not supported by the embedded server.")
         if self.suffix:
@@ -193,10 +270,10 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+NO_TOOLS_HINT = (
+    "Omit it; for arguments in a fixed shape, describe them as a JSON schema in "
+    "response_format={'type': 'json_schema', 'json_schema': {'name': ..., 'schema': {...}}}."
+)
 
 
 class ChatCompletionRequest(_Sampling):
@@ -206,23 +283,31 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: Int | None = Field(None, ge=1, le=MAX_TOKENS_CEILING, description="Alias of max_tokens.")
     logprobs: StrictBool | None = None
     top_logprobs: Int | None = Field(None, ge=0, le=20)
-    response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: StrictStr | dict[str, Any] | None = None
     parallel_tool_calls: StrictBool | None = None
+    # OpenAI's deprecated function calling; refused like tools (known, so never silently ignored).
+    functions: list[dict[str, Any]] | None = None
+    function_call: StrictStr | dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _check_chat(self) -> ChatCompletionRequest:
-        if self.logprobs or self.top_logprobs:
-            raise UnsupportedParameter("logprobs", "logprobs are not supported by the embedded server; omit the field.")
-        if self.response_format is not None and self.response_format.type != "text":
-            raise UnsupportedParameter(
-                "response_format", "Structured output (json_object/json_schema) is not supported by the embedded server."
-            )
+        if self.top_logprobs and not self.logprobs:
+            raise UnsupportedParameter("top_logprobs", "top_logprobs needs logprobs: true.")
         if self.tools:
-            raise UnsupportedParameter("tools", "Tool calling is not supported by the embedded server.")
+            raise UnsupportedParameter("tools", "Tool calling is not supported by the embedded server. " + NO_TOOLS_HINT)
         if self.tool_choice not in (None, "none", "auto"):
-            raise UnsupportedParameter("tool_choice", "Tool calling is not supported by the embedded server.")
+            raise UnsupportedParameter("tool_choice", "Tool calling is not supported by the embedded server. " + NO_TOOLS_HINT)
+        if self.functions:
+            raise UnsupportedParameter(
+                "functions", "The legacy 'functions' field (function calling) is not supported by the embedded server, "
+                "nor is 'tools'. " + NO_TOOLS_HINT,
+            )
+        if self.function_call not in (None, "none", "auto"):
+            raise UnsupportedParameter(
+                "function_call", "The legacy 'function_call' field (function calling) is not supported by the embedded "
+                "server. " + NO_TOOLS_HINT,
+            )
         if (
             self.max_tokens is not None
             and self.max_completion_tokens is not None
@@ -247,7 +332,7 @@ class Usage(BaseModel):
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
     finish_reason: Literal["stop", "length"] | None
 
 
@@ -269,7 +354,7 @@ class AssistantMessage(BaseModel):
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
     finish_reason: Literal["stop", "length"] | None
 
 
