@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,13 +14,12 @@ from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
 from specplug.catalog.drafters import Drafter
 from specplug.compat import CompatRow, drafter_features, serve_features
-from specplug.config import Config, SpeculationSpec, TreeSpec
+from specplug.config import Config, ServeSpec, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
 from specplug.methods import COPY_METHODS, HEAD_METHODS, LOOKUP_METHODS
 from specplug.plan import (
     Candidate,
     CurvePoint,
-    LoadPrediction,
     MemoryBudget,
     ModelRef,
     Parallelism,
@@ -37,6 +36,21 @@ from specplug.policy import load as loadmodel
 from specplug.policy.data import load_policy
 from specplug.policy.perf import Arch, Outcome, Shape
 from specplug.policy.schema import Policy
+from specplug.policy.stages import (
+    Budgeted,
+    Costed,
+    Decision,
+    Fit,
+    Hard,
+    Inputs,
+    Loaded,
+    Planning,
+    Request,
+    Scores,
+    Speculated,
+    StackNotes,
+    Work,
+)
 
 if TYPE_CHECKING:
     from specplug.capabilities import StackCapabilities
@@ -338,185 +352,126 @@ def _budget(mem: E.Memory, hint: str | None) -> MemoryBudget:
     )
 
 
-@dataclass
-class Planning:
-    """What the planning stages share: the inputs, what each stage resolved, and the sentences the Plan carries.
-
-    Each stage reads what earlier stages set and sets its own part; :data:`STAGES` lists them in order."""
-
-    cfg: Config
-    caps: StackCapabilities
-    probed: Any
-    plan_kw: dict[str, Any]
-    fixing: bool
-    reasons: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    # inputs: the stack's cost row, model, policy, calibration
-    model: Any = None
-    pol: Any = None
-    calib: Any = None
-    costed_as: str = ""
-    # workload and precision
-    wl: Any = None
-    prof: Any = None
-    seqs: int = 1
-    tokens: int = 0
-    # One request of this many tokens must fit at start (a stack that reserves max_model_len); context_auto: it is
-    # the model's own maximum, which the plan may lower to what fits instead of failing.
-    context: int = 0
-    context_auto: bool = False
-    # With context_auto: the context the GPU count and a drafter must leave room for (min_context; 0 once the target
-    # alone cannot hold it on pinned hardware).
-    useful_context: int = 0
-    fmt: Any = None
-    kvb: float = 2.0
-    target: Any = None
-    # hardware and its split
-    hw: Any = None
-    gpu: Any = None
-    n: int = 1
-    par: Any = None
-    # the cost model's context
-    device: Any = None
-    factors: Any = None
-    c: Any = None
-    # candidates, the decision and its schedule
-    explicit: SpeculationSpec | None = None
-    cands: list[Any] = field(default_factory=list)
-    scored: list[tuple[Any, float, Outcome]] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
-    best: tuple[Any, float, Outcome] | None = None
-    chosen: tuple[Any, float, Outcome] | None = None
-    spec: Speculation = field(default_factory=Speculation)
-    pred: Prediction = field(default_factory=Prediction)
-    budget: MemoryBudget | None = None
-    alternatives: list[ShapeAlternative] = field(default_factory=list)
-    # capacity: requests the KV cache holds at once without a drafter (within the stack's cap), and per candidate
-    capacity: int = 0
-    capacities: dict[int, int] = field(default_factory=dict)
-    load: LoadPrediction | None = None
-
-    @property
-    def stack(self) -> str:
-        return self.caps.name
-
-    def factors_label(self) -> str:
-        """The stack as the policy names it (its cost row's label), else its name."""
-        row = self.pol.stacks.get(self.caps.costed_as(self.pol.stacks))
-        return (row.label if row is not None else None) or self.stack
-
-
-def _inputs(s: Planning) -> None:
+def _inputs(s: Planning) -> Inputs:
     """The model, the policy (and which of its stack rows costs this stack), the calibration."""
-    s.model = E.check_model(s.cfg.model)
-    s.pol = load_policy(s.plan_kw["policy"], s.cfg.policy or None)
-    s.calib = E.load_calibration_opt(s.plan_kw["calibration"] or s.cfg.calibration)
-    s.costed_as = s.caps.costed_as(s.pol.stacks)
-    if s.costed_as not in s.pol.stacks:
-        s.warnings.append(f"The policy has no cost factors for {s.stack}: predictions use its default CUDA-graph engine's.")
-    elif s.costed_as != s.stack:
-        s.warnings.append(
-            f"The policy has no cost factors for {s.stack}: predictions use {s.costed_as}'s, as its adapter declares."
+    cfg, caps = s.req.cfg, s.caps
+    pol = load_policy(s.plan_kw["policy"], cfg.policy or None)
+    costed_as = caps.costed_as(pol.stacks)
+    warnings = []
+    if costed_as not in pol.stacks:
+        warnings.append(f"The policy has no cost factors for {s.stack}: predictions use its default CUDA-graph engine's.")
+    elif costed_as != s.stack:
+        warnings.append(
+            f"The policy has no cost factors for {s.stack}: predictions use {costed_as}'s, as its adapter declares."
         )
+    return Inputs(model=E.check_model(cfg.model), pol=pol,
+                  calib=E.load_calibration_opt(s.plan_kw["calibration"] or cfg.calibration), costed_as=costed_as,
+                  warnings=tuple(warnings))
 
 
-def _workload_and_precision(s: Planning) -> None:
+def _workload_and_precision(s: Planning) -> Work:
     """The traffic (measured lengths stand in for defaults), the served weight format and the KV-cache bytes."""
     from specplug.catalog.precision import kv_cache_bytes
 
-    cfg, model = s.cfg, s.model
+    cfg, model, reasons = s.req.cfg, s.model, []
     wl = cfg.workload
-    s.prof = prof = E.load_traffic_opt(wl.traffic, model) if wl.traffic else None
+    prof = E.load_traffic_opt(wl.traffic, model) if wl.traffic else None
     if prof is not None:
         # Lengths measured on the user's requests stand in for the defaults (never for lengths they set).
         measured = {k: v for k, v in (("input_len", round(prof.input_len)), ("output_len", round(prof.output_len)))
                     if k not in wl.model_fields_set and v}
         if prof.request_rate and "request_rate" not in wl.model_fields_set:
             measured["request_rate"] = round(prof.request_rate, 4)
-            s.reasons.append(_arrivals_reason(prof))
+            reasons.append(_arrivals_reason(prof))
         wl = wl.model_copy(update=measured)
-    s.wl = wl
-    s.seqs = wl.concurrency
-    s.tokens = wl.input_len + wl.output_len
+    tokens = wl.input_len + wl.output_len
     if cfg.serve.max_model_len:
-        s.tokens = min(s.tokens, cfg.serve.max_model_len)
+        tokens = min(tokens, cfg.serve.max_model_len)
+    context, context_auto, useful = 0, False, 0
     if s.caps.reserves_full_context:
-        s.context = cfg.serve.max_model_len or model.max_position_embeddings or 0
-        s.context_auto = not cfg.serve.max_model_len
-        s.useful_context = min(s.context, s.pol.rules.memory.min_context) if s.context_auto else 0
-    s.fmt = E.serve_format(model, cfg.serve.quantization, cfg.serve.dtype)
-    s.kvb = kv_cache_bytes(cfg.serve.kv_cache_dtype)
-    s.target = E.arch_of(model, s.fmt, s.kvb)
-    if s.fmt.name != (model.weight_format or "bf16"):
-        s.reasons.append(
-            f"Weights served as {s.fmt.name} ({s.fmt.bits_per_weight:g} bits) instead of the checkpoint's {model.weight_format}."
+        context = cfg.serve.max_model_len or model.max_position_embeddings or 0
+        context_auto = not cfg.serve.max_model_len
+        useful = min(context, s.pol.rules.memory.min_context) if context_auto else 0
+    served = E.serve_format(model, cfg.serve.quantization, cfg.serve.dtype)
+    kvb = kv_cache_bytes(cfg.serve.kv_cache_dtype)
+    if served.name != (model.weight_format or "bf16"):
+        reasons.append(
+            f"Weights served as {served.name} ({served.bits_per_weight:g} bits) instead of the checkpoint's {model.weight_format}."
         )
+    return Work(prof=prof, wl=wl, seqs=wl.concurrency, tokens=tokens, context=context, context_auto=context_auto,
+                useful_context=useful, fmt=served, kvb=kvb, target=E.arch_of(model, served, kvb), reasons=tuple(reasons))
 
 
-def _hardware(s: Planning) -> None:
+def _hardware(s: Planning) -> Hard:
     """The GPUs (the smallest count that holds the model when none is named) and their tensor x pipeline split."""
     from specplug.probe import Hardware, resolve_hardware
 
-    cfg, pol, model = s.cfg, s.pol, s.model
+    cfg = s.req.cfg
     hs = cfg.hardware_spec()
-    hw = resolve_hardware(hs.gpu, hs.num_gpus, s.probed)
+    hw = resolve_hardware(hs.gpu, hs.num_gpus, s.req.probed)
     if hw.source == "default" and s.caps.runs_on_cpu:
         from specplug.hostcpu import host_cpu
 
         host = host_cpu()
         hw = Hardware(gpu=host.spec, num_gpus=1, memory_gb=host.memory_gib, source="host",
                       note=f"{hw.note.split(' Planning for the default')[0]} {host.note}")
-    s.gpu = gpu = get_gpu(hw.gpu)
+    gpu = get_gpu(hw.gpu)
+    served, target, serve, reasons = s.fmt, s.target, cfg.serve, []
     if hs.num_gpus is None and hw.source not in ("probed", "host") and cfg.serve.tensor_parallel_size is None:
-        # Where the stack reserves one request of max_model_len at start, the count holds a useful one (min_context,
-        # or the configured max_model_len); _served_context then serves the longest that fits.
-        ctx = s.useful_context if s.context_auto else s.context
-        n = E.choose_gpus(pol, model, s.target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
-        if n is None and cfg.serve.quantization is None and s.fmt.bits_per_weight > 8.1:
-            # Nothing holds the checkpoint as it is: FP8 weights (quantized at load by the CUDA stacks) may.
-            from specplug.catalog.precision import get_weight_format
-
-            fp8 = get_weight_format("fp8")
-            t8 = E.arch_of(model, fp8, s.kvb)
-            n = E.choose_gpus(pol, model, t8, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
-            if n is not None:
-                s.fmt, s.target = fp8, t8
-                s.cfg = cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"quantization": "fp8"})})
-                s.reasons.append(
-                    f"{model.name}'s {model.weight_format} checkpoint does not fit on any count of {gpu.name}: "
-                    "planned with FP8 weights (serve.quantization: fp8)."
-                )
-        if n is None:
-            raise E.fits_on_no_count(model, s.fmt.name, s.seqs, s.tokens, pol, gpu.name)
-        msg = (
-            f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} "
-            f"({s.fmt.name} weights) and its KV cache"
-        )
-        if hw.source == "default":
-            note = hw.note.split(" Planning for the default")[0]
-            msg = (
-                f"{note} Planning for the default GPU, {gpu.name}: {msg}. "
-                "Change it with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."
-            )
-        else:
-            msg += "; set --num-gpus to plan for another count."
-        hw = hw.model_copy(update={"num_gpus": n, "note": msg})
-        s.reasons.append(msg)
+        hw, served, target, serve, reasons = _gpu_count(s, hw, gpu)
     elif hw.note:
-        s.reasons.append(hw.note)
-    s.hw = hw
-    s.n = n = hw.num_gpus
-    if cfg.serve.tensor_parallel_size:
-        tp = cfg.serve.tensor_parallel_size
-        pp = max(cfg.serve.pipeline_parallel_size, n // tp) if n >= tp else cfg.serve.pipeline_parallel_size
+        reasons.append(hw.note)
+    n = hw.num_gpus
+    if serve.tensor_parallel_size:
+        tp = serve.tensor_parallel_size
+        pp = max(serve.pipeline_parallel_size, n // tp) if n >= tp else serve.pipeline_parallel_size
     else:
-        tp, pp = E.split_gpus(n, pol, hs.gpus_per_node, model)
-    s.par = Parallelism(
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        num_nodes=max(1, math.ceil(tp * pp / hs.gpus_per_node)),
-        gpus_per_node=hs.gpus_per_node,
+        tp, pp = E.split_gpus(n, s.pol, hs.gpus_per_node, s.model)
+    par = Parallelism(tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                      num_nodes=max(1, math.ceil(tp * pp / hs.gpus_per_node)), gpus_per_node=hs.gpus_per_node)
+    return Hard(hw=hw, gpu=gpu, par=par, fmt=served, target=target, serve=serve, reasons=tuple(reasons))
+
+
+def _gpu_count(s: Planning, hw: Any, gpu: Any) -> tuple[Any, Any, Arch, ServeSpec, list[str]]:
+    """The smallest count of ``gpu`` that holds the model (with FP8 weights where nothing holds the checkpoint):
+    the hardware, the served format and target, the serve section and the reasons."""
+    cfg, pol, model = s.req.cfg, s.pol, s.model
+    hs = cfg.hardware_spec()
+    served, target, serve, reasons = s.fmt, s.target, cfg.serve, []
+    # Where the stack reserves one request of max_model_len at start, the count holds a useful one (min_context,
+    # or the configured max_model_len); _served_context then serves the longest that fits.
+    ctx = s.useful_context if s.context_auto else s.context
+    n = E.choose_gpus(pol, model, target, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
+    if n is None and cfg.serve.quantization is None and served.bits_per_weight > 8.1:
+        # Nothing holds the checkpoint as it is: FP8 weights (quantized at load by the CUDA stacks) may.
+        from specplug.catalog.precision import get_weight_format
+
+        fp8 = get_weight_format("fp8")
+        t8 = E.arch_of(model, fp8, s.kvb)
+        n = E.choose_gpus(pol, model, t8, hw.memory_gb, s.seqs, s.tokens, hs.gpus_per_node, ctx)
+        if n is not None:
+            served, target = fp8, t8
+            serve = cfg.serve.model_copy(update={"quantization": "fp8"})
+            reasons.append(
+                f"{model.name}'s {model.weight_format} checkpoint does not fit on any count of {gpu.name}: "
+                "planned with FP8 weights (serve.quantization: fp8)."
+            )
+    if n is None:
+        raise E.fits_on_no_count(model, served.name, s.seqs, s.tokens, pol, gpu.name)
+    msg = (
+        f"{n} x {gpu.name} is the smallest count (1, 2, 4, 8, then whole nodes) whose memory holds {model.name} "
+        f"({served.name} weights) and its KV cache"
     )
+    if hw.source == "default":
+        note = hw.note.split(" Planning for the default")[0]
+        msg = (
+            f"{note} Planning for the default GPU, {gpu.name}: {msg}. "
+            "Change it with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."
+        )
+    else:
+        msg += "; set --num-gpus to plan for another count."
+    reasons.append(msg)
+    return hw.model_copy(update={"num_gpus": n, "note": msg}), served, target, serve, reasons
 
 
 def cost_context(
@@ -546,18 +501,18 @@ def cost_context(
     )
 
 
-def _cost_context(s: Planning) -> None:
+def _cost_context(s: Planning) -> Costed:
     """The cost model's view of this deployment (:func:`cost_context`), on the GPUs' usable memory."""
     device = E.device_of(s.gpu, s.pol)
-    s.device = E.Device(device.bw_gbs, device.tflops, s.hw.memory_gb or device.memory_gb, device.link_gbs)
+    device = E.Device(device.bw_gbs, device.tflops, s.hw.memory_gb or device.memory_gb, device.link_gbs)
     wl = s.wl
-    s.c = cost_context(s.pol, s.caps, s.model, s.target, s.gpu, s.device, s.par.tensor_parallel_size,
-                       s.par.pipeline_parallel_size, s.seqs, wl.input_len, wl.output_len, wl.type, wl.temperature,
-                       s.calib, s.prof)
-    s.factors = s.c.factors
+    c = cost_context(s.pol, s.caps, s.model, s.target, s.gpu, device, s.par.tensor_parallel_size,
+                     s.par.pipeline_parallel_size, s.seqs, wl.input_len, wl.output_len, wl.type, wl.temperature,
+                     s._get("inputs").calib, s.prof)
+    return Costed(device=device, c=c)
 
 
-def _feasibility(s: Planning) -> None:
+def _feasibility(s: Planning) -> Fit:
     """The target must fit with one request (and the context the stack reserves) before any drafter is considered;
     more requests than the KV cache holds queue: the plan runs as many as it holds."""
     base_mem = _memory_with(s, None, seqs=1)
@@ -571,18 +526,24 @@ def _feasibility(s: Planning) -> None:
             f"{base_mem.usable_gb:.1f} GB usable.",
             fixes, "Use more GPUs, lighter weights or a shorter context.",
         )
-    if s.context_auto and not _memory_with(s, None, s.useful_context, seqs=1).fits:
-        s.useful_context = 0
-    s.capacity = _capacity_with(s, None)
+    useful = s.useful_context
+    if s.context_auto and not _memory_with(s, None, useful, seqs=1).fits:
+        useful = 0
+    capacity = _capacity_with(s, None)
+    seqs, reasons, warnings = s.seqs, [], []
     if s.wl.request_rate is not None and "concurrency" not in s.wl.model_fields_set:
-        _batch_from_rate(s)
-    elif s.seqs > s.capacity:
-        s.warnings.append(
-            f"The KV cache holds {s.capacity} requests of {s.tokens} tokens on {s.n} x {s.gpu.name} "
-            f"({_capacity_limit(s, None)}): of the {s.seqs} concurrent requests configured, {s.capacity} run at once "
-            "and the rest queue; planned at that batch. More GPUs, an FP8 KV cache or lighter weights hold more."
+        seqs, why = _batch_from_rate(s, capacity)
+        reasons.append(why)
+    elif s.seqs > capacity:
+        warnings.append(
+            f"The KV cache holds {capacity} requests of {s.tokens} tokens on {s.n} x {s.gpu.name} "
+            f"({_capacity_limit(s, None)}): of the {s.seqs} concurrent requests configured, {capacity} run at "
+            "once and the rest queue; planned at that batch. More GPUs, an FP8 KV cache or lighter weights hold more."
         )
-        _set_batch(s, s.capacity)
+        seqs = capacity
+    # The cost model's context follows the batch the plan runs at.
+    c = s.c if seqs == s.c.batch else dataclasses.replace(s.c, batch=seqs)
+    return Fit(capacity=capacity, seqs=seqs, useful_context=useful, c=c, reasons=tuple(reasons), warnings=tuple(warnings))
 
 
 def _arrivals_reason(prof: Any) -> str:
@@ -595,24 +556,17 @@ def _arrivals_reason(prof: Any) -> str:
     return text + ". A sampled or idle-spanning log understates it: pass --request-rate."
 
 
-def _set_batch(s: Planning, batch: int) -> None:
-    """Plan at ``batch`` running requests (the cost model's context follows)."""
-    s.seqs = batch
-    s.c.batch = batch
-
-
-def _batch_from_rate(s: Planning) -> None:
-    """With a request rate and no concurrency given, plan at the batch that rate keeps running without speculation."""
+def _batch_from_rate(s: Planning, capacity: int) -> tuple[int, str]:
+    """With a request rate and no concurrency given, the batch that rate keeps running without speculation, and why."""
     rate, out = s.wl.request_rate, s.wl.output_len
-    base = arms.baseline_arm(s.c, s.wl.input_len, s.capacity)
+    base = arms.baseline_arm(s.c, s.wl.input_len, capacity)
     b = loadmodel.running_batch(base, rate, out)
-    batch = max(1, min(s.capacity, round(b)))
+    batch = max(1, min(capacity, round(b)))
     sat = loadmodel.saturation_rate(base, out)
-    tail = (f"; past its saturation ({sat:.3g} requests/s) all {s.capacity} slots are busy and requests queue"
+    tail = (f"; past its saturation ({sat:.3g} requests/s) all {capacity} slots are busy and requests queue"
             if rate >= sat else "")
-    s.reasons.append(f"At {rate:g} requests/s of {s.wl.input_len} tokens in / {out} out, about {b:.1f} requests decode at "
-                     f"once without speculation{tail}: planned at batch size {batch}.")
-    _set_batch(s, batch)
+    return batch, (f"At {rate:g} requests/s of {s.wl.input_len} tokens in / {out} out, about {b:.1f} requests decode "
+                   f"at once without speculation{tail}: planned at batch size {batch}.")
 
 
 def _stack_cap(s: Planning, speculating: bool) -> int | None:
@@ -621,12 +575,12 @@ def _stack_cap(s: Planning, speculating: bool) -> int | None:
 
 def _capacity_with(s: Planning, d: Any) -> int:
     """Requests of the workload's lengths that run at once with drafter ``d`` (:func:`E.capped_capacity`)."""
-    key = id(d)
-    if key not in s.capacities:
-        s.capacities[key] = E.capped_capacity(s.pol, s.model, s.target, s.device.memory_gb, s.par.tensor_parallel_size,
-                                              s.par.pipeline_parallel_size, s.tokens, d, s.caps, s.gpu.name,
-                                              s.cfg.serve.max_num_seqs)
-    return s.capacities[key]
+    key, memo = id(d), s.req.capacities
+    if key not in memo:
+        memo[key] = E.capped_capacity(s.pol, s.model, s.target, s.device.memory_gb, s.par.tensor_parallel_size,
+                                      s.par.pipeline_parallel_size, s.tokens, d, s.caps, s.gpu.name,
+                                      s.cfg.serve.max_num_seqs)
+    return memo[key]
 
 
 def _capacity_limit(s: Planning, d: Any) -> str:
@@ -656,17 +610,20 @@ def _score_at_capacity(s: Planning, d: Any, alpha: float, shapes: list[Shape]) -
     return dataclasses.replace(o, speedup=(cap * o.acceptance_length / o.cost.spec_ms) / (s.seqs / base))
 
 
-def _score_candidates(s: Planning) -> None:
+def _score_candidates(s: Planning) -> Scores:
     """Every method the policy knows, each ruled out with its reason or scored at the plan's batch size."""
     pol, c, seqs = s.pol, s.c, s.seqs
-    s.explicit = s.cfg.speculation if isinstance(s.cfg.speculation, SpeculationSpec) else None
-    s.cands = _candidates(c, s.model, s.caps, s.kvb, s.plan_kw.get("found", ()))
-    _rule_out_known_broken(s)
-    for d in s.cands:
+    cfg = s.req.cfg
+    explicit = cfg.speculation if isinstance(cfg.speculation, SpeculationSpec) else None
+    cands = _candidates(c, s.model, s.caps, s.kvb, s.plan_kw.get("found", ()))
+    reasons = _rule_out_known_broken(s, cands)
+    scored: list[tuple[E.DraftChoice, float, Outcome]] = []
+    candidates: list[Candidate] = []
+    for d in cands:
         cand = Candidate(method=d.method, drafter=d.drafter_id)  # type: ignore[arg-type]
         if d.ruled_out:
             cand.ruled_out = d.ruled_out
-            s.candidates.append(cand)
+            candidates.append(cand)
             continue
         mem = _memory_with(s, d, s.useful_context if s.context_auto else None, seqs=1)
         alpha, _ = E.alpha_for(c, d)
@@ -686,18 +643,16 @@ def _score_candidates(s: Planning) -> None:
             # Gains fade as batches grow: a technique that does not pay at a smaller batch is off at this one too.
             cand.ruled_out = f"does not pay at batch size {off} (the schedule keeps it off above)"
         else:
-            s.scored.append((d, alpha, o))
-        s.candidates.append(cand)
+            scored.append((d, alpha, o))
+        candidates.append(cand)
 
-    best = max(s.scored, key=lambda t: t[2].speedup, default=None)
+    best = max(scored, key=lambda t: t[2].speedup, default=None)
     if best is not None:
         # A tie within 2% goes to the simpler (earlier) method: the model cannot tell them apart.
         top = best[2].speedup
-        for t in s.scored:
-            if t[2].speedup >= top * 0.98:
-                best = t
-                break
-    s.best = best
+        best = next(t for t in scored if t[2].speedup >= top * 0.98)
+    return Scores(explicit=explicit, cands=tuple(cands), scored=tuple(scored), candidates=tuple(candidates), best=best,
+                  reasons=tuple(reasons))
 
 
 def _features(s: Planning, d: E.DraftChoice) -> frozenset[str]:
@@ -706,74 +661,73 @@ def _features(s: Planning, d: E.DraftChoice) -> frozenset[str]:
             | drafter_features(d.method, d.drafter_id))
 
 
-def _rule_out_known_broken(s: Planning) -> None:
-    """Candidates the stack's compatibility table marks broken with this deployment's features at this release are
-    ruled out with the row's note and source; one reason per row says what was avoided and why."""
+def _rule_out_known_broken(s: Planning, cands: list[E.DraftChoice]) -> list[str]:
+    """Rule out the candidates the stack's compatibility table marks broken with this deployment's features at this
+    release, with the row's note and source; one reason per row says what was avoided and why."""
     avoided: dict[CompatRow, list[str]] = {}
-    for d in s.cands:
+    for d in cands:
         if d.ruled_out:
             continue
         hit = next((f for f in s.caps.compat_findings(d.method, _features(s, d), s.model.hf_id) if f.refuses), None)
         if hit is not None:
             d.ruled_out = f"known broken on {s.stack} {s.caps.version or '(newest)'} with {hit.row.about()} ({hit.row.source})"
             avoided.setdefault(hit.row, []).append(d.method)
-    for row, methods in avoided.items():
-        fix = f"; fixed in {s.stack} {row.fixed_in}" if row.fixed_in else ""
-        s.reasons.append(f"Not planned on {s.stack} {s.caps.version or '(newest)'} with {row.about()}: "
-                         f"{', '.join(dict.fromkeys(methods))}: {row.note} ({row.source}{fix}).")
+    return [f"Not planned on {s.stack} {s.caps.version or '(newest)'} with {row.about()}: "
+            f"{', '.join(dict.fromkeys(methods))}: {row.note} ({row.source}"
+            + (f"; fixed in {s.stack} {row.fixed_in}" if row.fixed_in else "") + ")."
+            for row, methods in avoided.items()]
 
 
-def _compat_warnings(s: Planning, d: E.DraftChoice) -> None:
-    """What the compatibility table says about the chosen technique short of refusing it (and, for a configured
-    one that 'launch --force' starts anyway, what it refuses)."""
-    for f in s.caps.compat_findings(d.method, _features(s, d), s.model.hf_id):
-        s.warnings.append(f.message(s.stack, s.caps.version, d.method))
-
-
-def _decide(s: Planning) -> None:
+def _decide(s: Planning) -> Decision:
     """The configured speculation (scored, with a warning when the policy would choose otherwise), else the best."""
-    pol, c, seqs, stack, explicit, best = s.pol, s.c, s.seqs, s.stack, s.explicit, s.best
-    supported = s.caps.methods
+    seqs, explicit, best = s.seqs, s.explicit, s._get("scores").best
     if explicit is not None and explicit.method != "none":
-        d = (
-            E.resolve_drafter(explicit.method, explicit.drafter, s.model, s.target, pol, s.caps, s.kvb)
-            if explicit.drafter
-            else next((x for x in s.cands if x.method == explicit.method and x.drafter_id), E.DraftChoice(explicit.method))
+        return _configured(s, explicit)
+    if explicit is not None:
+        return Decision(None, reasons=("Speculation is turned off in the configuration (method: none).",))
+    if best is not None:
+        return Decision(best)
+    return Decision(None, reasons=(
+        f"No technique pays at batch size {seqs} on {s.n} x {s.gpu.name} with {s.stack}: speculation stays off."
+        + (" At this batch the target is compute-bound, so verifying draft tokens costs real time." if seqs >= 32 else ""),
+    ))
+
+
+def _configured(s: Planning, explicit: SpeculationSpec) -> Decision:
+    """The configured technique, scored, with a warning where it may not work or the policy would choose otherwise."""
+    pol, c, seqs, stack, best = s.pol, s.c, s.seqs, s.stack, s._get("scores").best
+    warnings: list[str] = []
+    d = (
+        E.resolve_drafter(explicit.method, explicit.drafter, s.model, s.target, pol, s.caps, s.kvb)
+        if explicit.drafter
+        else next((x for x in s._get("scores").cands if x.method == explicit.method and x.drafter_id),
+                  E.DraftChoice(explicit.method))
+    )
+    if explicit.method in HEAD_METHODS and not d.drafter_id:
+        raise SpecplugError(
+            f"speculation.method is {explicit.method} but no drafter is given and none is known for {s.model.name}.",
+            "Set speculation.drafter (or --drafter) to the head's Hugging Face id.",
         )
-        if explicit.method in HEAD_METHODS and not d.drafter_id:
-            raise SpecplugError(
-                f"speculation.method is {explicit.method} but no drafter is given and none is known for {s.model.name}.",
-                "Set speculation.drafter (or --drafter) to the head's Hugging Face id.",
-            )
-        if d.ruled_out and not d.ruled_out.startswith("tokenizer mismatch"):
-            s.warnings.append(f"The configured drafter may not work: {d.ruled_out}.")
-        issue = pol.rules.known_issue(d.drafter_id, stack, s.caps.version)
-        if issue:
-            s.warnings.append(f"The configured drafter has a known problem in {stack}: {issue.reason}.")
-        if supported.get(explicit.method):
-            s.warnings.append(f"The configured method may not work: {supported[explicit.method]}.")
-        alpha, _ = E.alpha_for(c, d)
-        shapes = E.shapes(c, d.method, explicit.num_speculative_tokens or None, explicit.tree)
-        o = _score_at_capacity(s, d, alpha, shapes)
-        s.chosen = (d, alpha, o)
-        s.reasons.append(f"Speculation is set in the configuration: {explicit.method} kept as given.")
-        if best is not None and (best[0].method, best[0].drafter_id) != (d.method, d.drafter_id) and best[2].speedup > o.speedup * 1.05:
-            s.warnings.append(
-                f"The policy would choose {best[0].method}"
-                + (f" ({best[0].drafter_id})" if best[0].drafter_id else "")
-                + f" here: predicted {fmt(best[2].speedup)} vs {fmt(o.speedup)} for the configured {d.method}."
-            )
-        elif best is None and o.speedup < pol.rules.min_speedup:
-            s.warnings.append(f"The policy would not speculate here: predicted {fmt(o.speedup)} at batch size {seqs}.")
-    elif explicit is not None:
-        s.reasons.append("Speculation is turned off in the configuration (method: none).")
-    elif best is not None:
-        s.chosen = best
-    else:
-        s.reasons.append(
-            f"No technique pays at batch size {seqs} on {s.n} x {s.gpu.name} with {stack}: speculation stays off."
-            + (" At this batch the target is compute-bound, so verifying draft tokens costs real time." if seqs >= 32 else "")
+    if d.ruled_out and not d.ruled_out.startswith("tokenizer mismatch"):
+        warnings.append(f"The configured drafter may not work: {d.ruled_out}.")
+    issue = pol.rules.known_issue(d.drafter_id, stack, s.caps.version)
+    if issue:
+        warnings.append(f"The configured drafter has a known problem in {stack}: {issue.reason}.")
+    if s.caps.methods.get(explicit.method):
+        warnings.append(f"The configured method may not work: {s.caps.methods[explicit.method]}.")
+    alpha, _ = E.alpha_for(c, d)
+    shapes = E.shapes(c, d.method, explicit.num_speculative_tokens or None, explicit.tree)
+    o = _score_at_capacity(s, d, alpha, shapes)
+    if best is not None and (best[0].method, best[0].drafter_id) != (d.method, d.drafter_id) and best[2].speedup > o.speedup * 1.05:
+        warnings.append(
+            f"The policy would choose {best[0].method}"
+            + (f" ({best[0].drafter_id})" if best[0].drafter_id else "")
+            + f" here: predicted {fmt(best[2].speedup)} vs {fmt(o.speedup)} for the configured {d.method}."
         )
+    elif best is None and o.speedup < pol.rules.min_speedup:
+        warnings.append(f"The policy would not speculate here: predicted {fmt(o.speedup)} at batch size {seqs}.")
+    return Decision((d, alpha, o), reasons=(f"Speculation is set in the configuration: {explicit.method} kept as given.",),
+                    warnings=tuple(warnings))
 
 
 def _alternatives(
@@ -835,21 +789,27 @@ def _shape_name(a: ShapeAlternative) -> str:
 
 @dataclass(frozen=True)
 class _Scheduled:
-    """The chosen technique's schedule: its outcome at the plan's batch, the schedule and curve, where it stops
-    paying, the shapes its alternatives are drawn from, and the headline speedup."""
+    """The chosen technique's schedule: the technique at the shape it drafts at the plan's batch, the schedule and
+    curve, where it stops paying, the shapes its alternatives are drawn from, the headline speedup, and a warning
+    where a configured technique never pays."""
 
-    outcome: Outcome
+    chosen: tuple[E.DraftChoice, float, Outcome]
     schedule: list[ScheduleEntry]
     curve: list[CurvePoint]
     last_on: int | None
     pool: list[Shape]
     headline: float
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.chosen[2]
 
 
-def _chosen_schedule(s: Planning) -> _Scheduled:
+def _chosen_schedule(s: Planning, chosen: tuple[E.DraftChoice, float, Outcome]) -> _Scheduled:
     """k per batch size for the chosen technique; the plan's own batch follows it (k never grows with batch)."""
     c, explicit, seqs = s.c, s.explicit, s.seqs
-    d, alpha, o = s.chosen
+    d, alpha, o = chosen
     cand_shapes = E.shapes(
         c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
     )
@@ -860,29 +820,28 @@ def _chosen_schedule(s: Planning) -> _Scheduled:
     if explicit is None and at is not None and 0 < at.num_speculative_tokens < o.shape.depth:
         pool = [x for x in cand_shapes if x.depth <= at.num_speculative_tokens]
         o = _score_at_capacity(s, d, alpha, pool)
-        s.chosen = (d, alpha, o)
     if explicit is None and not s.caps.schedules_for(d.method):
         # The stack runs one k at every batch: the plan's shape along the curve, on until it stops paying.
         fixed = _schedule(c, d, alpha, [o.shape], cap)
         if any(e.num_speculative_tokens for e in fixed[0]):
             sched, curve, last_on = fixed
+    warnings: tuple[str, ...] = ()
     if explicit is not None and not any(e.num_speculative_tokens for e in sched):
         # The user chose this technique: honour it rather than render a schedule that never drafts.
-        s.warnings.append(
-            f"{d.method} is predicted not to pay at any batch size here (best {o.speedup:.2f}x); "
-            "kept as configured, without a per-batch-size schedule."
-        )
+        warnings = (f"{d.method} is predicted not to pay at any batch size here (best {o.speedup:.2f}x); "
+                    "kept as configured, without a per-batch-size schedule.",)
         sched = []
     # The headline is the curve's figure at this batch: the curve holds where the raw cost model would
     # let a bigger batch gain more.
     pt = next((p for p in reversed(curve) if p.batch_size <= seqs), None)
     headline = min(o.speedup, pt.speedup) if explicit is None and pt is not None and pt.num_speculative_tokens else o.speedup
-    return _Scheduled(o, sched, curve, last_on, pool, headline)
+    return _Scheduled((d, alpha, o), sched, curve, last_on, pool, headline, warnings)
 
 
 def _speculation_section(s: Planning, sc: _Scheduled) -> tuple[Speculation, list[ScheduleEntry]]:
-    """The Plan's speculation: k (the schedule's largest where the stack follows one), the tree, the schedule."""
-    explicit, (d, _, o), sched = s.explicit, s.chosen, sc.schedule
+    """The Plan's speculation (without its acceptance floor): k (the schedule's largest where the stack follows one),
+    the tree, the schedule; and the schedule the technique's own curve gives."""
+    explicit, (d, _, o), sched = s.explicit, sc.chosen, sc.schedule
     k = explicit.num_speculative_tokens if explicit and explicit.num_speculative_tokens is not None else o.shape.depth
     shape = o.shape
     if explicit is None and sched:
@@ -899,6 +858,14 @@ def _speculation_section(s: Planning, sc: _Scheduled) -> tuple[Speculation, list
         # A tree is as deep as its steps (TensorRT-LLM: max_draft_len): no schedule entry may ask for more.
         sched = [e.model_copy(update={"num_speculative_tokens": min(e.num_speculative_tokens, tree.steps)}) for e in sched]
         k = tree.steps
+    extra: dict[str, Any] = {}
+    if d.method in LOOKUP_METHODS:
+        lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
+        extra.update(prompt_lookup_min=lo or NGRAM_LOOKUP[0], prompt_lookup_max=hi or NGRAM_LOOKUP[1])
+    if d.method == "draft_model":
+        extra["draft_tensor_parallel_size"] = (
+            (explicit.draft_tensor_parallel_size if explicit else None) or E.draft_tp(d, s.par.tensor_parallel_size)
+        )
     spec = Speculation(
         method=d.method,  # type: ignore[arg-type]
         drafter=d.drafter_id if d.method not in COPY_METHODS else None,
@@ -908,89 +875,98 @@ def _speculation_section(s: Planning, sc: _Scheduled) -> tuple[Speculation, list
         verification=explicit.verification if explicit else None,
         draft_sampling=explicit.draft_sampling if explicit else None,
         allow_lossy=explicit.allow_lossy if explicit else False,
+        **extra,
     )
-    if d.method in LOOKUP_METHODS:
-        lo, hi = (explicit.prompt_lookup_min, explicit.prompt_lookup_max) if explicit else (None, None)
-        spec.prompt_lookup_min, spec.prompt_lookup_max = lo or NGRAM_LOOKUP[0], hi or NGRAM_LOOKUP[1]
-    if d.method == "draft_model":
-        spec.draft_tensor_parallel_size = (
-            (explicit.draft_tensor_parallel_size if explicit else None) or E.draft_tp(d, s.par.tensor_parallel_size)
-        )
     return spec, sched
 
 
-def _chosen_warnings(s: Planning) -> None:
-    """The drafter's caveats, the compatibility table's findings, a lossy verifier, a head trained elsewhere."""
-    d = s.chosen[0]
-    if d.note:
-        s.warnings.append(d.note)
-    _compat_warnings(s, d)
-    if s.spec.lossy:
-        s.warnings.append(f"LOSSY: verification {s.spec.verification} accepts drafts the target would reject, so outputs "
-                          "differ from the target model's own; the predicted speedup does not count its extra gain.")
+def _chosen_warnings(s: Planning, d: E.DraftChoice, spec: Speculation) -> list[str]:
+    """The drafter's caveats, the compatibility table's findings (and, for a configured technique that 'launch
+    --force' starts anyway, what they refuse), a lossy verifier, a head trained elsewhere."""
+    warnings = [d.note] if d.note else []
+    warnings += [f.message(s.stack, s.caps.version, d.method)
+                 for f in s.caps.compat_findings(d.method, _features(s, d), s.model.hf_id)]
+    if spec.lossy:
+        warnings.append(f"LOSSY: verification {spec.verification} accepts drafts the target would reject, so outputs "
+                        "differ from the target model's own; the predicted speedup does not count its extra gain.")
     if (note := E.cross_target_note(d, s.c.model)) is not None:
-        s.warnings.append(note)
-    for cand in s.candidates:
-        cand.chosen = cand.method == d.method and cand.drafter == d.drafter_id and cand.ruled_out is None
+        warnings.append(note)
+    return warnings
 
 
-def _chosen_reasons(s: Planning, sc: _Scheduled, sched: list[ScheduleEntry], source: str | None) -> None:
-    """Why this technique and shape, where its acceptance comes from, where it stops paying."""
-    c, (d, alpha, o) = s.c, s.chosen
+def _chosen_reasons(s: Planning, sc: _Scheduled, spec: Speculation, sched: list[ScheduleEntry], source: str | None
+                    ) -> tuple[list[str], list[ShapeAlternative]]:
+    """Why this technique and shape, where its acceptance comes from, where it stops paying; and the shapes beside
+    it."""
+    c, (d, alpha, o), reasons = s.c, sc.chosen, []
     if s.explicit is None:
-        s.reasons.append(_why(c, d, alpha, o, s.scored, s.n, sc.headline, s.spec.num_speculative_tokens))
+        reasons.append(_why(c, d, alpha, o, s.scored, s.n, sc.headline, spec.num_speculative_tokens))
     published = E.published_alpha(c, d) if source is None else None
     if published is not None and d.catalog is not None and d.catalog.acceptance_length:
-        s.reasons.append(f"{d.drafter_id}'s acceptance is its own published figure, {d.catalog.acceptance_length:g} "
-                         f"tokens per step ({d.catalog.acceptance_basis}), moved to this workload and temperature.")
+        reasons.append(f"{d.drafter_id}'s acceptance is its own published figure, {d.catalog.acceptance_length:g} "
+                       f"tokens per step ({d.catalog.acceptance_basis}), moved to this workload and temperature.")
     elif published is not None:
-        s.reasons.append(f"Acceptance is the median of the published figures of {d.method} heads for this model.")
+        reasons.append(f"Acceptance is the median of the published figures of {d.method} heads for this model.")
     elif source is None and (note := borrowed_note(c.policy, d.method)) is not None:
-        s.reasons.append(note)
+        reasons.append(note)
     if d.catalog is not None and d.catalog.found_in:
         prior = " Its acceptance is the method's prior." if published is None and source is None else ""
-        s.reasons.append(f"{d.drafter_id} is not a catalog drafter: found in {d.catalog.found_in}; "
-                         f"{d.catalog.source or 'its files say ' + d.method}.{prior}")
-    s.alternatives = _alternatives(c, d, alpha, s.seqs, sc.pool, o, sc.headline / o.speedup, source, published)
-    if (tied := [a for a in s.alternatives if a.within_error]):
-        s.reasons.append(_tie_reason(s.alternatives, tied, c.policy.rules.shape_error))
-    last_on = s.pred.breakeven_batch_size
-    if last_on is not None and s.spec.schedule and s.spec.schedule == sched:
-        s.reasons.append(
+        reasons.append(f"{d.drafter_id} is not a catalog drafter: found in {d.catalog.found_in}; "
+                       f"{d.catalog.source or 'its files say ' + d.method}.{prior}")
+    alternatives = _alternatives(c, d, alpha, s.seqs, sc.pool, o, sc.headline / o.speedup, source, published)
+    if (tied := [a for a in alternatives if a.within_error]):
+        reasons.append(_tie_reason(alternatives, tied, c.policy.rules.shape_error))
+    last_on = sc.last_on
+    if last_on is not None and spec.schedule and spec.schedule == sched:
+        reasons.append(
             f"Speculation stops paying (gaining {c.policy.rules.min_speedup:.2f}x or more) above batch size "
             f"{last_on}; the schedule turns it off (k=0) from {last_on + 1}."
         )
     if source == "calibrated":
-        s.reasons.append("Acceptance comes from the calibration file, not the prior.")
+        reasons.append("Acceptance comes from the calibration file, not the prior.")
     if (note := _context_note(c, d, alpha)) is not None:
-        s.reasons.append(note)
+        reasons.append(note)
+    return reasons, alternatives
 
 
-def _acceptance_floor(s: Planning, source: str | None) -> None:
-    """Where acceptance is a prior, the stack's acceptance gate (if it has one) ends speculation below what pays."""
-    spec, pred = s.spec, s.pred
+def _acceptance_floor(s: Planning, d: E.DraftChoice, spec: Speculation, pred: Prediction, source: str | None
+                      ) -> tuple[dict[str, float | None], list[str], list[str]]:
+    """Where acceptance is a prior, the stack's acceptance gate (if it has one) ends speculation below what pays: the
+    floor (as an update of the speculation section), its reason, and a warning where the stack cannot follow the
+    schedule's k=0 ranges."""
+    floor: dict[str, float | None] = {}
+    reasons: list[str] = []
+    warnings: list[str] = []
     if s.explicit is not None:
-        spec.acceptance_floor = s.explicit.acceptance_floor
+        floor["acceptance_floor"] = s.explicit.acceptance_floor
     elif (ACCEPTANCE_GATE in s.caps.controls and source is None and pred.breakeven_acceptance_rate
           and (ACCEPTANCE_RATE_GATE in s.caps.controls or len({e.num_speculative_tokens for e in spec.schedule}) <= 1)):
-        spec.acceptance_floor = pred.breakeven_acceptance_rate
-        s.reasons.append(
+        floor["acceptance_floor"] = pred.breakeven_acceptance_rate
+        reasons.append(
             f"The acceptance here is not measured on this deployment (a prior or a published figure): {s.stack}'s "
             f"acceptance gate turns speculation off for the server's life if the measured acceptance rate averages "
-            f"below {spec.acceptance_floor:.2f}, where it stops paying at batch size {s.seqs} (PyTorch backend; "
+            f"below {pred.breakeven_acceptance_rate:.2f}, where it stops paying at batch size {s.seqs} (PyTorch backend; "
             "calibrate with bench to replace the estimate)."
         )
-    if (any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(s.chosen[0].method)
+    if (any(x.num_speculative_tokens == 0 for x in spec.schedule) and not s.caps.schedules_for(d.method)
             and "cutoff" not in s.caps.controls):
-        s.warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
+        warnings.append(f"{s.stack} cannot switch speculation off per batch size; the schedule's k=0 ranges are advisory.")
+    return floor, reasons, warnings
 
 
-def _schedule_and_speculation(s: Planning) -> None:
-    """k per batch size for the chosen technique, its prediction, and the Plan's speculation section."""
-    if s.chosen is not None:
-        sc = _chosen_schedule(s)
-        d, alpha, o = s.chosen
-        s.pred = Prediction(
+def _schedule_and_speculation(s: Planning) -> Speculated:
+    """k per batch size for the chosen technique (k is decided here and nowhere else), its prediction, the Plan's
+    speculation section, and the candidates with the chosen one marked."""
+    chosen, candidates = s.chosen, s.candidates
+    spec, pred, alternatives = Speculation(), Prediction(batch_size=s.seqs), []
+    reasons: list[str] = []
+    warnings: list[str] = []
+    if chosen is not None:
+        sc = _chosen_schedule(s, chosen)
+        chosen = sc.chosen
+        d, alpha, o = chosen
+        warnings += sc.warnings
+        pred = Prediction(
             speedup=round(sc.headline, 3),
             batch_size=s.seqs,
             acceptance_length=round(o.acceptance_length, 3),
@@ -999,20 +975,27 @@ def _schedule_and_speculation(s: Planning) -> None:
             breakeven_batch_size=sc.last_on,
             breakeven_acceptance_rate=_breakeven_rate(s.c, d, o, s.seqs),
         )
-        s.spec, sched = _speculation_section(s, sc)
-        _chosen_warnings(s)
+        spec, sched = _speculation_section(s, sc)
+        warnings += _chosen_warnings(s, d, spec)
+        candidates = [cand.model_copy(update={"chosen": cand.method == d.method and cand.drafter == d.drafter_id
+                                                        and cand.ruled_out is None}) for cand in candidates]
         source = E.alpha_for(s.c, d)[1]
-        _chosen_reasons(s, sc, sched, source)
-        _acceptance_floor(s, source)
+        why, alternatives = _chosen_reasons(s, sc, spec, sched, source)
+        floor, gate, advisory = _acceptance_floor(s, d, spec, pred, source)
+        spec = spec.model_copy(update=floor) if floor else spec
+        reasons += why + gate
+        warnings += advisory
     if s.prof is not None:
-        s.reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))
+        reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))
     if found := s.plan_kw.get("found"):
-        s.reasons.append(_found_reason(s, found))
+        reasons.append(_found_reason(s, found, candidates))
+    return Speculated(chosen=chosen, spec=spec, pred=pred, alternatives=tuple(alternatives),
+                      candidates=tuple(candidates), reasons=tuple(reasons), warnings=tuple(warnings))
 
 
-def _found_reason(s: Planning, found: Sequence[Drafter]) -> str:
+def _found_reason(s: Planning, found: Sequence[Drafter], candidates: list[Candidate]) -> str:
     """The drafters found outside the catalog, where each was, and what became of it."""
-    by_id = {(c.method, (c.drafter or "").lower()): c for c in s.candidates}
+    by_id = {(c.method, (c.drafter or "").lower()): c for c in candidates}
 
     def fate(d: Drafter) -> str:
         c = by_id.get((d.method, d.drafter_hf_id.lower()))
@@ -1041,7 +1024,7 @@ def _context_note(c: E.Context, d: E.DraftChoice, alpha: float) -> str | None:
             "chosen for this mix; requests much longer than it accept less still.")
 
 
-def _memory(s: Planning) -> None:
+def _memory(s: Planning) -> Budgeted:
     """The memory budget with the chosen drafter; a configured drafter that does not fit is an error with fixes."""
     chosen = s.chosen
     drafter = chosen[0] if chosen else None
@@ -1056,11 +1039,12 @@ def _memory(s: Planning) -> None:
             f"{mem.usable_gb:.1f} GB usable.",
             fixes, "Use a smaller drafter or more GPUs.",
         )
-    s.budget = _budget(_served_context(s, mem, running), None)
-    _capacity_reason(s)
+    mem, served, reasons = _served_context(s, mem, running)
+    serve = s.cfg.serve if served is None else s.cfg.serve.model_copy(update={"max_model_len": served})
+    return Budgeted(budget=_budget(mem, None), serve=serve, reasons=(*reasons, _capacity_reason(s)))
 
 
-def _capacity_reason(s: Planning) -> None:
+def _capacity_reason(s: Planning) -> str:
     """How many requests run at once, and what the drafter costs in requests and in throughput at saturation."""
     d = s.chosen[0] if s.chosen and s.spec.enabled else None
     base = s.capacity
@@ -1073,7 +1057,7 @@ def _capacity_reason(s: Planning) -> None:
         text += (f"; {base} without the drafter: it costs {base - cap} requests ({(base - cap) / base:.0%})"
                  + (f" and {lost:.0%} of decode throughput when every slot is busy" if lost > 0 else
                     f", yet decode throughput when every slot is busy is {-lost:.0%} higher with it"))
-    s.reasons.append(text + ".")
+    return text + "."
 
 
 def _spec_arm(s: Planning, cap: int) -> loadmodel.Arm:
@@ -1083,85 +1067,88 @@ def _spec_arm(s: Planning, cap: int) -> loadmodel.Arm:
     return arms.speculative_arm(s.c, d, alpha, shape, schedule, s.wl.input_len, cap)
 
 
-def _load(s: Planning) -> None:
+def _load(s: Planning) -> Loaded:
     """Both arms at the workload's request rate: TPOT, TTFT, throughput, saturation and crossover rates."""
     rate = s.wl.request_rate
     if rate is None:
-        return
+        return Loaded(None)
     base = arms.baseline_arm(s.c, s.wl.input_len, s.capacity)
     spec = _spec_arm(s, _capacity_with(s, s.chosen[0])) if s.chosen is not None and s.spec.enabled else base
-    s.load = lp = arms.predict_load(base, spec, rate, s.wl.output_len, s.wl.slo_tpot_ms, s.wl.slo_ttft_ms)
+    lp = arms.predict_load(base, spec, rate, s.wl.output_len, s.wl.slo_tpot_ms, s.wl.slo_ttft_ms)
     if spec is base:
-        return
+        return Loaded(lp)
     if lp.crossover_request_rate is None:
-        s.reasons.append(f"Under load, speculation keeps lowering time per output token up to the baseline's saturation "
-                         f"({lp.saturation_request_rate.baseline:.3g} requests/s).")
+        why = (f"Under load, speculation keeps lowering time per output token up to the baseline's saturation "
+               f"({lp.saturation_request_rate.baseline:.3g} requests/s).")
     elif lp.crossover_request_rate == 0:
-        s.reasons.append("Under load, speculation does not lower time per output token at any request rate.")
+        why = "Under load, speculation does not lower time per output token at any request rate."
     else:
-        s.reasons.append(f"Under load, speculation lowers time per output token up to {lp.crossover_request_rate:.3g} "
-                         f"requests/s and costs it above (the baseline saturates at {lp.saturation_request_rate.baseline:.3g}, "
-                         f"speculation at {lp.saturation_request_rate.speculative:.3g}).")
+        why = (f"Under load, speculation lowers time per output token up to {lp.crossover_request_rate:.3g} "
+               f"requests/s and costs it above (the baseline saturates at {lp.saturation_request_rate.baseline:.3g}, "
+               f"speculation at {lp.saturation_request_rate.speculative:.3g}).")
+    return Loaded(lp, reasons=(why,))
 
 
-def _served_context(s: Planning, mem: E.Memory, seqs: int) -> E.Memory:
+def _served_context(s: Planning, mem: E.Memory, seqs: int) -> tuple[E.Memory, int | None, list[str]]:
     """Where the stack must hold one request of the model's whole context at start and that does not fit, serve the
-    longest context that does (a multiple of 1024 tokens) and say so; the memory budget at the served context."""
+    longest context that does (a multiple of 1024 tokens) and say so: the memory budget at the served context, the
+    max_model_len to serve (None: as configured) and the reason."""
     if not (s.context_auto and s.context > s.tokens):
-        return mem
+        return mem, None, []
     drafter = s.chosen[0] if s.chosen else None
     full = _memory_with(s, drafter, s.context, seqs)
     if full.fits:
-        return full
+        return full, None, []
     lo, hi = s.tokens, s.context  # lo fits (mem did), hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if _memory_with(s, drafter, mid, seqs).fits else (lo, mid)
     served = max(s.tokens, lo // 1024 * 1024)
-    s.cfg = s.cfg.model_copy(update={"serve": s.cfg.serve.model_copy(update={"max_model_len": served})})
-    s.reasons.append(
+    why = (
         f"{s.factors.label or s.stack} starts only if its KV cache holds one request of max_model_len; the model's {s.context} tokens do "
         f"not fit beside the weights on {s.n} x {s.gpu.name}, so the plan serves max_model_len {served}. Set "
         "serve.max_model_len to choose, or give it room: more GPUs, an FP8 KV cache, lighter weights."
     )
-    return _memory_with(s, drafter, served, seqs)
+    return _memory_with(s, drafter, served, seqs), served, [why]
 
 
-def _stack_warnings(s: Planning) -> None:
+def _stack_warnings(s: Planning) -> StackNotes:
     """Sampling temperature, the stack's request caps and batching, an unknown stack version."""
-    wl, chosen, seqs, stack = s.wl, s.chosen, s.seqs, s.stack
+    wl, chosen, seqs, stack, warnings = s.wl, s.chosen, s.seqs, s.stack, []
     if wl.temperature >= s.pol.rules.high_temperature and chosen is not None:
-        a0 = E.alpha_for(E.Context(**{**s.c.__dict__, "temperature": 0.0}), chosen[0])[0]
-        s.warnings.append(
+        a0 = E.alpha_for(dataclasses.replace(s.c, temperature=0.0), chosen[0])[0]
+        warnings.append(
             f"Sampling at temperature {wl.temperature:g} lowers acceptance (predicted alpha {chosen[1]:.2f} vs {a0:.2f} greedy)."
         )
     cap = s.caps.running_cap
     if cap and chosen is not None:
-        s.warnings.append(
+        warnings.append(
             f"{stack} caps running requests at {cap} when speculation is on"
             + (f", below the expected concurrency {seqs}" if seqs > cap else "")
             + "; set max_running_requests explicitly."
         )
     batch_cap = _stack_cap(s, False)
     if batch_cap and seqs > batch_cap:
-        s.warnings.append(f"{s.factors.label or stack} decodes {batch_cap} requests together; the rest will queue.")
+        warnings.append(f"{s.factors.label or stack} decodes {batch_cap} requests together; the rest will queue.")
     if s.caps.version_source == "unknown":
-        s.warnings.append(f"{stack} is not installed here and no version is pinned: method support assumes a recent release.")
+        warnings.append(f"{stack} is not installed here and no version is pinned: method support assumes a recent release.")
+    return StackNotes(tuple(warnings))
 
 
-# The planning stages, in order (the stack and its version were resolved before: specplug.capabilities).
-STAGES = (
-    _inputs,
-    _workload_and_precision,
-    _hardware,
-    _cost_context,
-    _feasibility,
-    _score_candidates,
-    _decide,
-    _schedule_and_speculation,
-    _memory,
-    _load,
-    _stack_warnings,
+# The planning stages, in order, each with the Planning field its frozen result fills (the stack and its version
+# were resolved before: specplug.capabilities).
+STAGES: tuple[tuple[str, Callable[[Planning], Any]], ...] = (
+    ("inputs", _inputs),
+    ("work", _workload_and_precision),
+    ("hard", _hardware),
+    ("costed", _cost_context),
+    ("fit", _feasibility),
+    ("scores", _score_candidates),
+    ("decision", _decide),
+    ("speculated", _schedule_and_speculation),
+    ("budgeted", _memory),
+    ("loaded", _load),
+    ("stack_notes", _stack_warnings),
 )
 
 
@@ -1186,17 +1173,16 @@ def plan(
     ``found``: drafters for the target found outside the catalog (specplug.catalog.discovery), candidates beside
     the catalog's own.
     """
-    s = Planning(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration, "validate": validate,
-                                     "found": tuple(found)}, _fixing)
-    for stage in STAGES:
-        stage(s)
+    s = Planning(Request(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration,
+                                             "validate": validate, "found": tuple(found)}, _fixing))
+    for name, stage in STAGES:
+        s = dataclasses.replace(s, **{name: stage(s)})
     return _build(s)
 
 
 def _build(s: Planning) -> Plan:
     """The Plan from what the stages resolved, checked as every command checks it."""
-    model = s.model
-    s.pred.batch_size = s.seqs
+    model, sp = s.model, s._get("speculated")
     out = Plan(
         model=ModelRef(
             name=s.cfg.model or model.hf_id,
@@ -1208,17 +1194,17 @@ def _build(s: Planning) -> Plan:
         stack=StackRef(name=s.stack, version=s.caps.version, version_source=s.caps.version_source),  # type: ignore[arg-type]
         workload=s.wl,
         parallelism=s.par,
-        speculation=s.spec,
+        speculation=sp.spec,
         serve=s.cfg.serve.options(),  # the split is parallelism, resolved by _hardware
-        memory=s.budget,
-        prediction=s.pred,
-        candidates=s.candidates,
-        alternatives=s.alternatives,
-        reasons=s.reasons,
-        warnings=s.warnings,
+        memory=s._get("budgeted").budget,
+        prediction=sp.pred,
+        candidates=list(sp.candidates),
+        alternatives=list(sp.alternatives),
+        reasons=s.reasons(),
+        warnings=s.warnings(),
         capacity_requests=_capacity_with(s, s.chosen[0]) if s.chosen and s.spec.enabled else s.capacity,
         capacity_requests_without_drafter=s.capacity,
-        load=s.load,
+        load=s._get("loaded").load,
     )
     if s.prof is not None and "traffic" in Plan.model_fields:
         out.traffic = s.prof.summary()

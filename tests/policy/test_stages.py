@@ -1,0 +1,46 @@
+"""The planner's stages: each returns a frozen result, none rewrites the configuration it was given."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specplug import stackcaps
+from specplug.config import Config
+from specplug.policy import planner, stages
+
+
+def test_every_stage_result_is_frozen():
+    types = [t for t in vars(stages).values()
+             if isinstance(t, type) and dataclasses.is_dataclass(t) and t.__module__ == stages.__name__]
+    assert len(types) == len(planner.STAGES) + 2  # a result per stage, the request, the planning
+    assert all(t.__dataclass_params__.frozen for t in types), [t for t in types if not t.__dataclass_params__.frozen]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stages.StackNotes(("w",)).warnings = ()  # type: ignore[misc]
+
+
+def test_the_stages_fill_planning_in_order_and_a_stage_cannot_read_ahead():
+    assert [name for name, _ in planner.STAGES] == [f.name for f in dataclasses.fields(stages.Planning)][1:]
+    caps = stackcaps.declared("vllm", "0.32.0")
+    s = stages.Planning(stages.Request(Config(model="meta-llama/Llama-3.1-8B-Instruct"), caps, None,
+                                       {"policy": None, "calibration": None, "validate": None, "found": ()}, False))
+    with pytest.raises(RuntimeError, match="stage 'work' has not run"):
+        _ = s.tokens
+
+
+def test_planning_never_rewrites_the_configuration_it_is_given():
+    # Both of the planner's serve changes at once: FP8 weights where no count holds the bf16 checkpoint, and a
+    # max_model_len lowered to what vLLM can reserve at start.
+    cfg = Config.model_validate({
+        "model": "meta-llama/Llama-3.1-405B-Instruct",
+        "hardware": {"gpu": "memory_gib=12,bandwidth_gbs=300,bf16_tflops=50"},
+        "stack": {"name": "vllm", "version": "0.32.0"},
+    })
+    before = cfg.model_dump()
+    p = planner.plan(cfg, stackcaps.declared("vllm", "0.32.0"))
+    assert p.serve.quantization == "fp8"
+    assert p.serve.max_model_len is not None and p.serve.max_model_len < 131072
+    assert any("planned with FP8 weights" in r for r in p.reasons)
+    assert cfg.model_dump() == before
+    assert cfg.serve.quantization is None and cfg.serve.max_model_len is None
