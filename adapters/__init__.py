@@ -1,1 +1,1 @@
-"""One adapter module per serving stack; each exposes ``adapter`` (see specplug.adapter.Adapter)."""
+"""One adapter module per serving stack; each exposes ``adapter`` (see specplug.stacks.protocol.Adapter)."""

@@ -9,11 +9,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specplug.adapter import Problem, raise_problems
 from specplug.errors import StackError
-from specplug.methods import DRAFTER_METHODS
 from specplug.plan import Plan
-from specplug.safetext import ENV_NAME
+from specplug.stacks.base import canon_problems
+from specplug.stacks.protocol import Problem, raise_problems
 
 # Variables a server reads for hub access: passed through from the caller's environment, never written down.
 HUB_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -42,41 +41,6 @@ class Canon:
     @property
     def speculating(self) -> bool:
         return self.method != "none"
-
-
-def canon_problems(plan: Plan, display_name: str) -> list[Problem]:
-    """What is wrong with the plan's canonical fields on any stack (render refuses all of these)."""
-    s, serve = plan.speculation, plan.serve
-    out: list[Problem] = []
-    if s.method != "none" and s.num_speculative_tokens <= 0 and s.method != "suffix":
-        out.append(Problem(
-            f"The plan uses '{s.method}' with num_speculative_tokens={s.num_speculative_tokens}: nothing would be drafted.",
-            "Set num_speculative_tokens (-k) to 1 or more, or method 'none'.",
-            key="speculation.num_speculative_tokens",
-        ))
-    if serve.api_key_env is not None and not ENV_NAME.fullmatch(serve.api_key_env):
-        out.append(Problem(
-            f"serve.api_key_env must name an environment variable, got {serve.api_key_env!r}.",
-            "Put the key in a variable (export MY_KEY=...) and set api_key_env: MY_KEY; never the key itself.",
-            key="serve.api_key_env",
-        ))
-    if s.method in DRAFTER_METHODS and not s.drafter:
-        out.append(Problem(
-            f"'{s.method}' on {display_name} needs a drafter (draft model or head), and the plan has none.",
-            "Pass --drafter HF_ID_OR_FOLDER, or pick a drafter-free method such as ngram.",
-            key="speculation.drafter",
-        ))
-    for k in serve.env:
-        if not ENV_NAME.fullmatch(k):
-            out.append(Problem(f"serve.env has an invalid variable name {k!r}.", "Use letters, digits and _.", key="serve.env"))
-    lo, hi = s.prompt_lookup_min, s.prompt_lookup_max
-    if lo is not None and hi is not None and lo > hi:
-        out.append(Problem(
-            f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi}).",
-            "Make prompt_lookup_min <= prompt_lookup_max.",
-            key="speculation.prompt_lookup_min",
-        ))
-    return out
 
 
 def canon(plan: Plan, display_name: str) -> Canon:
@@ -241,7 +205,7 @@ def quantization_problems(
 
 def kv_problems(kv: str, display_name: str, version: str | None, table: dict, extra: str = "") -> list[Problem]:
     """serve.kv_cache_dtype against a stack's table (canonical dtype -> windows of its spelling)."""
-    from specplug.adapter import describe_windows, spelling
+    from specplug.stacks.windows import describe_windows, spelling
 
     if kv == "auto" or spelling(table, kv, version) is not None:
         return []

@@ -16,8 +16,11 @@ from typing import ClassVar
 from specplug.adapters._common import HUB_SECRETS, KV_16BIT, canon, has_flag, precision, url
 from specplug.adapters.vllm import COUNTERS as VLLM_COUNTERS
 
-from specplug.adapter import BaseAdapter, LaunchSpec, Problem, StackImage, StackMetrics, Window
 from specplug.plan import Plan
+from specplug.stacks.base import BaseAdapter
+from specplug.stacks.metrics import StackMetrics
+from specplug.stacks.protocol import LaunchSpec, Problem, StackImage
+from specplug.stacks.windows import Window
 
 # What the runtime does natively.
 METHODS: dict[str, tuple[Window, ...]] = {

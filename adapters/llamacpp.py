@@ -22,20 +22,11 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import (
-    BaseAdapter,
-    LaunchSpec,
-    Problem,
-    ResponseTimings,
-    StackImage,
-    StackMetrics,
-    Window,
-    program_output,
-    spec_decode_counters,
-    spelling,
-    version_at_least,
-)
 from specplug.plan import Plan
+from specplug.stacks.base import BaseAdapter, program_output
+from specplug.stacks.metrics import ResponseTimings, StackMetrics, spec_decode_counters
+from specplug.stacks.protocol import LaunchSpec, Problem, StackImage
+from specplug.stacks.windows import Window, spelling, version_at_least
 
 NEW_FLAGS_SINCE = "b10576"
 OLD_FLAGS_SINCE = "b3000"

@@ -25,19 +25,12 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import (
-    BaseAdapter,
-    Gauges,
-    LaunchSpec,
-    Problem,
-    StackImage,
-    StackMetrics,
-    Window,
-    describe_windows,
-    spelling,
-)
 from specplug.capabilities import BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.plan import Plan
+from specplug.stacks.base import BaseAdapter
+from specplug.stacks.metrics import Gauges, StackMetrics
+from specplug.stacks.protocol import LaunchSpec, Problem, StackImage
+from specplug.stacks.windows import Window, describe_windows, spelling
 
 DIST_PORT = 20000  # where the nodes of a multi-node group rendezvous
 
@@ -188,7 +181,7 @@ class SGLangAdapter(BaseAdapter):
         return script, script
 
     def installed_version(self) -> str | None:
-        from specplug.adapter import distribution_version
+        from specplug.stacks.base import distribution_version
 
         return distribution_version(self.distributions, ("sglang",))
 

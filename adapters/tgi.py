@@ -21,18 +21,11 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import (
-    BaseAdapter,
-    LaunchSpec,
-    Problem,
-    SkippedTokens,
-    StackImage,
-    StackMetrics,
-    Window,
-    program_output,
-    spelling,
-)
 from specplug.plan import Plan
+from specplug.stacks.base import BaseAdapter, program_output
+from specplug.stacks.metrics import SkippedTokens, StackMetrics
+from specplug.stacks.protocol import LaunchSpec, Problem, StackImage
+from specplug.stacks.windows import Window, spelling
 
 METHODS: dict[str, tuple[Window, ...]] = {
     "ngram": (Window("ngram", "2.0.0"),),

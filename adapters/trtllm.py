@@ -22,22 +22,13 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import (
-    BaseAdapter,
-    IterationStats,
-    LaunchSpec,
-    Problem,
-    StackImage,
-    StackMetrics,
-    Window,
-    pick_floor,
-    raise_problems,
-    spelling,
-    version_at_least,
-)
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.errors import StackError
 from specplug.plan import Plan
+from specplug.stacks.base import BaseAdapter
+from specplug.stacks.metrics import IterationStats, StackMetrics
+from specplug.stacks.protocol import LaunchSpec, Problem, StackImage, raise_problems
+from specplug.stacks.windows import Window, pick_floor, spelling, version_at_least
 
 CONFIG_FILE = "trtllm-config.yaml"
 TENSORRT_BACKEND_UNTIL = "1.3.0rc21"

@@ -25,22 +25,14 @@ from specplug.adapters._common import (
     url,
 )
 
-from specplug.adapter import (
-    BaseAdapter,
-    LaunchSpec,
-    Problem,
-    ResponseTimings,
-    StackImage,
-    StackMetrics,
-    Window,
-    spec_decode_counters,
-    spelling,
-    version_at_least,
-)
 from specplug.capabilities import BLOCK_VERIFICATION, FLY_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.errors import StackError
 from specplug.methods import DRAFTER_METHODS, LOOKUP_METHODS
 from specplug.plan import Plan
+from specplug.stacks.base import BaseAdapter
+from specplug.stacks.metrics import ResponseTimings, StackMetrics, spec_decode_counters
+from specplug.stacks.protocol import LaunchSpec, Problem, StackImage
+from specplug.stacks.windows import Window, spelling, version_at_least
 
 # First release with --speculative-config (PR #14434); the legacy flags were removed in 0.8.3 (PR #15466).
 SPEC_CONFIG_SINCE = "0.8.0"
@@ -361,7 +353,7 @@ def precision_problems(plan: Plan, version: str | None) -> list[Problem]:
 
 
 def _needs(windows: tuple[Window, ...]) -> str:
-    from specplug.adapter import describe_windows
+    from specplug.stacks.windows import describe_windows
 
     return f"at load only in vLLM {describe_windows(windows)}"
 

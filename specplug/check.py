@@ -89,7 +89,7 @@ class Report:
 
 def compat_problems(plan: Any, spec: dict[str, Any], cfg_file: str, lock_file: str) -> tuple[list[Problem], list[Problem]]:
     """Problems (and warnings) of the locked plan on its pinned stack version, from plan data alone."""
-    from specplug.adapter import get_adapter
+    from specplug.stacks.registry import get_adapter
 
     problems: list[Problem] = []
     warnings: list[Problem] = []

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specplug.adapter import BUILTIN, StackImage, get_adapter
 from specplug.errors import SpecplugError
 from specplug.fileio import write_atomic
 from specplug.plan import Plan
 from specplug.safetext import breaking_char
+from specplug.stacks.protocol import StackImage
+from specplug.stacks.registry import BUILTIN, get_adapter
 
 TARGETS = ("compose", "k8s", "lws")
 MANIFEST = "specplug.rendered.yaml"

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from specplug.adapter import Adapter, LaunchSpec, get_adapter
 from specplug.errors import SpecplugError, StackError
 from specplug.plan import Plan
+from specplug.stacks.protocol import Adapter, LaunchSpec
+from specplug.stacks.registry import get_adapter
 
 DEFAULT_TIMEOUT = 900.0  # seconds to wait for health; big models take minutes to load
 STOP_GRACE = 20.0  # seconds between SIGTERM and SIGKILL for the server's process group

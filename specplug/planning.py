@@ -70,9 +70,9 @@ def estimate(model: str, method: str, *, stack: str = "vllm", stack_version: str
     """Predicted speedup and acceptance of one configuration (the CLI's ``specplug estimate``); same keywords as
     :func:`specplug.policy.estimator.estimate`, with the stack's capabilities resolved here."""
     from specplug import stackcaps
-    from specplug.adapter import is_stack, stack_names
     from specplug.capabilities import RESEARCH_CODE
     from specplug.policy.estimator import estimate as score
+    from specplug.stacks.registry import is_stack, stack_names
     from specplug.validate import validate_plan
 
     if stack != RESEARCH_CODE and not is_stack(stack):

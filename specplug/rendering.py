@@ -15,11 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from specplug.adapter import Adapter, LaunchSpec, get_adapter
 from specplug.config import Config, load_config
 from specplug.errors import SpecplugError
 from specplug.plan import Plan
 from specplug.request import PlanRequest
+from specplug.stacks.protocol import Adapter, LaunchSpec
+from specplug.stacks.registry import get_adapter
 
 FORMATS = ("shell", "json", "yaml")
 

@@ -3,9 +3,9 @@ registry to the plain :class:`~specplug.capabilities.StackCapabilities` the poli
 
 from __future__ import annotations
 
-from specplug.adapter import default_stack, get_adapter
 from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
 from specplug.compat import EMPTY, CompatTable
+from specplug.stacks.registry import default_stack, get_adapter
 
 __all__ = ["compat_table", "declared", "default_stack", "resolve"]
 

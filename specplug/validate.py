@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from specplug.adapter import Adapter, Problem, get_adapter
 from specplug.compat import (
     CONFIG_FEATURES,
     FEATURES,
@@ -42,6 +41,8 @@ from specplug.compat import (
 from specplug.config import LOSSY_VERIFICATION
 from specplug.errors import SpecplugError, StackError
 from specplug.stackcaps import compat_table
+from specplug.stacks.protocol import Adapter, Problem
+from specplug.stacks.registry import get_adapter
 
 if TYPE_CHECKING:
     from specplug.capabilities import StackCapabilities

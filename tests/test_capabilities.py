@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from specplug import adapter as registry
 from specplug import capabilities, stackcaps, validate
 from specplug.config import Config
 from specplug.policy.planner import plan
+from specplug.stacks import registry
+from specplug.stacks.protocol import DEFAULT_COST_PROFILE
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def test_a_stack_is_costed_with_the_profile_its_adapter_declares(fork_registered
     own, forked = _plan(vllm), _plan(fork)
     assert forked.prediction.speedup == own.prediction.speedup
     assert any("use vllm's, as its adapter declares" in w for w in forked.warnings)
-    default = _plan(dataclasses.replace(fork, cost_profile=registry.DEFAULT_COST_PROFILE))
+    default = _plan(dataclasses.replace(fork, cost_profile=DEFAULT_COST_PROFILE))
     assert any("default CUDA-graph engine" in w for w in default.warnings)
 
 
@@ -74,5 +75,5 @@ def test_estimate_costs_a_stack_with_the_profile_its_adapter_declares(fork_regis
     fork = dataclasses.replace(sglang, name="vllmfork", version=None)  # its own releases, not SGLang's
     forked = estimator.estimate("llama-3.1-8b", "eagle3", stack="vllmfork", caps=fork, **kw)
     default = estimator.estimate("llama-3.1-8b", "eagle3", stack="vllmfork",
-                                 caps=dataclasses.replace(fork, cost_profile=registry.DEFAULT_COST_PROFILE), **kw)
+                                 caps=dataclasses.replace(fork, cost_profile=DEFAULT_COST_PROFILE), **kw)
     assert forked.speedup == own.speedup != default.speedup

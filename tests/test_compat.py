@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from specplug.adapter import get_adapter, stack_names, version_key
 from specplug.compat import FEATURES, CompatRow, parse_table
 from specplug.config import Config, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.rendering import render_plan
+from specplug.stacks.registry import get_adapter, stack_names
 from specplug.validate import InvalidPlan, forcing, plan_problems, validate_plan
+from specplug.versions import version_key
 from tests.adapters.conftest import make_plan
 
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -294,7 +295,7 @@ def test_plan_flags_set_the_features():
 
 
 def test_tgi_is_legacy_renders_with_a_note_and_is_never_the_default(monkeypatch):
-    import specplug.adapter as A
+    import specplug.stacks.registry as A
 
     tgi = get_adapter("tgi")
     assert tgi.compatibility().legacy

@@ -1,8 +1,8 @@
 import pytest
 
-from specplug.adapter import stack_names
 from specplug.config import Config, SpeculationSpec, dump_config, json_schema, parse_config
 from specplug.errors import ConfigError
+from specplug.stacks.registry import stack_names
 
 FULL = """
 version: 1

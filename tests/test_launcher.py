@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from specplug import launcher
-from specplug.adapter import BaseAdapter, LaunchSpec
 from specplug.errors import StackError
+from specplug.stacks.base import BaseAdapter
+from specplug.stacks.protocol import LaunchSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tests.adapters.conftest import make_plan  # noqa: E402

@@ -100,7 +100,7 @@ def test_library_code_never_imports_the_cli_layer():
 def test_the_policy_never_imports_adapters():
     offenders = {
         module: sorted(m for m in _project_imports(module, top_level=False)
-                       if _in(m, "adapters") or _in(m, "specplug.adapter") or _in(m, "specplug.adapters"))
+                       if _in(m, "adapters") or _in(m, "specplug.adapter") or _in(m, "specplug.stacks") or _in(m, "specplug.adapters"))
         for module in MODULES
         if _in(module, "specplug.policy")
     }
@@ -110,7 +110,7 @@ def test_the_policy_never_imports_adapters():
 # The floor below the registry: the policy and the data it plans from (config, Plan, capabilities, methods).
 PURE = ("specplug.policy", "specplug.config", "specplug.plan", "specplug.capabilities", "specplug.methods")
 # What asks the adapters, and the floors above it.
-REGISTRY = ("specplug.adapter", "specplug.adapters", "adapters", "specplug.stackcaps", "specplug.validate",
+REGISTRY = ("specplug.adapter", "specplug.stacks", "specplug.adapters", "adapters", "specplug.stackcaps", "specplug.validate",
             "specplug.planning", "specplug.rendering", "specplug.launcher", "specplug.commands", "specplug.cli")
 
 
@@ -246,3 +246,13 @@ def test_top_level_imports_are_read_as_python_runs_them(code, expected):
     tree = ast.parse(code)
     names = set(_imports(tree, "specplug.x", False, top_level=True))
     assert {n for n in names if n in MODULES} == expected
+
+
+def test_the_stack_layer_never_reaches_up_to_the_built_in_adapters():
+    # The registry finds built-ins by entry point or module name at run time; nothing in specplug.stacks imports them.
+    offenders = {
+        module: sorted(m for m in _reach(module) if _in(m, "adapters") or _in(m, "specplug.adapters"))
+        for module in MODULES
+        if _in(module, "specplug.stacks")
+    }
+    assert {m: found for m, found in offenders.items() if found} == {}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specplug.adapter import Problem, get_adapter
 from specplug.errors import SpecplugError, StackError
 from specplug.rendering import render_plan
+from specplug.stacks.protocol import Problem
+from specplug.stacks.registry import get_adapter
 from specplug.validate import InvalidPlan, compatible_drafters, plan_problems, validate_plan
 from tests.adapters.conftest import make_plan
 
@@ -190,7 +191,9 @@ def test_every_problem_is_reported_at_once():
 
 
 def test_a_plugin_on_the_base_adapter_gets_the_common_checks_and_an_incomplete_one_is_reported_broken():
-    from specplug.adapter import Adapter, BaseAdapter, LaunchSpec, Window
+    from specplug.stacks.base import BaseAdapter
+    from specplug.stacks.protocol import Adapter, LaunchSpec
+    from specplug.stacks.windows import Window
 
     class Plugin(BaseAdapter):
         name = "vllm"

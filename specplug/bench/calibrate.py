@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from specplug.adapter import get_adapter, is_stack
 from specplug.bench.metrics import Acceptance
 from specplug.bench.record import BenchRecord
 from specplug.errors import SpecplugError
+from specplug.stacks.registry import get_adapter, is_stack
 
 
 class Side(BaseModel):

@@ -1,15 +1,15 @@
 """Reading speculative-decoding acceptance from what a serving stack exposes.
 
 Every stack counts differently, so each adapter declares where its figures are (``metrics``, a
-:class:`~specplug.adapter.StackMetrics`), and this module has one reader per shape of report. A before/after pair
+:class:`~specplug.stacks.metrics.StackMetrics`), and this module has one reader per shape of report. A before/after pair
 of ``/metrics`` scrapes (plus, for gauges, samples taken during the run, and per-response ``timings``) becomes
 one :class:`Acceptance`:
 
-- :class:`~specplug.adapter.Counters` that only grow (vLLM V1, llama.cpp, the embedded server), differenced;
-- :class:`~specplug.adapter.Gauges` of the latest batch (SGLang), averaged over samples;
-- :class:`~specplug.adapter.SkippedTokens` against generated tokens (TGI's histograms);
-- :class:`~specplug.adapter.IterationStats`, JSON records of new iterations (TensorRT-LLM);
-- :class:`~specplug.adapter.ResponseTimings`, fields of each response summed (llama.cpp without ``--metrics``).
+- :class:`~specplug.stacks.metrics.Counters` that only grow (vLLM V1, llama.cpp, the embedded server), differenced;
+- :class:`~specplug.stacks.metrics.Gauges` of the latest batch (SGLang), averaged over samples;
+- :class:`~specplug.stacks.metrics.SkippedTokens` against generated tokens (TGI's histograms);
+- :class:`~specplug.stacks.metrics.IterationStats`, JSON records of new iterations (TensorRT-LLM);
+- :class:`~specplug.stacks.metrics.ResponseTimings`, fields of each response summed (llama.cpp without ``--metrics``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from specplug.adapter import (
+from specplug.stacks.metrics import (
     AcceptanceReader,
     Counters,
     Gauges,
@@ -245,8 +245,8 @@ def _timings(rt: ResponseTimings, timings: Iterable[dict]) -> Acceptance | None:
 
 def declared() -> dict[str, StackMetrics]:
     """Each registered stack's metric declaration, in registry order (stacks that fail to load are left out)."""
-    from specplug.adapter import get_adapter, stack_names
     from specplug.errors import StackError
+    from specplug.stacks.registry import get_adapter, stack_names
 
     out: dict[str, StackMetrics] = {}
     for name in stack_names():

@@ -158,7 +158,7 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
 def _report_stack(docs: list[dict[str, Any]]) -> str | None:
     """The stack the client reports name as their backend ('vllm bench serve' writes "backend": "vllm"), when they
     agree on one specplug knows."""
-    from specplug.adapter import is_stack
+    from specplug.stacks.registry import is_stack
 
     names = {_BACKEND_STACK.get(b, b) for d in docs if isinstance(b := d.get("backend"), str)}
     if len(names) != 1:

@@ -17,12 +17,12 @@ class StackChoice(click.ParamType):
         self.extra = extra
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        from specplug.adapter import STACK_PREFERENCE
+        from specplug.stacks.registry import STACK_PREFERENCE
 
         return "[" + "|".join((*STACK_PREFERENCE, *self.extra, "...")) + "]"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from specplug.adapter import is_stack, stack_names
+        from specplug.stacks.registry import is_stack, stack_names
 
         if isinstance(value, str) and (value in self.extra or is_stack(value)):
             return value

@@ -81,8 +81,9 @@ def default_stack_version(stack: str) -> tuple[str | None, str | None]:
     an image tag at all, so init pins one: the installed release when this adapter can render for it (what the
     plan would have used anyway), else the newest release the adapter knows.
     """
-    from specplug.adapter import get_adapter, version_key
     from specplug.errors import StackError
+    from specplug.stacks.registry import get_adapter
+    from specplug.versions import version_key
 
     adapter = get_adapter(stack)
     # A local build label ('0.32.0+cpu') names no release: image tags and version windows know '0.32.0'.

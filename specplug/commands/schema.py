@@ -14,9 +14,9 @@ from specplug.commands._output import output_option
                                     "top-level keys.")
 def schema(output: str) -> None:
     """Print the JSON Schema of specplug.yaml (for editors and CI validators)."""
-    from specplug.adapter import stack_names
     from specplug.config import json_schema
     from specplug.output import emit, table
+    from specplug.stacks.registry import stack_names
 
     doc = json_schema(stack_names())
 

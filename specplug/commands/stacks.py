@@ -38,8 +38,8 @@ def stacks(stack: str | None, output: str) -> None:
     """List stack adapters: installed here?, version, techniques and controls specplug renders there, broken plugins.
 
     With STACK, show what specplug renders at each release of that stack where it changes."""
-    from specplug.adapter import adapters, broken_plugins, get_adapter
     from specplug.output import emit, table
+    from specplug.stacks.registry import adapters, broken_plugins, get_adapter
 
     # An unknown STACK is a StackError naming the known ones (the CLI prints it and exits non-zero).
     found = {stack: get_adapter(stack)} if stack is not None else adapters()

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specplug.adapter import get_adapter
 from specplug.bench.client import Endpoint, complete, make_client
 from specplug.bench.loadgen import BenchPlan, LevelRun, LevelSpec, Rate, run_bench
 from specplug.bench.prompts import Prompt
@@ -24,6 +23,7 @@ from specplug.bench.record import BenchRecord
 from specplug.config import Config, ScheduleEntry, SpeculationSpec
 from specplug.errors import SpecplugError
 from specplug.plan import Plan
+from specplug.stacks.registry import get_adapter
 from specplug.tune.settings import TuneSettings
 from specplug.tune.state import Output, TrialResult
 from specplug.tune.trials import Trial

@@ -107,8 +107,9 @@ def prior_estimator(stack: str, settings: TuneSettings, requests_at: dict[Any, i
 def launch_prior_s(stack: str) -> float:
     """Seconds from start to healthy the stack's adapter declares, before a launch was measured here (a measured
     one replaces it); the named default for a stack whose adapter cannot load."""
-    from specplug.adapter import DEFAULT_LAUNCH_PRIOR_S, get_adapter
     from specplug.errors import StackError
+    from specplug.stacks.protocol import DEFAULT_LAUNCH_PRIOR_S
+    from specplug.stacks.registry import get_adapter
 
     try:
         return get_adapter(stack).launch_prior_s

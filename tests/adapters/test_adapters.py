@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from specplug.adapter import get_adapter
 from specplug.errors import StackError
 from specplug.rendering import render_plan
+from specplug.stacks.registry import get_adapter
 
 from .conftest import make_plan
 

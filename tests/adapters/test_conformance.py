@@ -28,20 +28,15 @@ from pathlib import Path
 
 import pytest
 
-from specplug import adapter as registry
-from specplug.adapter import (
-    Adapter,
-    BaseAdapter,
-    Counters,
-    Gauges,
-    IterationStats,
-    SkippedTokens,
-    get_adapter,
-    stack_names,
-    version_in,
-)
 from specplug.config import METHODS
 from specplug.errors import StackError
+from specplug.stacks import registry
+from specplug.stacks.base import BaseAdapter
+from specplug.stacks.metrics import Counters, Gauges, IterationStats, SkippedTokens
+from specplug.stacks.protocol import Adapter
+from specplug.stacks.registry import get_adapter, stack_names
+from specplug.stacks.windows import version_in
+from specplug.versions import version_key
 
 from .conftest import make_plan
 
@@ -122,7 +117,7 @@ def edge_versions(a: Adapter) -> list[str | None]:
                     found.add(v)
                     if (b := below(v)) is not None:
                         found.add(b)
-    out: list[str | None] = sorted((v for v in found if known(a, v)), key=registry.version_key)
+    out: list[str | None] = sorted((v for v in found if known(a, v)), key=version_key)
     return [*out, None]
 
 

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from specplug.adapter import get_adapter
 from specplug.errors import StackError
+from specplug.stacks.registry import get_adapter
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from specplug import adapter as registry
+from specplug.stacks import registry
 
 
 @pytest.fixture

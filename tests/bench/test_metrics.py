@@ -207,8 +207,9 @@ def test_parser_handles_escapes_timestamps_and_junk():
 
 
 def test_a_plugin_stack_is_read_and_recognised_from_what_its_adapter_declares(monkeypatch):
-    from specplug import adapter as registry
-    from specplug.adapter import BaseAdapter, Counters, StackMetrics
+    from specplug.stacks import registry
+    from specplug.stacks.base import BaseAdapter
+    from specplug.stacks.metrics import Counters, StackMetrics
 
     class Toy(BaseAdapter):
         name = "toyserve"

@@ -155,7 +155,7 @@ def test_every_command_has_a_row():
 
 
 def test_a_dry_run_whose_checks_would_fail_exits_1_and_one_that_passes_exits_0(run_cli, project, monkeypatch):
-    from specplug.adapter import get_adapter
+    from specplug.stacks.registry import get_adapter
 
     monkeypatch.setattr(type(get_adapter("vllm")), "installed_version", lambda self: None)
     res = run_cli("launch", "vllm", "--dry-run")

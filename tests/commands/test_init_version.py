@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from specplug.adapter import get_adapter, version_key
 from specplug.commands.init import default_stack_version
 from specplug.config import parse_config
+from specplug.stacks.registry import get_adapter
+from specplug.versions import version_key
 
 
 def _newest(stack: str) -> str:
@@ -38,7 +39,7 @@ def test_a_plugin_that_lists_no_versions_stays_unpinned(monkeypatch):
         def installed_version(self):
             raise RuntimeError("probe broke")  # a plugin's probe must not break init
 
-    monkeypatch.setattr("specplug.adapter.get_adapter", lambda name: Bare())
+    monkeypatch.setattr("specplug.stacks.registry.get_adapter", lambda name: Bare())
     assert default_stack_version("bare") == (None, None)
 
 

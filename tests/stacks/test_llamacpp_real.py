@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from specplug.adapter import get_adapter
 from specplug.rendering import render
+from specplug.stacks.registry import get_adapter
 
 pytestmark = pytest.mark.llamacpp
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from specplug.adapters.trtllm import check_against_fields, field_lists, generation
 
-from specplug.adapter import get_adapter
 from specplug.errors import StackError
 from specplug.rendering import render_plan
+from specplug.stacks.registry import get_adapter
 from tests.adapters.conftest import make_plan
 
 DRAFTERS = {"draft_model": "x/small", "eagle3": "x/eagle3", "eagle": "x/eagle", "medusa": "x/medusa", "dflash": "x/dflash",
