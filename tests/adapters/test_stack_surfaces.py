@@ -137,11 +137,41 @@ def test_sglang_dflash_drafts_a_block_and_keeps_one_pipeline_stage():
     spec = spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=7, schedule=SCHEDULE)
     argv = spec.argv
     assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
-    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "8"  # the anchor plus k masks
+    # The anchor plus k masks, as DFLASH's own block flag (SGLang copies it to the draft tokens; both set and
+    # different is an error, so the alias is not rendered beside it).
+    assert argv[argv.index("--speculative-dflash-block-size") + 1] == "8"
+    assert "--speculative-num-draft-tokens" not in argv
     assert "--speculative-num-steps" not in argv and "--speculative-adaptive" not in argv
     assert any("DFLASH drafts k=7 at every batch size" in n for n in spec.notes)
     with pytest.raises(StackError, match="pipeline parallel size 1"):
         spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=7, pp=2, num_gpus=2)
+
+
+@pytest.mark.parametrize("cfg,says", [({"block_size": 16}, 16), ({"block_size": 8, "dflash_config": {"block_size": 12}}, 12)])
+def test_sglang_dflash_block_against_a_local_drafters_trained_block(tmp_path, cfg, says):
+    # SGLang reads dflash_config.block_size before the top-level one (dflash_utils.parse_dflash_draft_config).
+    head = tmp_path / "dflash"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], **cfg}))
+    off = spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=str(head), k=7)
+    assert off.argv[off.argv.index("--speculative-dflash-block-size") + 1] == "8"  # the plan's k, as predicted
+    assert any(f"block_size {says}" in n and f"k={says - 1} matches" in n for n in off.notes), off.notes
+    same = spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=str(head), k=says - 1)
+    assert same.argv[same.argv.index("--speculative-dflash-block-size") + 1] == str(says)
+    assert not any("block_size" in n for n in same.notes)
+
+
+@pytest.mark.parametrize("version,entry", [
+    ("0.5.23", ["sglang", "serve", "--model-type", "llm", "--model-path"]),
+    (None, ["sglang", "serve", "--model-type", "llm", "--model-path"]),
+    ("0.5.22", ["python3", "-m", "sglang.launch_server", "--model-path"]),
+    ("0.5.2", ["python3", "-m", "sglang.launch_server", "--model-path"]),
+])
+def test_sglang_starts_through_sglang_serve_from_0_5_23(version, entry):
+    # 0.5.23's launch_server.py warns that 'sglang serve' is the recommended entry point; --model-type llm skips
+    # serve's Hub probe for a diffusion model_index.json.
+    spec = spec_of("sglang", version, model="Qwen/Qwen3-8B", method="ngram", k=4)
+    assert spec.argv[:len(entry)] == entry
 
 
 @pytest.mark.parametrize("stack,version,needs", [
