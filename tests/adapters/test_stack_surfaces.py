@@ -309,3 +309,49 @@ def test_an_old_acceptance_gate_warns_when_the_schedule_lowers_k():
     assert any("averages whole requests" in n for n in old.notes)
     new = spec_of("trtllm", "1.3.0rc21", method="eagle3", drafter="x/eagle3", k=4, acceptance_floor=0.3, schedule=sched)
     assert not any("averages whole requests" in n for n in new.notes)
+
+
+# TensorRT-LLM's late-2026 field lists, as each release's API reference renders llm_args.py (trtllm_fields.yaml).
+@pytest.mark.parametrize("version,has,lacks", [
+    ("1.3.0rc22", [], ["moe_backend", "spec_dec_variant", "moe_tactic"]),
+    ("1.3.0rc29", ["moe_backend"], ["spec_dec_variant", "moe_tactic"]),
+    ("1.4.0rc1", ["moe_backend", "spec_dec_variant"], ["moe_tactic"]),
+    ("1.4.0rc4", ["moe_backend", "spec_dec_variant", "moe_tactic"], []),
+])
+def test_tensorrt_llm_base_fields_of_1_3_0rc29_and_1_4_0(version, has, lacks):
+    from specplug.adapters.trtllm import generation
+
+    base = generation(version)["base"]
+    assert all(f in base for f in has) and not any(f in base for f in lacks), base
+
+
+def test_tensorrt_llm_1_4_0_per_method_fields():
+    from specplug.adapters.trtllm import check_against_fields, generation
+
+    assert "attention_backend" not in generation("1.3.0rc22")["fields"]["DFlash"]
+    assert "attention_backend" in generation("1.3.0rc27")["fields"]["DFlash"]
+    assert {"draft_lm_head_dtype", "draft_moe_dtype"} <= set(generation("1.4.0rc4")["fields"]["MTP"])
+    assert "draft_lm_head_dtype" not in generation("1.4.0rc1")["fields"]["MTP"]
+    eagle3 = generation("1.4.0rc4")["fields"]["Eagle3"]
+    assert "eagle3_model_arch" in eagle3 and "eagle3_one_model" not in eagle3 and "num_eagle_layers" not in eagle3
+    assert generation("1.4.0rc4")["decoding_types"]["AUTO"] == ["pytorch"]
+    # A field the release lacks is refused; the same field where the release has it passes.
+    spec = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": "x/e3", "spec_dec_variant": 3}
+    with pytest.raises(StackError, match="spec_dec_variant"):
+        check_against_fields(spec, "pytorch", "1.3.0rc29")
+    check_against_fields(spec, "pytorch", "1.4.0rc1")
+    with pytest.raises(StackError, match="eagle3_one_model"):
+        check_against_fields({**spec, "eagle3_one_model": True}, "pytorch", "1.4.0rc4")
+
+
+@pytest.mark.parametrize("version", ["1.3.0rc29", "1.4.0rc1", "1.4.0rc4"])
+@pytest.mark.parametrize("method,drafter", [("eagle3", "x/eagle3"), ("mtp", None), ("dflash", "x/dflash"), ("dspark", "x/dspark"),
+                                            ("ngram", None), ("draft_model", "x/small"), ("suffix", None)])
+def test_tensorrt_llm_1_3_0rc29_and_1_4_0_renders_pass_their_field_lists(version, method, drafter):
+    from specplug.adapters.trtllm import check_against_fields
+
+    spec = spec_of("trtllm", version, model="Qwen/Qwen3-8B", method=method, drafter=drafter, k=3,
+                   tree={"steps": 3, "topk": 2, "num_draft_tokens": 6} if method == "eagle3" else None)
+    cfg = yaml.safe_load(spec.files["trtllm-config.yaml"])["speculative_config"]
+    check_against_fields(cfg, "pytorch", version)
+    assert spec.argv[spec.argv.index("--backend") + 1] == "pytorch"
