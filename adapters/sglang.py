@@ -1,4 +1,5 @@
-"""SGLang: ``python -m sglang.launch_server`` with ``--speculative-algorithm`` and the ``--speculative-*`` knobs.
+"""SGLang: ``sglang serve`` (``python -m sglang.launch_server`` before 0.5.23) with ``--speculative-algorithm`` and
+the ``--speculative-*`` knobs.
 
 A plan's per-batch schedule becomes SGLang's adaptive steps (``--speculative-adaptive`` with a JSON file of
 per-batch-size slots) where the algorithm and flags allow it, else a note says why k is fixed.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import ClassVar
 
 from specplug.adapters._common import (
@@ -33,6 +35,15 @@ from specplug.stacks.protocol import LaunchSpec, Problem, StackImage
 from specplug.stacks.windows import Window, describe_windows, spelling
 
 DIST_PORT = 20000  # where the nodes of a multi-node group rendezvous
+
+# The command that starts the server, per version range (its words, split on spaces; --model-path follows).
+ENTRY_POINTS: tuple[Window, ...] = (
+    Window("python3 -m sglang.launch_server", "0.4.1", "0.5.23", "launch_server.py"),
+    # 0.5.23's launch_server.py warns "'sglang serve' is the recommended entrypoint" (console script sglang =
+    # sglang.cli.main:main); --model-type llm skips serve's diffusion probe, a Hub fetch of model_index.json
+    # (cli/serve.py _extract_model_type_override, cli/utils.py get_is_diffusion_model). Earlier releases unconfirmed.
+    Window("sglang serve --model-type llm", "0.5.23", source="cli/main.py, cli/serve.py, launch_server.py 0.5.23"),
+)
 
 # canonical method -> --speculative-algorithm value per version range
 METHODS: dict[str, tuple[Window, ...]] = {
@@ -80,6 +91,9 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "fp8_e5m2": (Window("fp8_e5m2", "0.4.1"),),
     "bfloat16": (Window("bfloat16", "0.5.23", source="in 0.5.23's choices; earlier releases unconfirmed"),),
 }
+# DFLASH's block: the verify window (anchor + k drafts); _handle_dflash (0.5.23) copies it to
+# --speculative-num-draft-tokens and refuses both set to different values.
+DFLASH_BLOCK_FLAG = "--speculative-dflash-block-size"
 # DSPARK's block (the draft tokens it proposes); SGLang sets --speculative-num-draft-tokens to it + 1 and refuses another.
 DSPARK_BLOCK_FLAG = "--speculative-dspark-block-size"
 # _handle_dspark (0.5.23): with DP attention DSPARK needs the LM head data-parallel too.
@@ -126,6 +140,9 @@ FLAGS: dict[str, tuple[Window, ...]] = {
     # Drafts sampled and verified by rejection sampling against their distribution (EAGLE heads with topk 1);
     # earlier releases unconfirmed.
     PROBABILISTIC_DRAFTING: (Window("--speculative-use-rejection-sampling", "0.5.23", source="spec.py; speculative_hook.py"),),
+    # DFLASH's own name for its block ("Alias of --speculative-num-draft-tokens for DFLASH"); DFLASH itself is
+    # confirmed from 0.5.23 only, so the block goes as --speculative-num-draft-tokens where this is absent.
+    "dflash_block": (Window(DFLASH_BLOCK_FLAG, "0.5.23", source="spec.py; speculative_hook.py _handle_dflash"),),
 }
 BLOCK_VERIFICATION_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
 # --speculative-use-rejection-sampling (0.5.23): EAGLE/EAGLE3 (NEXTN, MTP) only (speculative_hook.py), and chains only
@@ -259,7 +276,8 @@ class SGLangAdapter(BaseAdapter):
 
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:
         c = canon(plan, self.display_name)
-        argv = ["python3", "-m", "sglang.launch_server", "--model-path", c.model]
+        entry = spelling({"serve": ENTRY_POINTS}, "serve", version) or ENTRY_POINTS[0]
+        argv = [*entry.value.split(), "--model-path", c.model]
         argv += self._serve_args(c)
         argv += _precision_args(plan, c, version)
         files: dict[str, str] = {}
@@ -325,9 +343,17 @@ class SGLangAdapter(BaseAdapter):
                 c.notes.append("SGLang's adaptive steps run EAGLE/EAGLE3 only; the n-gram trie drafts the same at every batch size.")
             return out
         if algorithm == "DFLASH":
-            # One forward drafts a block of k+1 (anchor + k masks); SGLang forces steps and topk to 1 itself, and
-            # warns when the block differs from the drafter's trained block_size.
-            out += [SPEC_FLAGS["drafter"], require_drafter(c, "SGLang", c.method), SPEC_FLAGS["draft_tokens"], str(c.k + 1)]
+            # One forward drafts a block of k+1 (anchor + k masks); SGLang forces steps and topk to 1 itself. The
+            # block is always stated: unset, SGLang takes the drafter's config.json block_size (16 if it has none).
+            drafter = require_drafter(c, "SGLang", c.method)
+            block = spelling(FLAGS, "dflash_block", version)
+            out += [SPEC_FLAGS["drafter"], drafter, block.value if block else SPEC_FLAGS["draft_tokens"], str(c.k + 1)]
+            trained = drafter_block_size(drafter)
+            if trained is not None and trained != c.k + 1:
+                # dflash_worker_v2.py (0.5.23) runs the stated block and logs "DFLASH block size mismatch".
+                c.notes.append(f"The DFLASH block is {c.k + 1} (k={c.k} + the anchor) while the drafter's config.json says "
+                               f"block_size {trained}: SGLang runs the plan's block and warns; k={trained - 1} matches "
+                               "the drafter's training.")
             if s.schedule:
                 c.notes.append(f"SGLang's adaptive steps run {'/'.join(ADAPTIVE_ALGORITHMS)} only; DFLASH drafts k={c.k} "
                                "at every batch size.")
@@ -437,6 +463,22 @@ class SGLangAdapter(BaseAdapter):
             c.notes.append(f"num_draft_tokens set to steps+1={steps + 1} (SGLang forces it when topk is 1).")
             ndraft = steps + 1
         return steps, topk, ndraft  # a tree too small for ndraft is refused by stack_problems
+
+
+def drafter_block_size(drafter: str) -> int | None:
+    """The block a local DFlash drafter folder's config.json states, read as SGLang's parse_dflash_draft_config reads
+    it (dflash_config.block_size, else the top-level block_size); None for a Hub id or no such field (no download
+    while rendering)."""
+    cfg_file = Path(drafter).expanduser() / "config.json"
+    try:
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    nested = cfg.get("dflash_config")
+    value = nested.get("block_size") if isinstance(nested, dict) and "block_size" in nested else cfg.get("block_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _precision_args(plan: Plan, c: Canon, version: str | None) -> list[str]:

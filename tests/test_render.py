@@ -109,7 +109,7 @@ def test_done_means_dry_run_prints_a_command_for_every_stack(run_cli, stack):
     assert res.exit_code == 1 and "would fail: " in res.stdout, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("command: "))
     argv = shlex.split(line.removeprefix("command: "))
-    assert argv[0] in {"vllm", "python3", "trtllm-serve", "llama-server", "text-generation-launcher"}
+    assert argv[0] in {"vllm", "sglang", "python3", "trtllm-serve", "llama-server", "text-generation-launcher"}
     assert "dry run: nothing started." in res.stdout
     assert "127.0.0.1" in argv
 

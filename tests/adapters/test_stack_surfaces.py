@@ -137,11 +137,41 @@ def test_sglang_dflash_drafts_a_block_and_keeps_one_pipeline_stage():
     spec = spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=7, schedule=SCHEDULE)
     argv = spec.argv
     assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
-    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "8"  # the anchor plus k masks
+    # The anchor plus k masks, as DFLASH's own block flag (SGLang copies it to the draft tokens; both set and
+    # different is an error, so the alias is not rendered beside it).
+    assert argv[argv.index("--speculative-dflash-block-size") + 1] == "8"
+    assert "--speculative-num-draft-tokens" not in argv
     assert "--speculative-num-steps" not in argv and "--speculative-adaptive" not in argv
     assert any("DFLASH drafts k=7 at every batch size" in n for n in spec.notes)
     with pytest.raises(StackError, match="pipeline parallel size 1"):
         spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=7, pp=2, num_gpus=2)
+
+
+@pytest.mark.parametrize("cfg,says", [({"block_size": 16}, 16), ({"block_size": 8, "dflash_config": {"block_size": 12}}, 12)])
+def test_sglang_dflash_block_against_a_local_drafters_trained_block(tmp_path, cfg, says):
+    # SGLang reads dflash_config.block_size before the top-level one (dflash_utils.parse_dflash_draft_config).
+    head = tmp_path / "dflash"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], **cfg}))
+    off = spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=str(head), k=7)
+    assert off.argv[off.argv.index("--speculative-dflash-block-size") + 1] == "8"  # the plan's k, as predicted
+    assert any(f"block_size {says}" in n and f"k={says - 1} matches" in n for n in off.notes), off.notes
+    same = spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=str(head), k=says - 1)
+    assert same.argv[same.argv.index("--speculative-dflash-block-size") + 1] == str(says)
+    assert not any("block_size" in n for n in same.notes)
+
+
+@pytest.mark.parametrize("version,entry", [
+    ("0.5.23", ["sglang", "serve", "--model-type", "llm", "--model-path"]),
+    (None, ["sglang", "serve", "--model-type", "llm", "--model-path"]),
+    ("0.5.22", ["python3", "-m", "sglang.launch_server", "--model-path"]),
+    ("0.5.2", ["python3", "-m", "sglang.launch_server", "--model-path"]),
+])
+def test_sglang_starts_through_sglang_serve_from_0_5_23(version, entry):
+    # 0.5.23's launch_server.py warns that 'sglang serve' is the recommended entry point; --model-type llm skips
+    # serve's Hub probe for a diffusion model_index.json.
+    spec = spec_of("sglang", version, model="Qwen/Qwen3-8B", method="ngram", k=4)
+    assert spec.argv[:len(entry)] == entry
 
 
 @pytest.mark.parametrize("stack,version,needs", [
@@ -279,3 +309,49 @@ def test_an_old_acceptance_gate_warns_when_the_schedule_lowers_k():
     assert any("averages whole requests" in n for n in old.notes)
     new = spec_of("trtllm", "1.3.0rc21", method="eagle3", drafter="x/eagle3", k=4, acceptance_floor=0.3, schedule=sched)
     assert not any("averages whole requests" in n for n in new.notes)
+
+
+# TensorRT-LLM's late-2026 field lists, as each release's API reference renders llm_args.py (trtllm_fields.yaml).
+@pytest.mark.parametrize("version,has,lacks", [
+    ("1.3.0rc22", [], ["moe_backend", "spec_dec_variant", "moe_tactic"]),
+    ("1.3.0rc29", ["moe_backend"], ["spec_dec_variant", "moe_tactic"]),
+    ("1.4.0rc1", ["moe_backend", "spec_dec_variant"], ["moe_tactic"]),
+    ("1.4.0rc4", ["moe_backend", "spec_dec_variant", "moe_tactic"], []),
+])
+def test_tensorrt_llm_base_fields_of_1_3_0rc29_and_1_4_0(version, has, lacks):
+    from specplug.adapters.trtllm import generation
+
+    base = generation(version)["base"]
+    assert all(f in base for f in has) and not any(f in base for f in lacks), base
+
+
+def test_tensorrt_llm_1_4_0_per_method_fields():
+    from specplug.adapters.trtllm import check_against_fields, generation
+
+    assert "attention_backend" not in generation("1.3.0rc22")["fields"]["DFlash"]
+    assert "attention_backend" in generation("1.3.0rc27")["fields"]["DFlash"]
+    assert {"draft_lm_head_dtype", "draft_moe_dtype"} <= set(generation("1.4.0rc4")["fields"]["MTP"])
+    assert "draft_lm_head_dtype" not in generation("1.4.0rc1")["fields"]["MTP"]
+    eagle3 = generation("1.4.0rc4")["fields"]["Eagle3"]
+    assert "eagle3_model_arch" in eagle3 and "eagle3_one_model" not in eagle3 and "num_eagle_layers" not in eagle3
+    assert generation("1.4.0rc4")["decoding_types"]["AUTO"] == ["pytorch"]
+    # A field the release lacks is refused; the same field where the release has it passes.
+    spec = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": "x/e3", "spec_dec_variant": 3}
+    with pytest.raises(StackError, match="spec_dec_variant"):
+        check_against_fields(spec, "pytorch", "1.3.0rc29")
+    check_against_fields(spec, "pytorch", "1.4.0rc1")
+    with pytest.raises(StackError, match="eagle3_one_model"):
+        check_against_fields({**spec, "eagle3_one_model": True}, "pytorch", "1.4.0rc4")
+
+
+@pytest.mark.parametrize("version", ["1.3.0rc29", "1.4.0rc1", "1.4.0rc4"])
+@pytest.mark.parametrize("method,drafter", [("eagle3", "x/eagle3"), ("mtp", None), ("dflash", "x/dflash"), ("dspark", "x/dspark"),
+                                            ("ngram", None), ("draft_model", "x/small"), ("suffix", None)])
+def test_tensorrt_llm_1_3_0rc29_and_1_4_0_renders_pass_their_field_lists(version, method, drafter):
+    from specplug.adapters.trtllm import check_against_fields
+
+    spec = spec_of("trtllm", version, model="Qwen/Qwen3-8B", method=method, drafter=drafter, k=3,
+                   tree={"steps": 3, "topk": 2, "num_draft_tokens": 6} if method == "eagle3" else None)
+    cfg = yaml.safe_load(spec.files["trtllm-config.yaml"])["speculative_config"]
+    check_against_fields(cfg, "pytorch", version)
+    assert spec.argv[spec.argv.index("--backend") + 1] == "pytorch"

@@ -1,5 +1,8 @@
 """Runs INSIDE the pinned SGLang venv: parse rendered args into ServerArgs and, when asked, validate them
-with resolve_once() (``--device cpu`` is added for the check only: resolution needs an accelerator or CPU)."""
+with resolve_once() (``--device cpu`` is added for the check only: resolution needs an accelerator or CPU).
+
+``sglang serve`` argv goes through serve's own --model-type and positional-model handling first, as the
+console script does."""
 
 import json
 import sys
@@ -14,14 +17,24 @@ def main() -> None:
               "speculative_num_draft_tokens", "attention_backend", "context_length", "speculative_adaptive",
               "speculative_adaptive_config", "speculative_ngram_max_bfs_breadth", "enable_dp_attention",
               "speculative_dspark_block_size", "speculative_ngram_max_trie_depth",
-              "speculative_use_block_verification", "speculative_use_rejection_sampling")
+              "speculative_use_block_verification", "speculative_use_rejection_sampling",
+              "speculative_dflash_block_size")
     out = []
     for case in cases:
         argv = case["argv"]
         res = {"name": case["name"]}
         try:
-            assert argv[:3] == ["python3", "-m", "sglang.launch_server"], argv[:3]
-            sa = prepare_server_args([*argv[3:], "--device", "cpu"])
+            if argv[:2] == ["sglang", "serve"]:
+                from sglang.cli.serve import _extract_model_type_override, _normalize_positional_model_path
+
+                backend, rest = _extract_model_type_override(argv[2:])
+                rest, _ = _normalize_positional_model_path(rest)
+                res["entry"] = {"command": "sglang serve", "model_type": backend}
+            else:
+                assert argv[:3] == ["python3", "-m", "sglang.launch_server"], argv[:3]
+                rest = argv[3:]
+                res["entry"] = {"command": "python3 -m sglang.launch_server", "model_type": None}
+            sa = prepare_server_args([*rest, "--device", "cpu"])
             res["parsed"] = {f: getattr(sa, f, None) for f in fields}
             if case.get("resolve"):
                 sa.resolve_once()

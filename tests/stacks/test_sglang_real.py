@@ -62,6 +62,9 @@ def checked(sglang_env, tiny_model, drafters, run_cli_module, tmp_path_factory):
                     "  verification: block\n  draft_sampling: probabilistic\n")
     cases["eagle3_block"] = (render("sglang", config_path=block).spec.argv, True)
     cases["dspark"] = (render("sglang", method="dspark", drafter=d["dspark"], num_speculative_tokens=7, **common).spec.argv, True)
+    # Before 0.5.23 the render keeps python3 -m sglang.launch_server, which 0.5.23 still runs (with a warning).
+    cases["eagle3_0522"] = (render("sglang", method="eagle3", drafter=d["eagle3"], num_speculative_tokens=3,
+                                   **{**common, "stack_version": "0.5.22"}).spec.argv, True)
     # specplug refuses NGRAM and STANDALONE with DP attention; the same argv with it added shows SGLang does too.
     dp = ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2"]
     cases["ngram_dp_attention"] = (cases["ngram"][0] + dp, True)
@@ -162,7 +165,10 @@ def test_dflash_parses_as_sglangs_dflash_algorithm_with_its_block(checked, draft
     r = checked["dflash"]
     assert r["parsed"]["speculative_algorithm"] == "DFLASH"
     assert r["parsed"]["speculative_draft_model_path"] == str(drafters["dflash"])
-    assert r["parsed"]["speculative_num_draft_tokens"] == 16  # the anchor plus k=15 masks: one z-lab b16 block
+    # The anchor plus k=15 masks (one z-lab b16 block) as DFLASH's own flag, which _handle_dflash copies to
+    # speculative_num_draft_tokens; the alias is left unset so the two cannot disagree.
+    assert r["parsed"]["speculative_dflash_block_size"] == 16
+    assert r["parsed"]["speculative_num_draft_tokens"] is None
     # Resolution reached SGLang's DFLASH handler (the algorithm and flags were accepted) and stopped at the device.
     assert not r["ok"] and "DFLASH speculative decoding is not supported" in r["error"], r.get("error")
 
@@ -183,3 +189,19 @@ def test_block_verification_reaches_sglangs_own_rule(checked):
     assert r["parsed"]["speculative_use_rejection_sampling"] is True
     # SGLang accepted the flag for EAGLE3 and stopped only at its CUDA/ROCm requirement (this check runs on a CPU).
     assert not r["ok"] and "block-verification only supports CUDA or ROCm" in r["error"], r.get("error")
+
+
+def test_0_5_23_renders_start_through_sglang_serve_as_an_llm(checked):
+    # Every 0.5.23 render runs `sglang serve --model-type llm`: serve's own argv handling strips the backend
+    # choice (no diffusion probe on the Hub) and ServerArgs parses the rest.
+    for name in ("ngram", "eagle3", "standalone", "ngram_tree", "eagle3_adaptive", "eagle", "dflash", "dspark", "mtp",
+                 "done_means_70b"):
+        assert checked[name]["entry"] == {"command": "sglang serve", "model_type": "llm"}, name
+        assert "parsed" in checked[name], checked[name].get("error")
+
+
+def test_before_0_5_23_renders_keep_launch_server_which_0_5_23_still_accepts(checked, drafters):
+    r = checked["eagle3_0522"]
+    assert r["entry"]["command"] == "python3 -m sglang.launch_server"
+    assert r["ok"], r.get("error")
+    assert r["resolved"]["speculative_algorithm"] == "EAGLE3"

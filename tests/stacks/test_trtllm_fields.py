@@ -19,7 +19,7 @@ from tests.adapters.conftest import make_plan
 DRAFTERS = {"draft_model": "x/small", "eagle3": "x/eagle3", "eagle": "x/eagle", "medusa": "x/medusa", "dflash": "x/dflash",
             "dspark": "x/dspark"}
 VERSIONS = ["0.17.0", "0.21.0", "1.0.0", "1.1.0", "1.2.0", "1.3.0rc7", "1.3.0rc8", "1.3.0rc13", "1.3.0rc14", "1.3.0rc20",
-            "1.3.0rc21", "1.3.0rc22", "1.3.0"]
+            "1.3.0rc21", "1.3.0rc22", "1.3.0rc27", "1.3.0rc29", "1.3.0", "1.4.0rc1", "1.4.0rc2", "1.4.0rc4"]
 SCHEDULE = [
     {"min_batch": 1, "max_batch": 4, "num_speculative_tokens": 4},
     {"min_batch": 5, "max_batch": 16, "num_speculative_tokens": 2},
