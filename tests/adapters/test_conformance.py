@@ -30,6 +30,7 @@ import pytest
 
 from specplug.config import METHODS
 from specplug.errors import StackError
+from specplug.methods import DRAFTER_METHODS
 from specplug.stacks import registry
 from specplug.stacks.base import BaseAdapter
 from specplug.stacks.metrics import Counters, Gauges, IterationStats, SkippedTokens
@@ -54,6 +55,8 @@ DRAFTERS = {
     "dflash": "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat",
     "dspark": "x/dspark-drafter",
 }
+# A method added to specplug.methods needs no entry: its drafter is a placeholder id with its name.
+DRAFTERS.update({m: f"x/{m}-drafter" for m in DRAFTER_METHODS if m not in DRAFTERS})
 SCHEDULE = [
     {"min_batch": 1, "max_batch": 8, "num_speculative_tokens": 4},
     {"min_batch": 9, "max_batch": 32, "num_speculative_tokens": 2},
