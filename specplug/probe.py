@@ -54,6 +54,8 @@ class Hardware(BaseModel):
     memory_gb: float = Field(description="Memory per GPU used for planning, in GiB (probed total, else catalog)")
     source: str = Field(description="'probed', 'named', 'default' or 'host' (this machine's CPU, for a stack that serves on it)")
     note: str = ""
+    # What the probe found where it found no GPU to plan for (the default's note starts with it); kept out of the Plan.
+    probe_message: str = Field("", exclude=True)
 
     def catalog_entry(self) -> GPU:
         return get_gpu(self.gpu)
@@ -208,6 +210,7 @@ def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, probed
         num_gpus=num_gpus or DEFAULT_NUM_GPUS,
         memory_gb=entry.memory_gb or 0.0,
         source="default",
+        probe_message=result.message,
         note=(
             f"{result.message} Planning for the default deployment: {num_gpus or DEFAULT_NUM_GPUS} x {entry.name} "
             f"({entry.memory_gb:g} GiB). Change it with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."

@@ -414,7 +414,7 @@ def _hardware(s: Planning) -> Hard:
 
         host = host_cpu()
         hw = Hardware(gpu=host.spec, num_gpus=1, memory_gb=host.memory_gib, source="host",
-                      note=f"{hw.note.split(' Planning for the default')[0]} {host.note}")
+                      note=f"{hw.probe_message} {host.note}")
     gpu = get_gpu(hw.gpu)
     served, target, serve, reasons = s.fmt, s.target, cfg.serve, []
     if hs.num_gpus is None and hw.source not in ("probed", "host") and cfg.serve.tensor_parallel_size is None:
@@ -463,9 +463,8 @@ def _gpu_count(s: Planning, hw: Any, gpu: Any) -> tuple[Any, Any, Arch, ServeSpe
         f"({served.name} weights) and its KV cache"
     )
     if hw.source == "default":
-        note = hw.note.split(" Planning for the default")[0]
         msg = (
-            f"{note} Planning for the default GPU, {gpu.name}: {msg}. "
+            f"{hw.probe_message} Planning for the default GPU, {gpu.name}: {msg}. "
             "Change it with --gpu NAME --num-gpus N or 'hardware:' in specplug.yaml."
         )
     else:
