@@ -90,7 +90,9 @@ def plan_tables(plan: Plan) -> list[Any]:
         ("hardware", f"{hw.num_gpus} x {hw.gpu} ({hw.memory_gb:g} GiB, {hw.source}); TP {plan.parallelism.tensor_parallel_size}"
          + (f", PP {plan.parallelism.pipeline_parallel_size}" if plan.parallelism.pipeline_parallel_size > 1 else "")),
         ("stack", f"{plan.stack.name} {plan.stack.version or '(version unknown)'}"),
-        ("traffic", f"{wl.type}, {wl.concurrency} concurrent, {wl.input_len} in / {wl.output_len} out, T={wl.temperature:g}"),
+        # Under a request rate the running batch is the load model's (the headline says it), not a concurrency.
+        ("traffic", f"{wl.type}, {'Poisson arrivals' if wl.request_rate is not None else f'{wl.concurrency} concurrent'}, "
+                    f"{wl.input_len} in / {wl.output_len} out, T={wl.temperature:g}"),
     ]
     out.append(table("specplug recommend", ["", ""], rows))
     if plan.reasons:

@@ -27,6 +27,8 @@ def test_recommend_prints_both_arms_and_the_crossover(run_cli) -> None:
     assert r.exit_code == 0, r.stderr
     assert "no speculation" in r.stdout and "TPOT ms p50/p90" in r.stdout and "TTFT ms p50/p90" in r.stdout
     assert "max req/s within SLO" in r.stdout
+    # The running batch comes from the rate: the summary does not claim the default concurrency of 1.
+    assert "Poisson arrivals" in r.stdout and "1 concurrent" not in r.stdout
     assert "Crossover" in r.stdout or "up to the baseline's saturation" in r.stdout or "at any request rate" in r.stdout
 
 
