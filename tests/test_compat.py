@@ -238,7 +238,7 @@ def test_a_lossy_verifier_is_refused_without_allow_lossy():
 
 
 def test_allow_lossy_renders_fly_and_every_output_says_lossy():
-    from specplug.policy.render import plan_tables
+    from specplug.commands._plan_tables import plan_tables
     from specplug.rendering import summary
 
     plan = make_plan("vllm", "0.33.0", allow_lossy=True, **FLY)

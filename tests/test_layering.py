@@ -256,3 +256,18 @@ def test_the_stack_layer_never_reaches_up_to_the_built_in_adapters():
         if _in(module, "specplug.stacks")
     }
     assert {m: found for m, found in offenders.items() if found} == {}
+
+
+def test_the_policy_builds_no_terminal_output():
+    # The policy returns data (Plans, predictions); rich tables and click belong to the commands that print them.
+    offenders = {}
+    for module, path in MODULES.items():
+        if not _in(module, "specplug.policy"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        found = sorted(n for n in names if n.split(".")[0] in ("rich", "click"))
+        if found:
+            offenders[module] = found
+    assert offenders == {}

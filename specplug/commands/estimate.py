@@ -88,8 +88,8 @@ def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draf
         write_load_plot(est.load, plot_path)
 
     def render(e):
+        from specplug.commands._plan_tables import load_tables
         from specplug.output import table
-        from specplug.policy.render import load_tables
 
         rows = [
             ("speedup", f"{e.speedup:.2f}x"),

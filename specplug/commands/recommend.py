@@ -46,6 +46,6 @@ def recommend(config_path: str | None, policy_path: str | None, calibration: str
         from specplug.commands.loadplot import write_load_plot
 
         write_load_plot(plan.load, plot_path)
-    from specplug.policy.render import plan_tables
+    from specplug.commands._plan_tables import plan_tables
 
     emit(plan, output, plan_tables)
