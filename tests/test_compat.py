@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specplug.compat import FEATURES, CompatRow, parse_table
+from specplug.compat import FEATURE_FLAGS, FEATURES, CompatRow, parse_table
 from specplug.config import Config, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.rendering import render_plan
@@ -73,6 +73,10 @@ def _with_features(kw: dict[str, Any], features: tuple[str, ...], on: bool) -> t
             kw.update(method="eagle", drafter=E3 if on else E1, model=L8)
         elif f == "draft_vocab_mismatch":
             kw.update(method="draft_model", drafter=OTHER_VOCAB if on else SMALL_LLAMA, model=L8)
+        elif f == "lm_format_enforcer" and on:
+            kw["serve"]["structured_output"] = "lm-format-enforcer"
+        elif f in FEATURE_FLAGS and on:
+            kw["serve"]["extra_args"] = [*kw["serve"].get("extra_args", []), FEATURE_FLAGS[f][0]]
     return kw, multimodal
 
 
