@@ -75,9 +75,9 @@ def canon(plan: Plan, display_name: str) -> Canon:
 def feature_notes(plan: Plan) -> list[str]:
     """What the render says about the features specplug plans around but does not turn on: the plan was checked
     against the stack's compatibility table with them; the stack's own flags for them go in serve.extra_args."""
-    from specplug.compat import FEATURES, serve_features
+    from specplug.compat import FEATURES, PLANNED_ONLY, serve_features
 
-    on = serve_features(plan.serve, plan.workload, 1)
+    on = serve_features(plan.serve, plan.workload, 1) & frozenset(PLANNED_ONLY)
     if not on:
         return []
     return [f"Planned with {', '.join(FEATURES[f] for f in sorted(on))}: checked against this release's known "

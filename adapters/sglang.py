@@ -152,9 +152,9 @@ ADAPTIVE_CONFIG_FILE = "sglang-adaptive.json"
 # adaptive_unsupported_reason (0.5.23): EAGLE/EAGLE3 with topk 1 only, and not with these server flags.
 ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
 ADAPTIVE_BLOCKERS = ("--enable-dp-attention", "--enable-multi-layer-eagle", "--enable-two-batch-overlap", "--enable-pdmux")
-# _handle_ngram / _handle_eagle_family (0.5.23): NGRAM and STANDALONE refuse DP attention.
+# NGRAM and STANDALONE refusing DP attention, and DFLASH/DSPARK refusing pipeline parallelism, are rows of
+# compat_sglang.yaml (the planner avoids them; check cites the source).
 DP_ATTENTION_FLAG = "--enable-dp-attention"
-NO_DP_ATTENTION = ("NGRAM", "STANDALONE")
 COMPAT_FILE = "compat_sglang.yaml"
 
 
@@ -219,24 +219,12 @@ class SGLangAdapter(BaseAdapter):
             return out
         tree = plan.speculation.tree
         w = spelling(METHODS, plan.speculation.method, version)
-        if w is not None and w.value in NO_DP_ATTENTION and has_flag(plan.serve.extra_args, DP_ATTENTION_FLAG):
-            out.append(Problem(
-                f"SGLang's {w.value} speculation does not run with DP attention ({DP_ATTENTION_FLAG} in serve.extra_args).",
-                "Drop --enable-dp-attention, or use EAGLE/EAGLE3/MTP, which run with it.",
-                key="serve.extra_args",
-            ))
         if (w is not None and w.value == "DSPARK" and has_flag(plan.serve.extra_args, DP_ATTENTION_FLAG)
                 and not has_flag(plan.serve.extra_args, DP_LM_HEAD_FLAG)):
             out.append(Problem(
                 f"SGLang's DSPARK speculation with DP attention needs {DP_LM_HEAD_FLAG} as well.",
                 f"Add {DP_LM_HEAD_FLAG} to serve.extra_args, or drop {DP_ATTENTION_FLAG}.",
                 key="serve.extra_args",
-            ))
-        if w is not None and w.value in ("DFLASH", "DSPARK") and plan.parallelism.pipeline_parallel_size > 1:
-            out.append(Problem(
-                f"SGLang's {w.value} speculation runs with pipeline parallel size 1 only.",
-                "Fit the model on one pipeline stage (more or larger GPUs in tensor parallel), or use EAGLE3/MTP.",
-                key="parallelism.pipeline_parallel_size",
             ))
         if (w is not None and plan.speculation.verification == "block" and spelling(FLAGS, BLOCK_VERIFICATION, version)
                 and w.value not in BLOCK_VERIFICATION_ALGORITHMS):

@@ -43,13 +43,28 @@ FEATURES: dict[str, str] = {
     "prefix_caching": "prefix caching (serve.prefix_caching)",
     "multimodal": "multimodal input (workload.multimodal)",
     "pipeline_parallel": "pipeline parallelism (pipeline_parallel_size > 1)",
+    # Read from serve.structured_output and the stack's own flags in serve.extra_args.
+    "lm_format_enforcer": "structured output through lm-format-enforcer (serve.structured_output)",
+    "async_scheduling": "async scheduling (--async-scheduling in serve.extra_args)",
+    "dp_attention": "DP attention (--enable-dp-attention in serve.extra_args)",
+    "mixed_chunked_prefill": "mixed chunked prefill (--enable-mixed-chunk in serve.extra_args)",
     # An EAGLE-3 head (catalog method or format eagle3) run as method 'eagle'.
     "eagle3_head_as_eagle": "an EAGLE-3 head launched as EAGLE",
     # A separate draft model whose vocabulary differs from the target's (specplug.validate's rule 1 decides it).
     "draft_vocab_mismatch": "a draft model with another vocabulary",
 }
 # The features specplug.yaml turns on (the others follow from the plan): what a fix can say to turn off.
-CONFIG_FEATURES = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal", "pipeline_parallel")
+CONFIG_FEATURES = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal", "pipeline_parallel",
+                   "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill")
+# The features specplug plans around but never renders (a render's note says so; the others are flags the user wrote
+# or values specplug renders itself).
+PLANNED_ONLY = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal")
+# serve.extra_args flags that turn a feature on: the stacks' own spellings (vLLM's and SGLang's argument parsers).
+FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
+    "async_scheduling": ("--async-scheduling",),
+    "dp_attention": ("--enable-dp-attention",),
+    "mixed_chunked_prefill": ("--enable-mixed-chunk",),
+}
 ALL_METHODS = "*"  # in a row's methods: every speculating method
 
 
@@ -219,7 +234,9 @@ def parse_table(text: str, filename: str) -> CompatTable:
 
 
 def serve_features(serve: ServeOptions, workload: WorkloadSpec, pipeline_parallel_size: int) -> frozenset[str]:
-    """The features a deployment turns on, from its serve options, workload and pipeline split."""
+    """The features a deployment turns on, from its serve options (extra_args flags included), workload and pipeline
+    split."""
+    args = serve.extra_args
     on = {
         "lora": bool(serve.lora and serve.lora.adapters),
         "structured_output": bool(serve.structured_output),
@@ -227,7 +244,11 @@ def serve_features(serve: ServeOptions, workload: WorkloadSpec, pipeline_paralle
         "prefix_caching": bool(serve.prefix_caching),
         "multimodal": workload.multimodal,
         "pipeline_parallel": pipeline_parallel_size > 1,
+        "lm_format_enforcer": serve.structured_output == "lm-format-enforcer",
     }
+    # A flag counts when written alone or as --flag=value (not --no-flag, which turns it off).
+    on.update({f: any(a == flag or a.startswith(flag + "=") for a in args for flag in flags)
+               for f, flags in FEATURE_FLAGS.items()})
     return frozenset(f for f, yes in on.items() if yes)
 
 

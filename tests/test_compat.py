@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specplug.compat import FEATURES, CompatRow, parse_table
+from specplug.compat import FEATURE_FLAGS, FEATURES, CompatRow, parse_table
 from specplug.config import Config, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.rendering import render_plan
@@ -73,6 +73,10 @@ def _with_features(kw: dict[str, Any], features: tuple[str, ...], on: bool) -> t
             kw.update(method="eagle", drafter=E3 if on else E1, model=L8)
         elif f == "draft_vocab_mismatch":
             kw.update(method="draft_model", drafter=OTHER_VOCAB if on else SMALL_LLAMA, model=L8)
+        elif f == "lm_format_enforcer" and on:
+            kw["serve"]["structured_output"] = "lm-format-enforcer"
+        elif f in FEATURE_FLAGS and on:
+            kw["serve"]["extra_args"] = [*kw["serve"].get("extra_args", []), FEATURE_FLAGS[f][0]]
     return kw, multimodal
 
 
@@ -318,3 +322,55 @@ def test_sglang_keeps_adaptive_steps_off_with_lora_and_renders_say_the_features_
     assert any("not rendered" in n and "LoRA" in n for n in r.spec.notes)
     assert "--speculative-adaptive" in render_plan(make_plan("sglang", "0.5.23", model=L8, method="eagle3", drafter=E3,
                                                              k=4, schedule=schedule)).spec.argv
+
+
+# ---------------------------------------------------------------------------------------------- features from flags
+
+
+DP_ATTENTION_CONFIG = """version: 1
+model: llama-3.1-8b
+stack: {name: sglang, version: "0.5.23"}
+hardware: {gpu: h100, num_gpus: 1}
+speculation: {method: ngram, num_speculative_tokens: 4}
+serve: {extra_args: ["--enable-dp-attention"]}
+"""
+
+
+def test_check_fails_a_committed_config_with_a_flag_feature_the_stack_refuses(tmp_path):
+    from specplug.check import check
+
+    cfg = tmp_path / "specplug.yaml"
+    cfg.write_text(DP_ATTENTION_CONFIG)
+    report = check(cfg, [])
+    assert not report.ok
+    text = "\n".join(p.text() for p in report.problems)
+    assert "speculative_hook.py _handle_ngram" in text and "turn off DP attention" in text
+
+
+def test_the_planner_avoids_a_flag_feature_the_stack_refuses_and_the_render_does_not_call_it_unrendered():
+    from specplug.planning import plan_from_config
+
+    data = __import__("yaml").safe_load(DP_ATTENTION_CONFIG)
+    data["speculation"] = "auto"
+    plan = plan_from_config(Config.model_validate(data))
+    assert plan.speculation.method != "ngram"
+    ngram = next(c for c in plan.candidates if c.method == "ngram")
+    assert ngram.ruled_out and "_handle_ngram" in ngram.ruled_out
+    assert any("DP attention" in r and "ngram" in r for r in plan.reasons)
+    if plan.speculation.enabled:
+        # A flag the user wrote is rendered as written: no "not rendered" note for it.
+        assert not any("not rendered" in n for n in render_plan(plan).spec.notes)
+
+
+def test_flag_features_read_the_stacks_spellings_only():
+    from specplug.compat import serve_features
+    from specplug.config import ServeOptions
+
+    def on(*args: str, **serve: Any) -> frozenset[str]:
+        return serve_features(ServeOptions(extra_args=list(args), **serve), WorkloadSpec(), 1)
+
+    assert on("--async-scheduling") == {"async_scheduling"}
+    assert on("--no-async-scheduling") == frozenset()
+    assert on("--enable-mixed-chunk", "--enable-dp-attention") == {"mixed_chunked_prefill", "dp_attention"}
+    assert on(structured_output="lm-format-enforcer") == {"structured_output", "lm_format_enforcer"}
+    assert on(structured_output="xgrammar") == {"structured_output"}
