@@ -11,8 +11,7 @@ from pathlib import Path
 
 from specplug.errors import StackError
 from specplug.plan import Plan
-from specplug.stacks.base import canon_problems
-from specplug.stacks.protocol import Problem, raise_problems
+from specplug.stacks.protocol import Problem
 
 # Variables a server reads for hub access: passed through from the caller's environment, never written down.
 HUB_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -44,10 +43,9 @@ class Canon:
 
 
 def canon(plan: Plan, display_name: str) -> Canon:
-    """The plan's canonical choices; StackError when :func:`canon_problems` finds any."""
+    """The plan's canonical choices, for a plan the adapter's problems() (which hold :func:`canon_problems`) passed."""
     s, serve = plan.speculation, plan.serve
     method = s.method
-    raise_problems(canon_problems(plan, display_name))
     tp, pp = plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size
     dtype = None if serve.dtype in ("auto", "") else serve.dtype
     p = precision(plan)

@@ -25,7 +25,7 @@ from specplug.adapters._common import (
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.errors import StackError
 from specplug.plan import Plan
-from specplug.stacks.base import BaseAdapter
+from specplug.stacks.base import BaseAdapter, canon_problems
 from specplug.stacks.metrics import IterationStats, StackMetrics
 from specplug.stacks.protocol import LaunchSpec, Problem, StackImage, raise_problems
 from specplug.stacks.windows import Window, pick_floor, spelling, version_at_least
@@ -270,7 +270,7 @@ class TRTLLMAdapter(BaseAdapter):
         out += self._kv_problems(plan, version, backend)
         if method == "none":
             return out
-        if out:
+        if out or canon_problems(plan, self.display_name):  # the base reports those; build assumes them away
             return out
         # Render the speculative_config and check it against the recorded fields: the same code build runs.
         c = canon(plan, self.display_name)

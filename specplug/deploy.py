@@ -93,7 +93,7 @@ def launch_spec(plan: Plan):
 
     plan = container_plan(plan)
     validate_plan(plan)  # the same refusals as render and launch, every problem at once
-    return get_adapter(plan.stack.name).render(plan)
+    return get_adapter(plan.stack.name).render_valid(plan)
 
 
 def gpu_count(plan: Plan) -> int:

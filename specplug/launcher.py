@@ -413,12 +413,13 @@ def _launch(stack: str, *, config_path: str | None, dry_run: bool, timeout: floa
             shutdown_grace: float | None, **flags: Any) -> LaunchResult:
     from specplug.rendering import plan_for_request, render_plan
 
+    checked = plan is None
     if plan is None:
         plan, cfg = plan_for_request(stack, config_path=config_path, **flags)
         if fallback is None and cfg.fallback != "none":
             fallback = cfg.fallback
     try:
-        return _launch_plan(plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=allow_no_gpu, run_dir=run_dir,
+        return _launch_plan(plan, checked=checked, dry_run=dry_run, timeout=timeout, allow_no_gpu=allow_no_gpu, run_dir=run_dir,
                             wait=wait, out=out, has_fallback=bool(fallback and fallback != plan.stack.name),
                             shutdown_grace=shutdown_grace)
     except StackUnavailable as exc:
@@ -433,14 +434,14 @@ def _launch(stack: str, *, config_path: str | None, dry_run: bool, timeout: floa
                                                               "version_source": "installed"})}
         )
         render_plan(fb_plan)  # fail here, before anything starts, if the fallback cannot run this plan
-        res = _launch_plan(fb_plan, dry_run=dry_run, timeout=timeout, allow_no_gpu=True, run_dir=run_dir,
+        res = _launch_plan(fb_plan, checked=True, dry_run=dry_run, timeout=timeout, allow_no_gpu=True, run_dir=run_dir,
                            wait=wait, out=out, shutdown_grace=shutdown_grace)
         res.fallback_used = fallback
         return res
 
 
 def _launch_plan(
-    plan: Plan, *, dry_run: bool, timeout: float, allow_no_gpu: bool, run_dir: str | None, wait: bool, out: TextIO,
+    plan: Plan, *, checked: bool, dry_run: bool, timeout: float, allow_no_gpu: bool, run_dir: str | None, wait: bool, out: TextIO,
     has_fallback: bool = False, shutdown_grace: float | None = None,
 ) -> LaunchResult:
     from specplug.fileio import write_atomic
@@ -448,10 +449,11 @@ def _launch_plan(
     from specplug.validate import overridden, validate_plan
 
     adapter = get_adapter(plan.stack.name)
-    validate_plan(plan)  # before preflight, dry runs included: a plan the stack would refuse never starts
+    if not checked:
+        validate_plan(plan)  # before preflight, dry runs included: a plan the stack would refuse never starts
     for p in overridden(plan):
         out.write(f"warning: --force: starting a known-broken combination: {p.message}\n")
-    r = render_plan(plan)
+    r = render_plan(plan, checked=True)
     spec = r.spec
     rdir = Path(run_dir or Path(".specplug") / "run" / f"{plan.stack.name}-{plan.serve.port}").resolve()
     # Files the spec ships are referenced by absolute path, so the server can run from the caller's folder.

@@ -1,5 +1,7 @@
-"""plan_from_config and recommend: the stack resolved once (with what it can do, specplug.capabilities), then
-the policy's planning stages (specplug.policy.planner). The only place the two meet."""
+"""plan_from_config, recommend and estimate: the API layer. The hardware, the stack (with what it can do,
+specplug.capabilities) and the policy are resolved here, once; the policy's planning stages
+(specplug.policy.planner) plan from them; the stack's checks (specplug.validate) run once on the result. The only
+place the policy and the stacks meet."""
 
 from __future__ import annotations
 
@@ -12,14 +14,16 @@ from specplug.plan import Plan
 from specplug.policy.schema import Policy
 
 if TYPE_CHECKING:
+    from specplug.capabilities import StackCapabilities
     from specplug.catalog.drafters import Drafter
     from specplug.policy.estimator import Estimate
+    from specplug.probe import Hardware, ProbeResult
 
 
 def plan_from_config(
     cfg: Config,
     *,
-    probed: Any = None,
+    probed: ProbeResult | None = None,
     stack_version: str | None = None,
     policy: str | Path | dict[str, Any] | Policy | None = None,
     calibration: str | None = None,
@@ -31,13 +35,34 @@ def plan_from_config(
     searches for a target the catalog does not hold, True for any Hub target, False never.
     """
     from specplug import stackcaps
+    from specplug.policy.data import load_policy
     from specplug.policy.planner import plan
     from specplug.validate import validate_plan
 
     name = cfg.stack.name if "name" in cfg.stack.model_fields_set else stackcaps.default_stack()
     caps = stackcaps.resolve(name, cfg.stack.version, stack_version)
+    hardware = resolve_hardware_for(cfg, caps, probed)
+    pol = load_policy(policy, cfg.policy or None)
     found = discovered(cfg, force=True) if discover else () if discover is False else discovered(cfg)
-    return plan(cfg, caps, probed=probed, policy=policy, calibration=calibration, validate=validate_plan, found=found)
+    out = plan(cfg, hardware, caps, pol, calibration=calibration, validate=validate_plan, found=found)
+    validate_plan(out)
+    return out
+
+
+def resolve_hardware_for(cfg: Config, caps: StackCapabilities, probed: ProbeResult | None = None) -> Hardware:
+    """What ``cfg`` plans for: the GPU it names, else what the probe finds here, else the default GPU; a stack
+    that serves on the CPU (caps.runs_on_cpu) plans for this machine's CPU where no GPU is named or found."""
+    from specplug.probe import Hardware, resolve_hardware
+
+    hs = cfg.hardware_spec()
+    hw = resolve_hardware(hs.gpu, hs.num_gpus, probed)
+    if hw.source == "default" and caps.runs_on_cpu:
+        from specplug.hostcpu import host_cpu
+
+        host = host_cpu()
+        hw = Hardware(gpu=host.spec, num_gpus=1, memory_gb=host.memory_gib, source="host",
+                      note=f"{hw.probe_message} {host.note}")
+    return hw
 
 
 def discovered(cfg: Config, *, force: bool = False) -> tuple[Drafter, ...]:

@@ -91,8 +91,9 @@ def resolve_plan(cfg: Config, adapter: Adapter | None = None) -> Plan:
 
 
 def plan_for_request(stack: str, *, config_path: str | None = None, **flags: Any) -> tuple[Plan, Config]:
-    """The plan render and launch use: the committed lock when the config has one and no flag overrides it
-    (so renders reproduce what was reviewed), else a fresh plan from the config with the flags on top."""
+    """The plan render and launch use, checked (:func:`specplug.validate.validate_plan`): the committed lock when
+    the config has one and no flag overrides it (so renders reproduce what was reviewed), else a fresh plan from the
+    config with the flags on top."""
     from specplug.config import find_config
 
     cfg = build_config(stack, config_path=config_path, **flags)
@@ -101,7 +102,11 @@ def plan_for_request(stack: str, *, config_path: str | None = None, **flags: Any
         from specplug.lock import lock_path_for, plan_for
 
         if lock_path_for(path).is_file() and load_config(path).stack.name == stack:
-            return plan_for(path, stack_version=flags.get("stack_version")), cfg
+            from specplug.validate import validate_plan
+
+            locked = plan_for(path, stack_version=flags.get("stack_version"))
+            validate_plan(locked)  # a fresh plan is checked where it is made; a locked one here
+            return locked, cfg
     return resolve_plan(cfg), cfg
 
 
@@ -206,12 +211,15 @@ def script_text(adapter: Any, spec: LaunchSpec, plan: Plan, digest: str) -> str:
 # ---------------------------------------------------------------------------------------------- api
 
 
-def render_plan(plan: Plan, fmt: str = "shell") -> Rendered:
-    from specplug.validate import validate_plan
-
+def render_plan(plan: Plan, fmt: str = "shell", *, checked: bool = False) -> Rendered:
+    """``plan`` rendered by its stack's adapter; ``checked``: :func:`specplug.validate.validate_plan` has passed
+    it already (a plan from :func:`plan_for_request`), so it is not checked again."""
     adapter = get_adapter(plan.stack.name)
-    validate_plan(plan)  # every problem at once, before the adapter refuses the first one it meets
-    spec = adapter.render(plan)
+    if not checked:
+        from specplug.validate import validate_plan
+
+        validate_plan(plan)  # every problem at once, before the adapter refuses the first one it meets
+    spec = adapter.render_valid(plan)
     digest = inputs_hash(plan, fmt)
     files = {name: _stamp_file(adapter, name, content, plan, digest) for name, content in spec.files.items()}
     return Rendered(
@@ -253,11 +261,12 @@ def render(
     explicit ``plan``); write it when ``output_dir``."""
     if format not in FORMATS:
         raise SpecplugError(f"Unknown format '{format}'.", f"Use one of: {', '.join(FORMATS)}.")
+    checked = plan is None
     if plan is None:
         plan, _ = plan_for_request(stack, config_path=config_path, **flags)
     elif plan.stack.name != stack:
         plan = plan.model_copy(update={"stack": plan.stack.model_copy(update={"name": stack})})
-    r = render_plan(plan, format)
+    r = render_plan(plan, format, checked=checked)
     if output_dir:
         write_rendered(r, output_dir)
     return r

@@ -8,7 +8,9 @@ import pytest
 
 from specplug import capabilities, stackcaps, validate
 from specplug.config import Config
+from specplug.policy.data import load_policy
 from specplug.policy.planner import plan
+from specplug.probe import resolve_hardware
 from specplug.stacks import registry
 from specplug.stacks.protocol import DEFAULT_COST_PROFILE
 
@@ -26,7 +28,7 @@ def fork_registered(monkeypatch):
 def _plan(caps):
     cfg = Config.model_validate({"model": "llama-3.1-8b", "hardware": {"gpu": "h100", "num_gpus": 1},
                                  "workload": {"concurrency": 4}})
-    return plan(cfg, caps)
+    return plan(cfg, resolve_hardware("h100", 1), caps, load_policy())
 
 
 def test_a_stack_is_costed_with_the_profile_its_adapter_declares(fork_registered):

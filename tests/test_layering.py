@@ -146,12 +146,14 @@ def test_the_policy_plans_with_the_registry_poisoned():
         from specplug.methods import SPECULATING
         from specplug.plan import Plan
         from specplug.policy.estimator import estimate
+        from specplug.policy.data import load_policy
         from specplug.policy.planner import plan
+        from specplug.probe import resolve_hardware
 
         caps = StackCapabilities("vllm", "0.32.0", "pinned", {{m: None for m in SPECULATING}}, schedules=True)
         cfg = Config.model_validate({{"model": "llama-3.1-8b", "stack": {{"name": "vllm", "version": "0.32.0"}},
                                      "hardware": {{"gpu": "h100", "num_gpus": 1}}}})
-        p = plan(cfg, caps)
+        p = plan(cfg, resolve_hardware("h100", 1), caps, load_policy())
         assert p.speculation.method != "none" and p.prediction.speedup > 1
         assert estimate("llama-3.1-8b", "eagle3", gpu="h100", caps=caps).speedup > 1
         data = p.model_dump(mode="json")

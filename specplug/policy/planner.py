@@ -7,7 +7,6 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
@@ -33,7 +32,6 @@ from specplug.plan import (
 from specplug.policy import arms, context
 from specplug.policy import engine as E
 from specplug.policy import load as loadmodel
-from specplug.policy.data import load_policy
 from specplug.policy.perf import Arch, Outcome, Shape
 from specplug.policy.schema import Policy
 from specplug.policy.stages import (
@@ -54,6 +52,7 @@ from specplug.policy.stages import (
 
 if TYPE_CHECKING:
     from specplug.capabilities import StackCapabilities
+    from specplug.probe import Hardware
 
 NGRAM_LOOKUP = (2, 4)
 # Shapes shown beside the chosen one: the chosen and the next best, three in all.
@@ -284,14 +283,15 @@ def _refine_off_point(
     return sched, curve, lo
 
 
-def _fixes(cfg: Config, caps: StackCapabilities, plan_kw: dict[str, Any], n: int, fmt_name: str, kv_dtype: str, tokens: int, heavy: bool) -> list[str]:
+def _fixes(s: Planning, heavy: bool) -> list[str]:
     """What would make a plan that does not fit start, each with the plan it would give (predicted by
     planning it): more GPUs, lighter weights, an FP8 KV cache, a shorter context, a smaller drafter."""
     from specplug.catalog.precision import get_weight_format
 
+    cfg, req, n, fmt_name, kv_dtype, tokens = s.cfg, s.req, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens
     hs = cfg.hardware_spec()
     tries: list[tuple[str, dict[str, Any]]] = []
-    pol = load_policy(plan_kw.get("policy"), cfg.policy or None)
+    pol = s.pol
     more = [m for m in pol.rules.gpu_counts if m > n]
     if more:
         tries += [(f"--num-gpus {m}", {"hardware": {**hs.model_dump(), "num_gpus": m}}) for m in more[:3]]
@@ -323,8 +323,14 @@ def _fixes(cfg: Config, caps: StackCapabilities, plan_kw: dict[str, Any], n: int
         data = cfg.model_dump(exclude_unset=True)
         for key, val in change.items():
             data[key] = {**(data.get(key) or {}), **val} if isinstance(val, dict) and isinstance(data.get(key), dict) else val
+        fixed = Config.model_validate(data)
+        num = fixed.hardware_spec().num_gpus
+        hw = req.hardware if num is None else req.hardware.model_copy(update={"num_gpus": num})
         try:
-            p = plan(Config.model_validate(data), caps, _fixing=True, **plan_kw)
+            p = plan(fixed, hw, req.caps, req.policy, calibration=req.calibration, validate=req.validate,
+                     found=req.found, _fixing=True)
+            if req.validate is not None:
+                req.validate(p)
         except SpecplugError:
             continue
         seen_gpus = seen_gpus or label.startswith("--num-gpus")
@@ -354,8 +360,7 @@ def _budget(mem: E.Memory, hint: str | None) -> MemoryBudget:
 
 def _inputs(s: Planning) -> Inputs:
     """The model, the policy (and which of its stack rows costs this stack), the calibration."""
-    cfg, caps = s.req.cfg, s.caps
-    pol = load_policy(s.plan_kw["policy"], cfg.policy or None)
+    cfg, caps, pol = s.req.cfg, s.caps, s.req.policy
     costed_as = caps.costed_as(pol.stacks)
     warnings = []
     if costed_as not in pol.stacks:
@@ -365,7 +370,7 @@ def _inputs(s: Planning) -> Inputs:
             f"The policy has no cost factors for {s.stack}: predictions use {costed_as}'s, as its adapter declares."
         )
     return Inputs(model=E.check_model(cfg.model), pol=pol,
-                  calib=E.load_calibration_opt(s.plan_kw["calibration"] or cfg.calibration), costed_as=costed_as,
+                  calib=E.load_calibration_opt(s.req.calibration or cfg.calibration), costed_as=costed_as,
                   warnings=tuple(warnings))
 
 
@@ -404,17 +409,9 @@ def _workload_and_precision(s: Planning) -> Work:
 
 def _hardware(s: Planning) -> Hard:
     """The GPUs (the smallest count that holds the model when none is named) and their tensor x pipeline split."""
-    from specplug.probe import Hardware, resolve_hardware
-
     cfg = s.req.cfg
     hs = cfg.hardware_spec()
-    hw = resolve_hardware(hs.gpu, hs.num_gpus, s.req.probed)
-    if hw.source == "default" and s.caps.runs_on_cpu:
-        from specplug.hostcpu import host_cpu
-
-        host = host_cpu()
-        hw = Hardware(gpu=host.spec, num_gpus=1, memory_gb=host.memory_gib, source="host",
-                      note=f"{hw.probe_message} {host.note}")
+    hw = s.req.hardware
     gpu = get_gpu(hw.gpu)
     served, target, serve, reasons = s.fmt, s.target, cfg.serve, []
     if hs.num_gpus is None and hw.source not in ("probed", "host") and cfg.serve.tensor_parallel_size is None:
@@ -516,7 +513,7 @@ def _feasibility(s: Planning) -> Fit:
     more requests than the KV cache holds queue: the plan runs as many as it holds."""
     base_mem = _memory_with(s, None, seqs=1)
     if not base_mem.fits:
-        fixes = [] if s.fixing else _fixes(s.cfg, s.caps, s.plan_kw, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens, False)
+        fixes = [] if s.fixing else _fixes(s, False)
         held = (f"one request of max_model_len {s.context} tokens, which {s.stack} reserves at start"
                 if not s.context_auto and s.context > s.tokens else f"one request of {s.tokens} tokens")
         raise _does_not_fit(
@@ -614,7 +611,7 @@ def _score_candidates(s: Planning) -> Scores:
     pol, c, seqs = s.pol, s.c, s.seqs
     cfg = s.req.cfg
     explicit = cfg.speculation if isinstance(cfg.speculation, SpeculationSpec) else None
-    cands = _candidates(c, s.model, s.caps, s.kvb, s.plan_kw.get("found", ()))
+    cands = _candidates(c, s.model, s.caps, s.kvb, s.req.found)
     reasons = _rule_out_known_broken(s, cands)
     scored: list[tuple[E.DraftChoice, float, Outcome]] = []
     candidates: list[Candidate] = []
@@ -986,7 +983,7 @@ def _schedule_and_speculation(s: Planning) -> Speculated:
         warnings += advisory
     if s.prof is not None:
         reasons.append(_traffic_reason(s.c, s.prof, s.wl.traffic))
-    if found := s.plan_kw.get("found"):
+    if found := s.req.found:
         reasons.append(_found_reason(s, found, candidates))
     return Speculated(chosen=chosen, spec=spec, pred=pred, alternatives=tuple(alternatives),
                       candidates=tuple(candidates), reasons=tuple(reasons), warnings=tuple(warnings))
@@ -1031,7 +1028,7 @@ def _memory(s: Planning) -> Budgeted:
     mem = _memory_with(s, drafter, seqs=running)
     if not mem.fits:
         # Only a configured drafter gets here (chosen ones were checked): the drafter is what does not fit.
-        fixes = [] if s.fixing else _fixes(s.cfg, s.caps, s.plan_kw, s.n, s.fmt.name, s.cfg.serve.kv_cache_dtype, s.tokens, True)
+        fixes = [] if s.fixing else _fixes(s, True)
         raise _does_not_fit(
             f"{s.model.name} with the {chosen[0].method if chosen else ''} drafter does not fit on {s.n} x {s.gpu.name}: "
             f"{mem.used_gb:.1f} GB needed per GPU ({mem.drafter_gb + mem.drafter_kv_gb:.1f} GB for the drafter), "
@@ -1153,34 +1150,34 @@ STAGES: tuple[tuple[str, Callable[[Planning], Any]], ...] = (
 
 def plan(
     cfg: Config,
+    hardware: Hardware,
     caps: StackCapabilities,
+    policy: Policy,
     *,
-    probed: Any = None,
-    policy: str | Path | dict[str, Any] | Policy | None = None,
     calibration: str | None = None,
     validate: Callable[[Plan], None] | None = None,
     found: Sequence[Drafter] = (),
     _fixing: bool = False,
 ) -> Plan:
-    """Resolve every ``auto`` in ``cfg`` (hardware, speculation) for the stack ``caps`` describes and fill the
-    whole Plan (specplug.planning.plan_from_config resolves the stack and calls this), stage by stage.
+    """Resolve every ``auto`` in ``cfg`` (the GPU count, speculation) on ``hardware`` for the stack ``caps``
+    describes and fill the whole Plan, stage by stage. specplug.planning resolves the hardware, the stack and the
+    policy, calls this, and checks the result.
 
     An explicit ``speculation:`` is kept as given (its k chosen when missing) and still predicted; a warning
     says when the policy would choose differently. A deployment that cannot fit in memory is an error that
     lists the fixes with what each would give. Same inputs give an identical Plan. ``validate`` is the stack's
-    checks (the caller's: the policy never asks an adapter); it runs on the result and on every fix offered.
+    checks (the caller's: the policy never asks an adapter); a fix is offered only where it passes them.
     ``found``: drafters for the target found outside the catalog (specplug.catalog.discovery), candidates beside
     the catalog's own.
     """
-    s = Planning(Request(cfg, caps, probed, {"probed": probed, "policy": policy, "calibration": calibration,
-                                             "validate": validate, "found": tuple(found)}, _fixing))
+    s = Planning(Request(cfg, hardware, caps, policy, calibration, validate, tuple(found), _fixing))
     for name, stage in STAGES:
         s = dataclasses.replace(s, **{name: stage(s)})
     return _build(s)
 
 
 def _build(s: Planning) -> Plan:
-    """The Plan from what the stages resolved, checked as every command checks it."""
+    """The Plan from what the stages resolved."""
     model, sp = s.model, s._get("speculated")
     out = Plan(
         model=ModelRef(
@@ -1207,8 +1204,6 @@ def _build(s: Planning) -> Plan:
     )
     if s.prof is not None and "traffic" in Plan.model_fields:
         out.traffic = s.prof.summary()
-    if s.plan_kw["validate"] is not None:
-        s.plan_kw["validate"](out)
     return out
 
 

@@ -23,17 +23,28 @@ from specplug.policy.perf import Arch, Outcome
 from specplug.policy.schema import Policy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from specplug.capabilities import StackCapabilities
+    from specplug.catalog.drafters import Drafter
+    from specplug.plan import Plan
+    from specplug.probe import Hardware
 
 
 @dataclass(frozen=True)
 class Request:
-    """What :func:`plan` was asked: the configuration as given (never rewritten), the stack, the caller's inputs."""
+    """What :func:`plan` was asked: the configuration as given (never rewritten), the hardware and the stack's
+    capabilities as the caller resolved them, the policy, and the caller's inputs."""
 
     cfg: Config
+    hardware: Hardware
     caps: StackCapabilities
-    probed: Any
-    plan_kw: dict[str, Any]
+    policy: Policy
+    calibration: str | None
+    # The stack's checks (the caller's: the policy never asks an adapter), run on every fix offered.
+    validate: Callable[[Plan], None] | None
+    # Drafters for the target found outside the catalog (specplug.catalog.discovery).
+    found: tuple[Drafter, ...]
     fixing: bool
     # Requests the KV cache holds with each drafter: a cache of a pure function of the stages before the fit.
     capacities: dict[int, int] = field(default_factory=dict, compare=False)
@@ -200,10 +211,6 @@ class Planning:
     @property
     def fixing(self) -> bool:
         return self.req.fixing
-
-    @property
-    def plan_kw(self) -> dict[str, Any]:
-        return self.req.plan_kw
 
     @property
     def cfg(self) -> Config:

@@ -224,10 +224,13 @@ class BaseAdapter:
 
     # -- rendering -------------------------------------------------------------------------------------
     def render(self, plan: Plan) -> LaunchSpec:
-        version = plan.stack.version
-        self.known_version(version)
+        self.known_version(plan.stack.version)
         # The same checks specplug.validate reports: build() may then assume a plan it can serve.
-        raise_problems(self.problems(plan, version))
+        raise_problems(self.problems(plan, plan.stack.version))
+        return self.render_valid(plan)
+
+    def render_valid(self, plan: Plan) -> LaunchSpec:
+        version = plan.stack.version
         spec = self.build(plan, version)
         spec.stack = self.name
         spec.stack_version = version

@@ -101,6 +101,10 @@ class Adapter(Protocol):
     def render(self, plan: Plan) -> LaunchSpec:
         """The launch spec for ``plan``; StackError when the plan asks what this stack/version can't do."""
 
+    def render_valid(self, plan: Plan) -> LaunchSpec:
+        """The launch spec for a plan :func:`specplug.validate.validate_plan` passed (render, without checking it
+        again)."""
+
     def problems(self, plan: Plan, version: str | None) -> list[Problem]:
         """Every reason render would refuse ``plan`` at ``version``, without rendering (specplug.validate)."""
 

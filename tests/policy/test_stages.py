@@ -8,7 +8,9 @@ import pytest
 
 from specplug import stackcaps
 from specplug.config import Config
+from specplug.planning import resolve_hardware_for
 from specplug.policy import planner, stages
+from specplug.policy.data import load_policy
 
 
 def test_every_stage_result_is_frozen():
@@ -23,8 +25,8 @@ def test_every_stage_result_is_frozen():
 def test_the_stages_fill_planning_in_order_and_a_stage_cannot_read_ahead():
     assert [name for name, _ in planner.STAGES] == [f.name for f in dataclasses.fields(stages.Planning)][1:]
     caps = stackcaps.declared("vllm", "0.32.0")
-    s = stages.Planning(stages.Request(Config(model="meta-llama/Llama-3.1-8B-Instruct"), caps, None,
-                                       {"policy": None, "calibration": None, "validate": None, "found": ()}, False))
+    cfg = Config(model="meta-llama/Llama-3.1-8B-Instruct")
+    s = stages.Planning(stages.Request(cfg, resolve_hardware_for(cfg, caps), caps, load_policy(), None, None, (), False))
     with pytest.raises(RuntimeError, match="stage 'work' has not run"):
         _ = s.tokens
 
@@ -38,7 +40,8 @@ def test_planning_never_rewrites_the_configuration_it_is_given():
         "stack": {"name": "vllm", "version": "0.32.0"},
     })
     before = cfg.model_dump()
-    p = planner.plan(cfg, stackcaps.declared("vllm", "0.32.0"))
+    caps = stackcaps.declared("vllm", "0.32.0")
+    p = planner.plan(cfg, resolve_hardware_for(cfg, caps), caps, load_policy())
     assert p.serve.quantization == "fp8"
     assert p.serve.max_model_len is not None and p.serve.max_model_len < 131072
     assert any("planned with FP8 weights" in r for r in p.reasons)
