@@ -124,3 +124,29 @@ def test_render_validates_an_explicit_plan_and_writes_nothing(tmp_path):
         render("sglang", plan=plan, output_dir=str(tmp_path / "out"))
     assert {p.key for p in exc.value.problems} == {"speculation.num_speculative_tokens", "serve.kv_cache_dtype"}
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_render_checks_its_plan_once(monkeypatch, explicit):
+    # Planned from flags (checked where it is made) or given (checked by render): either way, one pass of the checks.
+    from specplug import rendering, validate
+    from specplug.stacks import base
+
+    calls = {"validate": 0, "adapter": 0}
+    plan_problems, problems = validate.plan_problems, base.BaseAdapter.problems
+
+    def counted(plan, *a, **k):
+        calls["validate"] += 1
+        return plan_problems(plan, *a, **k)
+
+    def counted_adapter(self, plan, version):
+        calls["adapter"] += 1
+        return problems(self, plan, version)
+
+    monkeypatch.setattr(validate, "plan_problems", counted)
+    monkeypatch.setattr(base.BaseAdapter, "problems", counted_adapter)
+    kw = dict(model="llama-3.1-8b", gpu="h100", num_gpus=1, stack_version="0.32.0")
+    plan = rendering.plan_for_request("vllm", **kw)[0] if explicit else None
+    calls.update(validate=0, adapter=0)
+    r = rendering.render("vllm", plan=plan, **({} if explicit else kw))
+    assert r.spec.argv and calls == {"validate": 1, "adapter": 1}
