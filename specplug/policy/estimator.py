@@ -10,19 +10,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
-from specplug.catalog import get_gpu
-from specplug.catalog.precision import kv_cache_bytes
-from specplug.config import WORKLOADS, ServeOptions, TreeSpec, WorkloadSpec
+from specplug.config import WORKLOADS, Config, ServeOptions, TreeSpec, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.methods import HEAD_METHODS, SPECULATING
 from specplug.plan import LoadPrediction, ModelRef, Parallelism, Plan, Speculation, StackRef
-from specplug.policy import arms
+from specplug.policy import arms, planner
 from specplug.policy import engine as E
-from specplug.policy import load as L
 from specplug.policy.data import load_policy
-from specplug.policy.planner import cost_context
 from specplug.policy.schema import Policy
-from specplug.probe import Hardware
+from specplug.policy.stages import Request
+from specplug.probe import Hardware, resolve_hardware
 
 ESTIMATE_METHODS = SPECULATING
 
@@ -104,28 +101,28 @@ def estimate(
         raise SpecplugError(f"temperature must be 0 or more, got {temperature}.")
     if num_speculative_tokens is not None and not 1 <= num_speculative_tokens <= 64:
         raise SpecplugError(f"num_speculative_tokens must be 1..64, got {num_speculative_tokens}.")
-    pol = load_policy(policy)
-    m = E.check_model(model)
-    g = get_gpu(gpu)
-    fmt = E.serve_format(m, quantization, dtype)
-    kvb = kv_cache_bytes(kv_cache_dtype)
-    target = E.arch_of(m, fmt, kvb)
-    dev = E.device_of(g, pol)
-    prof = E.load_traffic_opt(traffic, m)
-    if prof is not None and (input_len, output_len) == (1024, 256):
-        # The defaults give way to what the traffic measured.
-        input_len, output_len = max(1, round(prof.input_len or input_len)), max(1, round(prof.output_len or output_len))
     caps = caps or _unresolved(stack)
-    warnings: list[str] = []
-    from_rate = batch_size is None and request_rate is not None
-    batch_size = batch_size or 1
-    if num_gpus is None:
-        num_gpus = _gpu_count(pol, m, target, g, dev, batch_size, input_len + output_len, caps, fmt.name)
-        warnings.append(f"{num_gpus} x {g.name} is the smallest count that holds {m.name} ({fmt.name} weights) and its "
-                        "KV cache, as recommend chooses; set --num-gpus to estimate another.")
-    tp, pp = E.split_gpus(num_gpus, pol, 8, m)
-    c = cost_context(pol, caps, m, target, g, dev, tp, pp, batch_size, input_len, output_len,
-                     workload, temperature, E.load_calibration_opt(calibration), prof)
+    # The deployment is resolved by the planner's own stages (model, traffic, GPU count and split, cost model, what
+    # fits); only the technique is given here instead of chosen.
+    workload_spec = {"type": workload, "temperature": temperature, "input_len": input_len, "output_len": output_len,
+                     "traffic": str(traffic) if traffic else None, "request_rate": request_rate,
+                     "slo_tpot_ms": slo_tpot_ms, "slo_ttft_ms": slo_ttft_ms}
+    if traffic and (input_len, output_len) == (1024, 256):
+        del workload_spec["input_len"], workload_spec["output_len"]  # the defaults give way to what the traffic measured
+    if batch_size is not None:
+        workload_spec["concurrency"] = batch_size
+    cfg = Config.model_validate({
+        "model": model,
+        "hardware": {"gpu": gpu, "num_gpus": num_gpus},
+        "workload": {k: v for k, v in workload_spec.items() if v is not None},
+        "serve": {"dtype": dtype, "quantization": quantization, "kv_cache_dtype": kv_cache_dtype},
+    })
+    s = planner.run(Request(cfg, resolve_hardware(gpu, num_gpus), caps, load_policy(policy), calibration, validate, (),
+                            False, require_fit), planner.DEPLOYMENT_STAGES)
+    pol, m, g, target, kvb, c = s.pol, s.model, s.gpu, s.target, s.kvb, s.c
+    num_gpus, tp, pp = s.n, s.par.tensor_parallel_size, s.par.pipeline_parallel_size
+    input_len, output_len, tokens = s.wl.input_len, s.wl.output_len, s.tokens
+    warnings: list[str] = [*s.reasons(), *s.warnings()]
     if drafter:
         d = E.resolve_drafter(method, drafter, m, target, pol, caps, kvb)
     elif method == "draft_model":
@@ -152,39 +149,29 @@ def estimate(
     if tree_topk is not None or num_draft_tokens is not None:
         steps = num_speculative_tokens or pol.prior(method).default_k
         topk = tree_topk or 1
-        tokens = num_draft_tokens or steps * topk + 1
-        if tokens < 2:
+        verified = num_draft_tokens or steps * topk + 1
+        if verified < 2:
             raise SpecplugError("num_draft_tokens must be at least 2.")
-        tree = TreeSpec(steps=steps, topk=topk, num_draft_tokens=tokens)
+        tree = TreeSpec(steps=steps, topk=topk, num_draft_tokens=verified)
     alpha, cal = E.alpha_for(c, d)
-    tokens = input_len + output_len
-    cap_base = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, None, caps, g.name)
-    cap = E.capped_capacity(pol, m, target, dev.memory_gb, tp, pp, tokens, d, caps, g.name)
-    # require_fit=False scores a batch that ran (a published row), whatever this memory model says it holds.
-    if from_rate:
-        # recommend's rule: the batch the request rate keeps running without speculation.
-        batch_size = max(1, min(cap_base, round(L.running_batch(arms.baseline_arm(c, input_len, cap_base), request_rate,
-                                                                 output_len))))
-    running = max(1, min(batch_size, cap_base)) if require_fit else batch_size
-    c.batch = running
+    cap_base, cap = s.capacity, planner.capacity_with(s, d)
+    running = s.seqs  # the batch the deployment runs (what the KV cache holds, unless require_fit=False)
+    batch_size = running if batch_size is None else batch_size
     queued = require_fit and 1 <= cap < running
     o = E.score(c, d, alpha, cap if queued else running, E.shapes(c, method, num_speculative_tokens, tree))
     if queued:
         # The drafter's memory leaves fewer slots than the baseline runs: its throughput with every slot busy.
         base_ms = arms.baseline_arm(c, input_len, cap_base).step_ms(running)
         o = dataclasses.replace(o, speedup=(cap * o.acceptance_length / o.cost.spec_ms) / (running / base_ms))
-    if batch_size > running:
-        warnings.append(f"The KV cache holds {cap_base} requests of {tokens} tokens on {num_gpus} x {g.name}: of the "
-                        f"{batch_size} requests, {cap_base} run at once and the rest queue; estimated at that batch.")
     if tree is None and o.shape.steps:
         tree = TreeSpec(steps=o.shape.steps, topk=o.shape.topk, num_draft_tokens=o.shape.tokens)
     if stack != RESEARCH_CODE and validate is not None:
         # The checks every command runs, on the k and version this estimate scored. A tree given here is costed as
         # published runs used it: stacks fill trees their own way, so its size is not held to the plan's rule.
         validate(_plan_of(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth,
-                          quantization, kv_cache_dtype))
+                          s.cfg.serve.quantization, kv_cache_dtype))
     # A stack starts with room for one request and queues the rest: what must fit is one request beside the weights.
-    mem = E.memory(pol, m, target, dev.memory_gb, tp, pp, 1, tokens, d)
+    mem = E.memory(pol, m, target, s.device.memory_gb, tp, pp, 1, tokens, d)
     if not mem.fits and not require_fit:
         warnings.append(f"Does not fit: {mem.used_gb:.1f} GB needed per GPU, {mem.usable_gb:.1f} GB usable.")
     elif not mem.fits:
@@ -233,17 +220,6 @@ def _load(c: E.Context, d: E.DraftChoice, alpha: float, o: Any, input_len: int, 
     base = arms.baseline_arm(c, input_len, cap_base)
     spec = arms.speculative_arm(c, d, alpha, o.shape, None, input_len, cap)
     return arms.predict_load(base, spec, rate, output_len, slo_tpot_ms, slo_ttft_ms)
-
-
-def _gpu_count(pol: Policy, m: Any, target: Any, g: Any, dev: E.Device, batch: int, tokens: int, caps: StackCapabilities,
-               fmt: str) -> int:
-    """recommend's rule: the smallest count that holds the model and ``batch`` requests (and, on a stack that reserves
-    one request of max_model_len at start, a useful context)."""
-    context = min(m.max_position_embeddings or 0, pol.rules.memory.min_context) if caps.reserves_full_context else 0
-    n = E.choose_gpus(pol, m, target, dev.memory_gb, batch, tokens, 8, context)
-    if n is None:
-        raise E.fits_on_no_count(m, fmt, batch, tokens, pol, g.name)
-    return n
 
 
 def _unresolved(stack: str) -> StackCapabilities:

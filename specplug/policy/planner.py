@@ -512,7 +512,7 @@ def _feasibility(s: Planning) -> Fit:
     """The target must fit with one request (and the context the stack reserves) before any drafter is considered;
     more requests than the KV cache holds queue: the plan runs as many as it holds."""
     base_mem = _memory_with(s, None, seqs=1)
-    if not base_mem.fits:
+    if not base_mem.fits and s.req.require_fit:
         fixes = [] if s.fixing else _fixes(s, False)
         held = (f"one request of max_model_len {s.context} tokens, which {s.stack} reserves at start"
                 if not s.context_auto and s.context > s.tokens else f"one request of {s.tokens} tokens")
@@ -525,12 +525,12 @@ def _feasibility(s: Planning) -> Fit:
     useful = s.useful_context
     if s.context_auto and not _memory_with(s, None, useful, seqs=1).fits:
         useful = 0
-    capacity = _capacity_with(s, None)
+    capacity = capacity_with(s, None)
     seqs, reasons, warnings = s.seqs, [], []
     if s.wl.request_rate is not None and "concurrency" not in s.wl.model_fields_set:
         seqs, why = _batch_from_rate(s, capacity)
         reasons.append(why)
-    elif s.seqs > capacity:
+    elif s.seqs > capacity and s.req.require_fit:
         warnings.append(
             f"The KV cache holds {capacity} requests of {s.tokens} tokens on {s.n} x {s.gpu.name} "
             f"({_capacity_limit(s, None)}): of the {s.seqs} concurrent requests configured, {capacity} run at "
@@ -569,7 +569,7 @@ def _stack_cap(s: Planning, speculating: bool) -> int | None:
     return E.request_cap(s.caps, s.cfg.serve.max_num_seqs, speculating, s.gpu.name, s.device.memory_gb)
 
 
-def _capacity_with(s: Planning, d: Any) -> int:
+def capacity_with(s: Planning, d: Any) -> int:
     """Requests of the workload's lengths that run at once with drafter ``d`` (:func:`E.capped_capacity`)."""
     key, memo = id(d), s.req.capacities
     if key not in memo:
@@ -582,7 +582,7 @@ def _capacity_with(s: Planning, d: Any) -> int:
 def _capacity_limit(s: Planning, d: Any) -> str:
     """What sets the capacity with ``d``: memory or the stack's request cap."""
     cap = _stack_cap(s, d is not None and d.method != "none")
-    if cap and _capacity_with(s, d) == cap:
+    if cap and capacity_with(s, d) == cap:
         return f"{s.stack}'s cap of {cap} running requests"
     return "its KV cache at these lengths"
 
@@ -598,7 +598,7 @@ def _memory_with(s: Planning, drafter: Any, context: int | None = None, seqs: in
 def _score_at_capacity(s: Planning, d: Any, alpha: float, shapes: list[Shape]) -> Outcome:
     """``d`` scored at the plan's batch; where its drafter leaves room for fewer requests than that, the rest queue and
     the speedup is its throughput at its own capacity over the baseline's at the plan's batch."""
-    cap = _capacity_with(s, d)
+    cap = capacity_with(s, d)
     if cap >= s.seqs or cap < 1:
         return E.score(s.c, d, alpha, s.seqs, shapes)
     o = E.score(s.c, d, alpha, cap, shapes)
@@ -627,7 +627,7 @@ def _score_candidates(s: Planning) -> Scores:
         cand.speedup = round(o.speedup, 3)
         cand.acceptance_length = round(o.acceptance_length, 3)
         cand.num_speculative_tokens = o.shape.depth
-        if not mem.fits or _capacity_with(s, d) < 1:
+        if not mem.fits or capacity_with(s, d) < 1:
             room = f" and a {s.useful_context}-token context" if s.context_auto and s.useful_context else ""
             cand.ruled_out = f"does not fit in memory with the drafter{room} ({mem.used_gb:.1f} of {mem.usable_gb:.1f} GB per GPU)"
             cand.speedup = None
@@ -635,7 +635,7 @@ def _score_candidates(s: Planning) -> Scores:
             cand.ruled_out = d.unconfirmed
         elif o.speedup < pol.rules.min_speedup:
             cand.ruled_out = f"loses at batch size {seqs} (predicted {fmt(o.speedup)})"
-        elif seqs > 1 and (off := _off_below(c, d, alpha, seqs, _capacity_with(s, d))) is not None:
+        elif seqs > 1 and (off := _off_below(c, d, alpha, seqs, capacity_with(s, d))) is not None:
             # Gains fade as batches grow: a technique that does not pay at a smaller batch is off at this one too.
             cand.ruled_out = f"does not pay at batch size {off} (the schedule keeps it off above)"
         else:
@@ -809,7 +809,7 @@ def _chosen_schedule(s: Planning, chosen: tuple[E.DraftChoice, float, Outcome]) 
     cand_shapes = E.shapes(
         c, d.method, (explicit.num_speculative_tokens or None) if explicit else None, explicit.tree if explicit else None
     )
-    cap = _capacity_with(s, d)
+    cap = capacity_with(s, d)
     sched, curve, last_on = _schedule(c, d, alpha, cand_shapes, cap)
     at = next((e for e in reversed(sched) if e.min_batch <= seqs), None)
     pool = E.shapes(c, d.method) if explicit else cand_shapes  # the shapes the alternatives are drawn from
@@ -1024,7 +1024,7 @@ def _memory(s: Planning) -> Budgeted:
     """The memory budget with the chosen drafter; a configured drafter that does not fit is an error with fixes."""
     chosen = s.chosen
     drafter = chosen[0] if chosen else None
-    running = max(1, min(s.seqs, _capacity_with(s, drafter)))
+    running = max(1, min(s.seqs, capacity_with(s, drafter)))
     mem = _memory_with(s, drafter, seqs=running)
     if not mem.fits:
         # Only a configured drafter gets here (chosen ones were checked): the drafter is what does not fit.
@@ -1044,7 +1044,7 @@ def _capacity_reason(s: Planning) -> str:
     """How many requests run at once, and what the drafter costs in requests and in throughput at saturation."""
     d = s.chosen[0] if s.chosen and s.spec.enabled else None
     base = s.capacity
-    cap = _capacity_with(s, d) if d is not None else base
+    cap = capacity_with(s, d) if d is not None else base
     text = f"Capacity: {cap} requests of {s.tokens} tokens run at once ({_capacity_limit(s, d)})"
     if d is not None and cap < base:
         b_arm = arms.baseline_arm(s.c, s.wl.input_len, base)
@@ -1069,7 +1069,7 @@ def _load(s: Planning) -> Loaded:
     if rate is None:
         return Loaded(None)
     base = arms.baseline_arm(s.c, s.wl.input_len, s.capacity)
-    spec = _spec_arm(s, _capacity_with(s, s.chosen[0])) if s.chosen is not None and s.spec.enabled else base
+    spec = _spec_arm(s, capacity_with(s, s.chosen[0])) if s.chosen is not None and s.spec.enabled else base
     lp = arms.predict_load(base, spec, rate, s.wl.output_len, s.wl.slo_tpot_ms, s.wl.slo_ttft_ms)
     if spec is base:
         return Loaded(lp)
@@ -1146,6 +1146,8 @@ STAGES: tuple[tuple[str, Callable[[Planning], Any]], ...] = (
     ("loaded", _load),
     ("stack_notes", _stack_warnings),
 )
+# The stages that resolve the deployment (model, traffic, GPUs, cost model, what fits) before any technique is scored.
+DEPLOYMENT_STAGES = STAGES[:5]
 
 
 def plan(
@@ -1170,10 +1172,16 @@ def plan(
     ``found``: drafters for the target found outside the catalog (specplug.catalog.discovery), candidates beside
     the catalog's own.
     """
-    s = Planning(Request(cfg, hardware, caps, policy, calibration, validate, tuple(found), _fixing))
-    for name, stage in STAGES:
+    return _build(run(Request(cfg, hardware, caps, policy, calibration, validate, tuple(found), _fixing)))
+
+
+def run(req: Request, stages: Sequence[tuple[str, Callable[[Planning], Any]]] = ()) -> Planning:
+    """``stages`` (default: every one, :data:`STAGES`) run in order on ``req``, each result frozen in the Planning the
+    next one reads. estimate runs :data:`DEPLOYMENT_STAGES`, then scores the technique it was given."""
+    s = Planning(req)
+    for name, stage in stages or STAGES:
         s = dataclasses.replace(s, **{name: stage(s)})
-    return _build(s)
+    return s
 
 
 def _build(s: Planning) -> Plan:
@@ -1198,7 +1206,7 @@ def _build(s: Planning) -> Plan:
         alternatives=list(sp.alternatives),
         reasons=s.reasons(),
         warnings=s.warnings(),
-        capacity_requests=_capacity_with(s, s.chosen[0]) if s.chosen and s.spec.enabled else s.capacity,
+        capacity_requests=capacity_with(s, s.chosen[0]) if s.chosen and s.spec.enabled else s.capacity,
         capacity_requests_without_drafter=s.capacity,
         load=s._get("loaded").load,
     )

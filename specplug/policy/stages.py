@@ -46,6 +46,8 @@ class Request:
     # Drafters for the target found outside the catalog (specplug.catalog.discovery).
     found: tuple[Drafter, ...]
     fixing: bool
+    # False scores a deployment that ran (a published row): no refusal for memory, no batch lowered to what fits.
+    require_fit: bool = True
     # Requests the KV cache holds with each drafter: a cache of a pure function of the stages before the fit.
     capacities: dict[int, int] = field(default_factory=dict, compare=False)
 

@@ -47,3 +47,20 @@ def test_planning_never_rewrites_the_configuration_it_is_given():
     assert any("planned with FP8 weights" in r for r in p.reasons)
     assert cfg.model_dump() == before
     assert cfg.serve.quantization is None and cfg.serve.max_model_len is None
+
+
+def test_estimate_resolves_the_deployment_with_the_planners_stages():
+    # The GPU count (FP8 weights where no count holds the checkpoint) and the split are recommend's, word for word.
+    import specplug
+
+    kw = dict(gpu="h100", stack="vllm", stack_version="0.32.0")
+    p = specplug.recommend("meta-llama/Llama-3.1-405B-Instruct", **kw, concurrency=4)
+    e = specplug.estimate("meta-llama/Llama-3.1-405B-Instruct", "ngram", batch_size=4, **kw)
+    assert e.num_gpus == p.hardware.num_gpus
+    count = next(r for r in p.reasons if "is the smallest count" in r)
+    assert count in e.warnings
+    tiny = "memory_gib=12,bandwidth_gbs=300,bf16_tflops=50"
+    p = specplug.recommend("meta-llama/Llama-3.1-405B-Instruct", gpu=tiny, stack="vllm", stack_version="0.32.0")
+    e = specplug.estimate("meta-llama/Llama-3.1-405B-Instruct", "ngram", gpu=tiny, stack="vllm", stack_version="0.32.0")
+    assert p.serve.quantization == "fp8" and any("planned with FP8 weights" in w for w in e.warnings)
+    assert e.num_gpus == p.hardware.num_gpus
