@@ -109,10 +109,10 @@ def calibrate(
     from specplug.catalog import get_model
     from specplug.config import METHODS, WORKLOADS
     from specplug.fileio import write_atomic
-    from specplug.output import dump_yaml
     from specplug.planning import estimate
     from specplug.policy.calibration import Calibration, CalibrationEntry
     from specplug.probe import resolve_hardware
+    from specplug.serialize import dump_yaml
 
     workload = workload or record.workload
     if not workload:

@@ -181,7 +181,7 @@ def figure_png(fig: Any) -> bytes:
 
 def write_outputs(record: BenchRecord, out_dir: str | Path) -> list[Path]:
     """bench.json, bench.csv and bench.png into ``out_dir`` (each written atomically)."""
-    from specplug.output import dump_json
+    from specplug.serialize import dump_json
 
     d = Path(out_dir)
     written = [write_atomic(d / "bench.json", dump_json(record)), write_atomic(d / "bench.csv", to_csv(record))]
