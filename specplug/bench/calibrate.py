@@ -191,31 +191,3 @@ def calibrate(
         temperature=record.temperature, num_speculative_tokens=k, calibration_file=str(path),
         entry=entry.model_dump(mode="json", exclude_none=True), rows=rows, notes=notes,
     )
-
-
-def render(rep: CalibrateReport) -> list:
-    from rich.table import Table
-    from rich.text import Text
-
-    def f(v: float | None, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
-
-    t = Table(
-        title=f"specplug calibrate: {rep.model} {rep.method} on {rep.stack} ({rep.gpu}), workload {rep.workload}, "
-        f"k={rep.num_speculative_tokens or '?'}",
-        title_justify="left",
-    )
-    for col in ("conc", "", "accept len", "accept rate", "speedup"):
-        t.add_column(col, justify="right" if col else "left")
-    for r in rep.rows:
-        for label, side in (("predicted before", r.before), ("measured", r.measured), ("predicted after", r.after)):
-            t.add_row(
-                str(r.concurrency) if label == "predicted before" else "", label,
-                f(side.acceptance_length, ".2f"), f(side.acceptance_rate, ".1%"),
-                "-" if side.speedup is None else f"{side.speedup:.2f}x",
-            )
-        t.add_section()
-    lines = [f"Wrote {rep.calibration_file}: use it with --calibration {rep.calibration_file} "
-             "or 'calibration:' in specplug.yaml."]
-    lines += rep.notes
-    return [t, Text("\n".join(lines))]

@@ -189,7 +189,7 @@ def _given(param: str) -> bool:
 
 
 def _show(record, output: str) -> None:
-    from specplug.bench.report import render
+    from specplug.commands._bench_tables import bench_table
     from specplug.output import emit
 
-    emit(record, output, render)
+    emit(record, output, bench_table)

@@ -69,7 +69,7 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
     side by side. Every source merges into the one file.
     """
     from specplug.bench.calibrate import calibrate as run_calibrate
-    from specplug.bench.calibrate import render
+    from specplug.commands._bench_tables import calibrate_table
     from specplug.errors import SpecplugError
     from specplug.output import emit
 
@@ -95,7 +95,7 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
             field_map=traffic_map, progress=sys.stderr.isatty(),
         )
         if not (from_path or endpoint):
-            emit(reports, output, lambda rs: [x for r in rs for x in render(r)])
+            emit(reports, output, lambda rs: [x for r in rs for x in calibrate_table(r)])
             return
     if not method:
         raise SpecplugError("Which speculative method did the endpoint run? Pass --method (ngram, eagle3, ...).")
@@ -150,9 +150,9 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
     if k_note:
         rep.notes.insert(0, k_note)
     if reports:
-        emit([*reports, rep], output, lambda rs: [x for r in rs for x in render(r)])
+        emit([*reports, rep], output, lambda rs: [x for r in rs for x in calibrate_table(r)])
     else:
-        emit(rep, output, render)
+        emit(rep, output, calibrate_table)
 
 
 def _report_stack(docs: list[dict[str, Any]]) -> str | None:

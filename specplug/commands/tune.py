@@ -71,13 +71,14 @@ def tune(config_path, concurrency, request_rates, slo_tpot_ms, slo_ttft_ms, traf
     """
     from pathlib import Path
 
+    from specplug.commands._tune_tables import trial_plan_table, tune_table
     from specplug.commands.bench import parse_concurrency
     from specplug.config import METHODS, find_config, load_config
     from specplug.errors import SpecplugError
     from specplug.lock import resolve_traffic
     from specplug.output import console, emit
     from specplug.traffic import file_digest
-    from specplug.tune import session, show, trials
+    from specplug.tune import session, trials
     from specplug.tune import state as S
     from specplug.tune.lockref import measured_inputs, measured_spec
     from specplug.tune.prompts import for_tune
@@ -128,14 +129,14 @@ def tune(config_path, concurrency, request_rates, slo_tpot_ms, slo_ttft_ms, traf
     done = {k for k, r in st.results.items() if r.status == "done"}
     tplan = trials.build(cands, settings, est, settings.budget_s, done)
     con = console(stderr=output != "table")
-    for r in trials.render(tplan, settings, done):
+    for r in trial_plan_table(tplan, settings, done):
         con.print(r)
     if plan_only:
         return
     ok = session.run_trials(cfg, path, tplan, settings, prompts, st, out, requests_at)
     rep = session.finish(cfg, path, rec, tplan, settings, st, out, label, measured_inputs(cfg, path), ok,
                          write_config=not no_write)
-    emit(rep, output, show.render)
+    emit(rep, output, tune_table)
     if not ok:
         sys.stdout.flush()
         raise click.exceptions.Exit(130)  # Ctrl-C: the state file keeps the progress
