@@ -143,43 +143,18 @@ def bench(endpoint, baseline, launch_baseline, config_path, stack, launch_model,
     prompts = load_prompt_set(workload, prompts_file)
 
     from specplug.bench.baseline import launched_baseline
+    from specplug.commands._progress import measure_with_bar
 
     with launched_baseline(launch_baseline, config_path, stack, launch_model, baseline_port) as launched_url:
-        record = run_and_report(
+        record = measure_with_bar(
             endpoint=endpoint, baseline=baseline or launched_url, levels=levels, prompts=prompts,
             workload=None if prompts_file else (workload or "chat"), prompts_file=prompts_file, model=model,
             num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, duration_s=duration_s, api=api,
-            api_key_env=api_key_env, timeout_s=timeout_s, min_speedup=min_speedup, out_dir=out_dir, output=output,
+            api_key_env=api_key_env, timeout_s=timeout_s, min_speedup=min_speedup, out_dir=out_dir,
         )
+        _show(record, output)
     if not record.complete:
         raise click.exceptions.Exit(130)
-
-
-def run_and_report(*, out_dir, output, show: bool = True, **run):
-    """Run the bench (specplug.bench.session.measure) under a progress bar, print the files written and the report;
-    returns the record."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from specplug.bench.session import measure
-    from specplug.output import console
-
-    con = console(stderr=True)
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=con, transient=True, disable=not con.is_terminal,
-    )
-    task = progress.add_task("bench", total=None)
-
-    def tick(role: str, conc: int, done: int) -> None:
-        progress.update(task, advance=1, description=f"{role} c={conc}")
-
-    with progress:
-        record, paths = measure(out_dir=out_dir, tick=tick, on_total=lambda n: progress.update(task, total=n), **run)
-    if paths:
-        con.print("Wrote " + ", ".join(str(p) for p in paths))
-    if show:
-        _show(record, output)
-    return record
 
 
 def _given(param: str) -> bool:

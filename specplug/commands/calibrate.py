@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -70,6 +69,7 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
     """
     from specplug.bench.calibrate import calibrate as run_calibrate
     from specplug.commands._bench_tables import calibrate_table
+    from specplug.commands._progress import traffic_bar
     from specplug.errors import SpecplugError
     from specplug.output import emit
 
@@ -92,7 +92,7 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
         reports += calibrate_traffic(
             traffic, model=model, method=method if not (from_path or endpoint) else None, workload=workload,
             out=out_path, gpu=gpu, num_gpus=num_gpus, num_speculative_tokens=num_speculative_tokens,
-            field_map=traffic_map, progress=sys.stderr.isatty(),
+            field_map=traffic_map, progress=traffic_bar(),
         )
         if not (from_path or endpoint):
             emit(reports, output, lambda rs: [x for r in rs for x in calibrate_table(r)])
@@ -123,7 +123,7 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
             )
     else:
         from specplug.bench.prompts import builtin_workloads
-        from specplug.commands.bench import run_and_report
+        from specplug.commands._progress import measure_with_bar
 
         if not prompts_file and workload and workload not in builtin_workloads():
             raise SpecplugError(
@@ -131,12 +131,11 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
                 f"Pass --prompts FILE.jsonl with such traffic, or one of: {', '.join(builtin_workloads())}.",
             )
         bench_workload = None if prompts_file else (workload or "chat")
-        record = run_and_report(
+        record = measure_with_bar(
             endpoint=endpoint, baseline=baseline, levels=parse_concurrency(concurrency),
             prompts=load_prompt_set(bench_workload, prompts_file), workload=bench_workload, prompts_file=prompts_file,
             model=served_model, num_prompts=num_prompts, max_tokens=max_tokens, temperature=0.0, duration_s=None,
             api="auto", api_key_env=api_key_env, timeout_s=300.0, min_speedup=1.0, out_dir=save_bench,
-            output=output, show=False,
         )
         if not record.complete:
             raise click.exceptions.Exit(130)

@@ -71,6 +71,7 @@ def tune(config_path, concurrency, request_rates, slo_tpot_ms, slo_ttft_ms, traf
     """
     from pathlib import Path
 
+    from specplug.commands._progress import TrialBar
     from specplug.commands._tune_tables import trial_plan_table, tune_table
     from specplug.commands.bench import parse_concurrency
     from specplug.config import METHODS, find_config, load_config
@@ -133,7 +134,8 @@ def tune(config_path, concurrency, request_rates, slo_tpot_ms, slo_ttft_ms, traf
         con.print(r)
     if plan_only:
         return
-    ok = session.run_trials(cfg, path, tplan, settings, prompts, st, out, requests_at)
+    with TrialBar(tplan, settings, requests_at, done) as bar:
+        ok = session.run_trials(cfg, path, tplan, settings, prompts, st, out, requests_at, reporter=bar)
     rep = session.finish(cfg, path, rec, tplan, settings, st, out, label, measured_inputs(cfg, path), ok,
                          write_config=not no_write)
     emit(rep, output, tune_table)
