@@ -23,17 +23,6 @@ def parse_concurrency(text: str) -> list[int]:
     return out
 
 
-def load_prompt_set(workload: str | None, prompts_file: str | None):
-    from specplug.bench.prompts import load_prompts_file, load_workload
-    from specplug.errors import SpecplugError
-
-    if workload and prompts_file:
-        raise SpecplugError("Give --workload or --prompts, not both.")
-    if prompts_file:
-        return load_prompts_file(prompts_file)
-    return load_workload(workload or "chat")
-
-
 common_options = [
     click.option("--model", default=None, help="Model name to request (default: the first the server lists)."),
     click.option("--workload", default=None, help="Built-in prompt set: chat, code, code-edit, rag, summarization."),
@@ -139,6 +128,8 @@ def bench(endpoint, baseline, launch_baseline, config_path, stack, launch_model,
         raise SpecplugError("Missing --endpoint URL (the server with speculation on).", "Or --load DIR/bench.json.")
     if baseline and launch_baseline:
         raise SpecplugError("Give --baseline URL or --launch-baseline, not both.")
+    from specplug.bench.prompts import load_prompt_set
+
     levels = parse_concurrency(concurrency)
     prompts = load_prompt_set(workload, prompts_file)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from specplug.commands.bench import common_options, load_prompt_set, with_options
+from specplug.commands.bench import common_options, with_options
 from specplug.output import FORMATS
 
 
@@ -36,6 +36,7 @@ def verify(endpoint, baseline, model, workload, prompts_file, num_prompts, max_t
     requests) are found, and with --json-schema also when an output that ended by itself does not validate.
     """
     from specplug.bench.client import Endpoint, api_key_from_env, parse_endpoint
+    from specplug.bench.prompts import load_prompt_set
     from specplug.bench.verify import load_schema
     from specplug.bench.verify import verify as run_verify
     from specplug.commands._bench_tables import verify_table
