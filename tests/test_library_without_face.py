@@ -1,4 +1,4 @@
-"""The Python API measures, calibrates and tunes with click and rich unimportable: the library returns data and
+"""The Python API measures, calibrates, tunes and reads traffic with click and rich unimportable: the library returns data and
 reports progress through callbacks, and only the CLI draws tables and bars (issue 37, library and face apart).
 
 The test runs this module in a fresh interpreter with ``sys.modules["rich"]`` and ``sys.modules["click"]`` set to
@@ -83,10 +83,9 @@ def _bench_and_calibrate(tmp: Path) -> None:
 
 
 def _tune(tmp: Path) -> None:
+    from specplug.bench.prompts import Prompt
     from specplug.config import load_config
     from specplug.tune import runner, session
-    from specplug.tune import state as S
-    from specplug.tune import trials as T
     from specplug.tune.settings import TuneSettings
     from tests.tune.helpers import trial
 
@@ -99,25 +98,45 @@ def _tune(tmp: Path) -> None:
     cfg_path = tmp / "specplug.yaml"
     cfg_path.write_text(TUNE_CONFIG)
     cfg = load_config(cfg_path)
-    settings = TuneSettings(concurrency=[1], repeats=2, ks=[3])
-    rec = session.recommendation(cfg, cfg_path)
-    plan = T.build(T.candidates_from(rec, settings, session.pinned_candidate(cfg))[:1], settings,
-                   T.Estimator(launch_s=1, level_s={1: 1}))
-    st = S.TuneState(fingerprint="f", settings=settings)
+    settings = TuneSettings(concurrency=[1], repeats=2, ks=[3], candidates=1)
+    prompts = [Prompt(id=f"p{i}", prompt=f"hi {i}") for i in range(4)]
+    p = session.prepare(cfg, cfg_path, settings, prompts, tmp / "tune")
+    assert [t.id for t in p.plan.trials] == ["control", "ngram-k3"] and not p.done
     notes: list[str] = []
 
-    class Quiet:
+    class Collected:
         def start(self, trial, index, count): pass
         def tick(self, trial_id, level, done): pass
         def finish(self, trial, result, requests_done): notes.extend(session.outcome(trial, result))
         def note(self, text): notes.append(text)
 
-    ok = session.run_trials(cfg, cfg_path, plan, settings, [], st, tmp / "tune", {1: 1}, reporter=Quiet())
+    ok = session.run_trials(cfg, cfg_path, p.plan, settings, prompts, p.state, tmp / "tune", p.requests_at,
+                            reporter=Collected())
     assert ok and any(n.startswith("control done in") for n in notes)
-    rep = session.finish(cfg, cfg_path, rec, plan, settings, st, tmp / "tune", "workload chat",
+    rep = session.finish(cfg, cfg_path, p.rec, p.plan, settings, p.state, tmp / "tune", "workload chat",
                          {"spec": {}, "traffic": None}, ok, True)
     assert rep.decision.speculate and (tmp / "tune" / "tune.json").is_file()
     assert load_config(cfg_path).speculation.method == "ngram" and (tmp / "specplug.lock.yaml").is_file()
+
+
+def _traffic(tmp: Path) -> None:
+    from specplug.catalog import Model
+    from specplug.traffic import load_traffic
+
+    path = tmp / "traffic.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"fix line {i} of the code", "completion": f"fixed line {i}"}) + "\n"
+                            for i in range(20)))
+    seen: list[tuple[str, int]] = []
+
+    class Recorded:
+        def start(self, total_bytes): seen.append(("start", total_bytes))
+        def advance(self, nbytes): seen.append(("advance", nbytes))
+        def stop(self): seen.append(("stop", 0))
+
+    prof = load_traffic(path, Model(hf_id="test/no-tokenizer-here"), progress=Recorded())
+    assert prof.replayed == 20
+    size = path.stat().st_size
+    assert seen[0] == ("start", size) and seen[-1] == ("stop", 0) and sum(n for w, n in seen if w == "advance") == size
 
 
 def main(tmp: Path) -> None:
@@ -125,6 +144,7 @@ def main(tmp: Path) -> None:
         sys.modules[name] = None  # type: ignore[assignment]  # any import of them now raises ImportError
     _bench_and_calibrate(tmp)
     _tune(tmp)
+    _traffic(tmp)
     assert not any(m.split(".")[0] in ("rich", "click") and sys.modules[m] is not None for m in sys.modules)
     print("ok")
 

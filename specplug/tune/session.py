@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -71,6 +72,35 @@ def estimator(stack: str, settings: TuneSettings, requests_at: dict[Any, int], s
     est.check_s = max(sum(rest) / len(rest), 0.0)
     est.basis = "measured"
     return est
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A tune ready to run: the recommendation, the trials with their estimates, and what ``out_dir`` kept."""
+
+    rec: Plan
+    plan: T.TrialPlan
+    state: S.TuneState
+    requests_at: dict[Any, int]  # requests per level of one repeat
+    done: set[str]  # trials finished in an earlier run, kept
+
+
+def prepare(cfg: Config, config_path: Path, settings: TuneSettings, prompts: list[Prompt], out_dir: Path,
+            restart: bool = False) -> Prepared:
+    """Plan the trials for ``cfg``: recommend's candidates (or the pinned speculation), the state kept in
+    ``out_dir`` (dropped with ``restart``), and each trial's time, measured where earlier trials ran."""
+    rec = recommendation(cfg, config_path)
+    cands = T.candidates_from(rec, settings, pinned_candidate(cfg))
+    if not cands:
+        raise SpecplugError(
+            f"The recommendation leaves no technique to try for {rec.model.name} on {rec.stack.name}.",
+            "Name one with --method (and --drafter for a draft model); 'specplug recommend' lists why each was ruled out.",
+        )
+    st = S.load(out_dir, settings, restart)
+    requests_at = requests_per_level(prompts, settings)
+    est = estimator(rec.stack.name, settings, requests_at, st)
+    done = {k for k, r in st.results.items() if r.status == "done"}
+    return Prepared(rec, T.build(cands, settings, est, settings.budget_s, done), st, requests_at, done)
 
 
 def schedule_mode(rec: Plan) -> Callable[[str], D.Mode]:
