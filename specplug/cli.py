@@ -12,7 +12,7 @@ import sys
 import click
 
 from specplug import __version__
-from specplug.errors import SpecplugError
+from specplug.errors import MissingExtra, SpecplugError
 from specplug.output import silence_stdout
 
 # name -> ("module:attribute", one-line help), in the order a user meets them. Adding a command means
@@ -65,6 +65,13 @@ class LazyGroup(click.Group):
             return None
         module_name, attr = target.split(":")
         return getattr(importlib.import_module(module_name), attr)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            # The library says what needs the extra in its own terms; the user ran a command, so name that.
+            raise exc.needed_by(f"{ctx.command_path} {ctx.invoked_subcommand}") from None
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         name = args[0] if args else None

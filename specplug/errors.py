@@ -30,6 +30,20 @@ class StackError(SpecplugError):
     """A serving stack is missing, at an unknown version, or cannot do what the plan asks."""
 
 
+class MissingExtra(SpecplugError):
+    """An optional dependency is not installed: ``what`` needs ``package``, which ``extra`` brings. The library
+    names itself as ``what``; the CLI names the command that ran instead (:meth:`needed_by`)."""
+
+    def __init__(self, what: str, package: str, extra: str, hint: str | None = None) -> None:
+        super().__init__(f"{what} needs {package}: pip install 'specplug[{extra}]'", hint)
+        self.package = package
+        self.extra = extra
+
+    def needed_by(self, what: str) -> MissingExtra:
+        """The same error, naming ``what`` (e.g. 'specplug bench') as the one that needs the extra."""
+        return MissingExtra(what, self.package, self.extra, self.hint)
+
+
 class UsageError(SpecplugError):
     """A flag's value is malformed or names nothing there (``--traffic-map nonsense``, a --rendered folder that does
     not exist): a usage error, exit 2, as click gives for a value outside an option's type."""

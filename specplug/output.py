@@ -1,50 +1,25 @@
 """Printing data the three ways every command offers: a rich table, JSON or YAML.
 
-Presentation only: the ``--output`` option that picks one lives with the other options, in
-:mod:`specplug.commands._output`.
+The one presentation module outside ``specplug/commands``: rich is imported here (lazily), the serializers it
+prints with are :mod:`specplug.serialize`, and the ``--output`` option that picks a form lives with the other
+options, in :mod:`specplug.commands._output`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from specplug import serialize
+
 # What '--output' may name, everywhere; '-o' is kept for the folder/file a command writes (render, bench).
 FORMATS = ("table", "json", "yaml")
 
 
 OUTPUT_HELP = "How to print the result."
-
-
-def to_plain(data: Any) -> Any:
-    """Turn pydantic models, dataclasses, paths and tuples into JSON-ready Python data."""
-    if hasattr(data, "model_dump"):
-        return data.model_dump(mode="json", exclude_none=False)
-    if isinstance(data, dict):
-        return {str(k): to_plain(v) for k, v in data.items()}
-    if isinstance(data, list | tuple | set):
-        return [to_plain(v) for v in data]
-    if hasattr(data, "__dataclass_fields__"):
-        import dataclasses
-
-        return to_plain(dataclasses.asdict(data))
-    if isinstance(data, float | int | str | bool) or data is None:
-        return data
-    return str(data)
-
-
-def dump_json(data: Any) -> str:
-    return json.dumps(to_plain(data), indent=2, sort_keys=False) + "\n"
-
-
-def dump_yaml(data: Any) -> str:
-    import yaml
-
-    return yaml.safe_dump(to_plain(data), sort_keys=False, allow_unicode=True, width=100)
 
 
 def silence_stdout() -> None:
@@ -299,9 +274,9 @@ def emit(data: Any, fmt: str, render_table: Callable[[Any], Any] | None = None) 
     ``render_table`` returns a rich renderable (or a list of them); without one, tables fall back to YAML.
     """
     if fmt == "json":
-        _write(dump_json(data))
+        _write(serialize.dump_json(data))
     elif fmt == "yaml" or render_table is None:
-        _write(dump_yaml(data))
+        _write(serialize.dump_yaml(data))
     else:
         out = render_table(data)
         con = console()

@@ -1,6 +1,7 @@
 """The whiteboard rules as tests: which layer may import which, and what stays out of light imports.
 
-- library code never imports the CLI layer (``specplug.commands``);
+- library code never imports the face (``specplug.commands``, ``specplug.cli``, the presentation module
+  ``specplug.output``), and click and rich are imported only there, lazily or not;
 - the policy never imports adapters;
 - the CLI never imports a deep-learning framework or serving stack at start-up;
 - estimates need no torch;
@@ -88,11 +89,21 @@ def _in(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def test_library_code_never_imports_the_cli_layer():
+# The face: the commands, the click group, and the one presentation module. Only these may import click or rich.
+FACE = ("specplug.commands", "specplug.cli", "specplug.output")
+TERMINAL = ("rich", "click")
+
+
+def _in_face(module: str) -> bool:
+    return any(_in(module, f) for f in FACE)
+
+
+def test_library_code_never_imports_the_face():
+    # Lazy imports included: a library module reaching specplug.output would pull rich in at run time.
     offenders = {
-        module: sorted(m for m in _project_imports(module, top_level=False) if _in(m, "specplug.commands"))
+        module: sorted(m for m in _project_imports(module, top_level=False) if _in_face(m))
         for module in MODULES
-        if not _in(module, "specplug.commands") and module != "specplug.cli"
+        if not _in_face(module)
     }
     assert {m: found for m, found in offenders.items() if found} == {}
 
@@ -260,16 +271,41 @@ def test_the_stack_layer_never_reaches_up_to_the_built_in_adapters():
     assert {m: found for m, found in offenders.items() if found} == {}
 
 
-def test_the_policy_builds_no_terminal_output():
-    # The policy returns data (Plans, predictions); rich tables and click belong to the commands that print them.
+def _terminal_imports(tree: ast.AST) -> list[str]:
+    """Every rich or click module ``tree`` names in an import, anywhere (in functions, under TYPE_CHECKING) or
+    through ``importlib.import_module("...")`` / ``__import__("...")`` with a literal name."""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and (getattr(node.func, "attr", None) == "import_module" or getattr(node.func, "id", None) == "__import__")):
+            names.append(node.args[0].value)
+    return sorted(n for n in names if n.split(".")[0] in TERMINAL)
+
+
+def test_click_and_rich_are_imported_only_by_the_face():
+    # The library returns data and takes callbacks; tables, progress bars and options belong to the face.
     offenders = {}
     for module, path in MODULES.items():
-        if not _in(module, "specplug.policy"):
+        if _in_face(module):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-        found = sorted(n for n in names if n.split(".")[0] in ("rich", "click"))
+        found = _terminal_imports(ast.parse(path.read_text(encoding="utf-8")))
         if found:
             offenders[module] = found
     assert offenders == {}
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("import rich", ["rich"]),
+    ("def f():\n    from rich.table import Table", ["rich.table"]),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import click", ["click"]),
+    ("import importlib\nimportlib.import_module('rich.progress')", ["rich.progress"]),
+    ("from . import rich", []),  # a sibling module that happens to be called rich
+    ("import richer", []),
+])
+def test_terminal_imports_are_found_wherever_they_hide(code, expected):
+    assert _terminal_imports(ast.parse(code)) == expected

@@ -7,16 +7,12 @@ import it as ``client.py`` does, so a missing extra is one clear error (:func:`m
 
 from __future__ import annotations
 
-from specplug.errors import SpecplugError
+from specplug.errors import MissingExtra
 
 
-def missing_httpx() -> SpecplugError:
-    """The error for httpx not being installed, naming the command that needs it and the extra that brings it."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    what = ctx.command_path if ctx is not None else "Measuring an endpoint (specplug.bench)"
-    return SpecplugError(
-        f"{what} needs httpx: pip install 'specplug[bench]'",
+def missing_httpx() -> MissingExtra:
+    """The error for httpx not being installed, naming the extra that brings it (the CLI names its command)."""
+    return MissingExtra(
+        "Measuring an endpoint (specplug.bench)", "httpx", "bench",
         "httpx (and matplotlib, for bench.png) come with specplug's [bench] extra.",
     )

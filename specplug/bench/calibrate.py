@@ -72,6 +72,30 @@ def infer_k(acc: Acceptance) -> int | None:
     return None
 
 
+def _server_k(acc: Acceptance | None, given: int | None) -> tuple[int | None, str | None]:
+    """The draft length to label the entry with: the one the server ran, read from its counters (draft tokens per
+    draft), over a -k that is lower than what it drafted; a note says when the given k was overruled. A measured
+    length below -k is kept as -k: n-gram drafts and per-batch schedules propose fewer than their k."""
+    ran = infer_k(acc) if acc is not None else None
+    if given is None or ran is None or ran <= given:
+        return given, None
+    return ran, (f"The server drafted {ran} tokens per step (its counters), more than -k {given}: the entry is labelled "
+                 f"k={ran}, the draft length it ran.")
+
+
+def _need_setup(workload: str | None, stack: str | None) -> None:
+    """Ask once for everything the record does not say, rather than one flag per run."""
+    from specplug.config import WORKLOADS
+
+    missing = []
+    if not workload:
+        missing.append(f"--workload ({', '.join(WORKLOADS)}): the report does not say what traffic it measured")
+    if not stack:
+        missing.append("--stack: neither the report nor the server's metrics name the stack that served it")
+    if missing:
+        raise SpecplugError("The calibration entry needs what the report does not say.", "Pass " + "; and ".join(missing) + ".")
+
+
 def _predicted(est) -> Side:
     k = est.num_speculative_tokens
     return Side(
@@ -105,18 +129,21 @@ def calibrate(
     num_speculative_tokens: int | None = None,
     num_gpus: int = 1,
 ) -> CalibrateReport:
-    """Compare, write/merge the calibration file atomically, and re-estimate with it."""
+    """Compare, write/merge the calibration file atomically, and re-estimate with it.
+
+    ``workload`` and ``stack`` default to what the record says; ``num_speculative_tokens`` gives way to the draft
+    length the server's counters show it ran, when that is longer (the report's first note says so)."""
     from specplug.catalog import get_model
     from specplug.config import METHODS, WORKLOADS
     from specplug.fileio import write_atomic
-    from specplug.output import dump_yaml
     from specplug.planning import estimate
     from specplug.policy.calibration import Calibration, CalibrationEntry
     from specplug.probe import resolve_hardware
+    from specplug.serialize import dump_yaml
 
     workload = workload or record.workload
-    if not workload:
-        raise SpecplugError("Which workload was this? Pass --workload (the bench used a prompts file).")
+    stack = stack or record.stack
+    _need_setup(workload, stack)
     if workload not in WORKLOADS:
         raise SpecplugError(f"Unknown workload '{workload}'.", f"Choose one of: {', '.join(WORKLOADS)}.")
     if method not in METHODS or method == "none":
@@ -129,11 +156,9 @@ def calibrate(
             "The bench measured no acceptance: the endpoint exposed no speculative-decoding metrics.",
             "Check that speculation is on and metrics are enabled (SGLang: --enable-metrics; llama.cpp: --metrics).",
         )
-    k = num_speculative_tokens or infer_k(acc)
+    k, k_note = _server_k(acc, num_speculative_tokens)
+    k = k or infer_k(acc)
     hf_id = get_model(model).hf_id
-    stack = stack or record.stack
-    if not stack:
-        raise SpecplugError("Which stack served the bench? Pass --stack (its metrics did not say).")
     hw = resolve_hardware(gpu, num_gpus)
     rate = acc.acceptance_rate
     if rate is None and acc.mean_acceptance_length is not None and k:
@@ -180,7 +205,7 @@ def calibrate(
             before=before[lv.concurrency],
             after=_predicted(est(lv.concurrency, str(path))),
         ))
-    notes = []
+    notes = [k_note] if k_note else []
     if hw.source == "default":
         notes.append(f"No GPU named or found: speedups are predicted for {hw.gpu}; acceptance does not depend on it.")
     if hw.source == "default" and stack and is_stack(stack) and get_adapter(stack).runs_without_gpu(None):
@@ -191,31 +216,3 @@ def calibrate(
         temperature=record.temperature, num_speculative_tokens=k, calibration_file=str(path),
         entry=entry.model_dump(mode="json", exclude_none=True), rows=rows, notes=notes,
     )
-
-
-def render(rep: CalibrateReport) -> list:
-    from rich.table import Table
-    from rich.text import Text
-
-    def f(v: float | None, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
-
-    t = Table(
-        title=f"specplug calibrate: {rep.model} {rep.method} on {rep.stack} ({rep.gpu}), workload {rep.workload}, "
-        f"k={rep.num_speculative_tokens or '?'}",
-        title_justify="left",
-    )
-    for col in ("conc", "", "accept len", "accept rate", "speedup"):
-        t.add_column(col, justify="right" if col else "left")
-    for r in rep.rows:
-        for label, side in (("predicted before", r.before), ("measured", r.measured), ("predicted after", r.after)):
-            t.add_row(
-                str(r.concurrency) if label == "predicted before" else "", label,
-                f(side.acceptance_length, ".2f"), f(side.acceptance_rate, ".1%"),
-                "-" if side.speedup is None else f"{side.speedup:.2f}x",
-            )
-        t.add_section()
-    lines = [f"Wrote {rep.calibration_file}: use it with --calibration {rep.calibration_file} "
-             "or 'calibration:' in specplug.yaml."]
-    lines += rep.notes
-    return [t, Text("\n".join(lines))]

@@ -42,6 +42,9 @@ SERVER_DEFAULT_TEMPERATURE = 1.0
 GUIDELLM_FIXED_LOAD = ("synchronous", "concurrent", "throughput")
 # A file's mtime may trail time.time() by the kernel's coarse clock tick.
 MTIME_SLACK_S = 0.1
+# What a 'vllm bench serve' result's "backend" names, where it differs from specplug's stack name ("openai" and
+# "openai-chat" name an API, not a stack, and say nothing about the server).
+_BACKEND_STACK = {"tensorrt-llm": "trtllm", "llama.cpp": "llamacpp"}
 
 
 @dataclass
@@ -82,6 +85,18 @@ def detect(data: Any) -> str | None:
     if {"completed", "duration"} <= set(data) and ("total_output_tokens" in data or "output_throughput" in data):
         return VLLM
     return None
+
+
+def backend_stack(docs: list[dict[str, Any]]) -> str | None:
+    """The stack the client reports name as their backend ('vllm bench serve' writes "backend": "vllm"), when they
+    agree on one specplug knows."""
+    from specplug.stacks.registry import is_stack
+
+    names = {_BACKEND_STACK.get(b, b) for d in docs if isinstance(b := d.get("backend"), str)}
+    if len(names) != 1:
+        return None
+    name = names.pop()
+    return name if is_stack(name) else None
 
 
 def load_json(path: str | Path) -> dict:

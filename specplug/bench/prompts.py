@@ -121,3 +121,12 @@ def select(prompts: list[Prompt], num: int | None) -> list[Prompt]:
     if num is None:
         return list(prompts)
     return [prompts[i % len(prompts)] for i in range(num)]
+
+
+def load_prompt_set(workload: str | None, prompts_file: str | None) -> list[Prompt]:
+    """The prompts a bench sends: a JSONL file, or a built-in workload (chat when neither is named)."""
+    if workload and prompts_file:
+        raise SpecplugError("Give --workload or --prompts, not both.")
+    if prompts_file:
+        return load_prompts_file(prompts_file)
+    return load_workload(workload or "chat")

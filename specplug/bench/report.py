@@ -1,4 +1,5 @@
-"""Showing a bench record: the rich table, CSV, the PNG plot, and writing the output folder."""
+"""A bench record as files: CSV, the PNG plot, and the output folder (the table is the CLI's:
+:mod:`specplug.commands._bench_tables`)."""
 
 from __future__ import annotations
 
@@ -9,79 +10,6 @@ from typing import Any
 
 from specplug.bench.record import BenchRecord, RunStats
 from specplug.fileio import write_atomic, write_atomic_bytes
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:.0f}"
-
-
-def _trio(p: Any) -> str:
-    return f"{_ms(p.p50)}/{_ms(p.p90)}/{_ms(p.p99)}"
-
-
-def _num(v: float | None, fmt: str = ".2f") -> str:
-    return "-" if v is None else format(v, fmt)
-
-
-def render(record: BenchRecord) -> list[Any]:
-    """Rich renderables: one row per endpoint per concurrency, then the verdict."""
-    from rich.table import Table
-    from rich.text import Text
-
-    src = record.workload or record.prompts_file or "?"
-    title = f"specplug bench: {record.model or '?'} on {record.stack or 'unknown stack'}, workload {src}"
-    t = Table(title=title, title_justify="left")
-    for col in ("conc", "run", "ok/err", "req/s", "out tok/s", "TTFT ms p50/90/99", "TPOT ms p50/90/99",
-                "acc len", "acc rate", "speedup"):
-        t.add_column(col, justify="right" if col not in ("run",) else "left")
-    for lv in record.levels:
-        for stats in (lv.speculative, lv.baseline):
-            if stats is None:
-                continue
-            spec = stats.role == "speculative"
-            acc = stats.acceptance
-            speed = ""
-            if spec and lv.speedup is not None:
-                style = "green" if lv.speedup >= 1.0 else "red"
-                speed = f"[{style}]{lv.speedup:.2f}x[/{style}]"
-            t.add_row(
-                str(lv.concurrency) if spec else "",
-                ("spec" if spec else "base") + (" (cut)" if stats.interrupted else ""),
-                f"{stats.requests}/{stats.failed}",
-                _num(stats.requests_per_s),
-                _num(stats.output_tokens_per_s, ".1f"),
-                _trio(stats.ttft_s),
-                _trio(stats.tpot_s),
-                _num(acc.mean_acceptance_length) if acc else "-",
-                (f"{acc.acceptance_rate:.1%}" if acc and acc.acceptance_rate is not None else "-"),
-                speed,
-            )
-        t.add_section()
-    out: list[Any] = [t]
-    lines = [record.verdict] if record.verdict else []
-    per_pos = _per_position(record)
-    if per_pos:
-        lines.append(per_pos)
-    for lv in record.levels:
-        for stats in (lv.speculative, lv.baseline):
-            for e in stats.errors if stats else []:
-                lines.append(f"conc {lv.concurrency} {stats.role}: {e}")
-    if not record.complete:
-        lines.append("Interrupted: the table holds what finished.")
-    lines.extend(record.notes)
-    if lines:
-        out.append(Text("\n".join(lines)))
-    return out
-
-
-def _per_position(record: BenchRecord) -> str:
-    parts = []
-    for lv in record.levels:
-        acc = lv.speculative.acceptance if lv.speculative else None
-        if acc and acc.per_position:
-            parts.append(f"c={lv.concurrency}: " + " ".join(f"{x:.2f}" for x in acc.per_position))
-    return ("Per-position acceptance " + "; ".join(parts)) if parts else ""
-
 
 CSV_FIELDS = [
     "concurrency", "role", "requests", "failed", "wall_s", "output_tokens", "requests_per_s", "output_tokens_per_s",
@@ -181,7 +109,7 @@ def figure_png(fig: Any) -> bytes:
 
 def write_outputs(record: BenchRecord, out_dir: str | Path) -> list[Path]:
     """bench.json, bench.csv and bench.png into ``out_dir`` (each written atomically)."""
-    from specplug.output import dump_json
+    from specplug.serialize import dump_json
 
     d = Path(out_dir)
     written = [write_atomic(d / "bench.json", dump_json(record)), write_atomic(d / "bench.csv", to_csv(record))]

@@ -295,39 +295,3 @@ def verify(
     elif rep.schema_checks and any(c.truncated for c in rep.schema_checks):
         rep.verdict += " Some outputs hit max_tokens before the JSON was complete; raise --max-tokens to check them."
     return rep
-
-
-def render(rep: VerifyReport) -> list:
-    from rich.table import Table
-    from rich.text import Text
-
-    head = Text(
-        f"specplug verify: {rep.model or '?'}  {rep.endpoint} vs baseline {rep.baseline}\n"
-        f"{rep.identical}/{rep.prompts} identical ({rep.share_identical:.0%}) by {rep.compared_by}, "
-        f"max_tokens {rep.max_tokens}, temperature 0"
-    )
-    out: list = [head]
-    for c in rep.schema_checks:
-        line = (f"JSON schema {rep.json_schema}: {c.role} {c.valid}/{c.outputs} valid, {c.parsed}/{c.outputs} parse as JSON"
-                + (f", {c.truncated} cut at max_tokens" if c.truncated else ""))
-        out.append(Text(line + (f" (first invalid: {c.first_problem})" if c.first_problem else ""),
-                        style="red" if c.broken else ""))
-    diffs = [r for r in rep.results if not r.identical]
-    if diffs:
-        t = Table(title="Differences (first diverging position)", title_justify="left")
-        for col in ("prompt", "kind", "position", "margin", "after ...", "baseline", "speculative"):
-            t.add_column(col, overflow="fold")
-        for r in diffs:
-            if r.kind == "error":
-                t.add_row(r.prompt_id, "error", "", "", "", r.error or "", "")
-                continue
-            t.add_row(
-                r.prompt_id, r.kind, f"{r.unit} {r.position} of {r.length_baseline}",
-                "-" if r.margin is None else f"{r.margin:.3f}", repr(r.context), repr(r.baseline_text),
-                repr(r.speculative_text),
-            )
-        out.append(t)
-        out.append(Text(rep.explanation, style="dim"))
-    style = "red" if rep.failed else "green"
-    out.append(Text(rep.verdict, style=style))
-    return out

@@ -23,17 +23,6 @@ def parse_concurrency(text: str) -> list[int]:
     return out
 
 
-def load_prompt_set(workload: str | None, prompts_file: str | None):
-    from specplug.bench.prompts import load_prompts_file, load_workload
-    from specplug.errors import SpecplugError
-
-    if workload and prompts_file:
-        raise SpecplugError("Give --workload or --prompts, not both.")
-    if prompts_file:
-        return load_prompts_file(prompts_file)
-    return load_workload(workload or "chat")
-
-
 common_options = [
     click.option("--model", default=None, help="Model name to request (default: the first the server lists)."),
     click.option("--workload", default=None, help="Built-in prompt set: chat, code, code-edit, rag, summarization."),
@@ -139,47 +128,24 @@ def bench(endpoint, baseline, launch_baseline, config_path, stack, launch_model,
         raise SpecplugError("Missing --endpoint URL (the server with speculation on).", "Or --load DIR/bench.json.")
     if baseline and launch_baseline:
         raise SpecplugError("Give --baseline URL or --launch-baseline, not both.")
+    from specplug.bench.prompts import load_prompt_set
+
     levels = parse_concurrency(concurrency)
     prompts = load_prompt_set(workload, prompts_file)
 
     from specplug.bench.baseline import launched_baseline
+    from specplug.commands._progress import measure_with_bar
 
     with launched_baseline(launch_baseline, config_path, stack, launch_model, baseline_port) as launched_url:
-        record = run_and_report(
+        record = measure_with_bar(
             endpoint=endpoint, baseline=baseline or launched_url, levels=levels, prompts=prompts,
             workload=None if prompts_file else (workload or "chat"), prompts_file=prompts_file, model=model,
             num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, duration_s=duration_s, api=api,
-            api_key_env=api_key_env, timeout_s=timeout_s, min_speedup=min_speedup, out_dir=out_dir, output=output,
+            api_key_env=api_key_env, timeout_s=timeout_s, min_speedup=min_speedup, out_dir=out_dir,
         )
+        _show(record, output)
     if not record.complete:
         raise click.exceptions.Exit(130)
-
-
-def run_and_report(*, out_dir, output, show: bool = True, **run):
-    """Run the bench (specplug.bench.session.measure) under a progress bar, print the files written and the report;
-    returns the record."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from specplug.bench.session import measure
-    from specplug.output import console
-
-    con = console(stderr=True)
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=con, transient=True, disable=not con.is_terminal,
-    )
-    task = progress.add_task("bench", total=None)
-
-    def tick(role: str, conc: int, done: int) -> None:
-        progress.update(task, advance=1, description=f"{role} c={conc}")
-
-    with progress:
-        record, paths = measure(out_dir=out_dir, tick=tick, on_total=lambda n: progress.update(task, total=n), **run)
-    if paths:
-        con.print("Wrote " + ", ".join(str(p) for p in paths))
-    if show:
-        _show(record, output)
-    return record
 
 
 def _given(param: str) -> bool:
@@ -189,7 +155,7 @@ def _given(param: str) -> bool:
 
 
 def _show(record, output: str) -> None:
-    from specplug.bench.report import render
+    from specplug.commands._bench_tables import bench_table
     from specplug.output import emit
 
-    emit(record, output, render)
+    emit(record, output, bench_table)

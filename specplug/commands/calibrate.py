@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import click
 
 from specplug.commands._output import output_option
-from specplug.commands.bench import load_prompt_set, parse_concurrency
+from specplug.commands.bench import parse_concurrency
 from specplug.commands.choices import StackChoice
 from specplug.config import WORKLOADS
-
-# What a 'vllm bench serve' result's "backend" names, where it differs from specplug's stack name ("openai" and
-# "openai-chat" name an API, not a stack, and say nothing about the server).
-_BACKEND_STACK = {"tensorrt-llm": "trtllm", "llama.cpp": "llamacpp"}
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -69,7 +62,8 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
     side by side. Every source merges into the one file.
     """
     from specplug.bench.calibrate import calibrate as run_calibrate
-    from specplug.bench.calibrate import render
+    from specplug.commands._bench_tables import calibrate_table
+    from specplug.commands._progress import traffic_bar
     from specplug.errors import SpecplugError
     from specplug.output import emit
 
@@ -92,10 +86,10 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
         reports += calibrate_traffic(
             traffic, model=model, method=method if not (from_path or endpoint) else None, workload=workload,
             out=out_path, gpu=gpu, num_gpus=num_gpus, num_speculative_tokens=num_speculative_tokens,
-            field_map=traffic_map, progress=sys.stderr.isatty(),
+            field_map=traffic_map, progress=traffic_bar(),
         )
         if not (from_path or endpoint):
-            emit(reports, output, lambda rs: [x for r in rs for x in render(r)])
+            emit(reports, output, lambda rs: [x for r in rs for x in calibrate_table(r)])
             return
     if not method:
         raise SpecplugError("Which speculative method did the endpoint run? Pass --method (ngram, eagle3, ...).")
@@ -108,12 +102,12 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
             api_key=api_key_from_env(api_key_env), stack=stack, temperature=temperature,
         )
         from specplug.bench.calibrate import pooled_acceptance
-        from specplug.bench.foreign import detect, load_json
+        from specplug.bench.foreign import backend_stack, detect, load_json
 
         docs = [load_json(p) for p in from_paths]
         foreign = any(detect(d) != "specplug" for d in docs)
         if record.stack is None and stack is None:
-            stack = _report_stack(docs)
+            stack = backend_stack(docs)
         if foreign and not client and pooled_acceptance(record) is None:
             raise SpecplugError(
                 "The report has no speculative-decoding figures (GuideLLM never records them; vLLM's client only "
@@ -122,8 +116,8 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
                 "--from FILE --endpoint URL -- CLIENT ARGS...",
             )
     else:
-        from specplug.bench.prompts import builtin_workloads
-        from specplug.commands.bench import run_and_report
+        from specplug.bench.prompts import builtin_workloads, load_prompt_set
+        from specplug.commands._progress import measure_with_bar
 
         if not prompts_file and workload and workload not in builtin_workloads():
             raise SpecplugError(
@@ -131,64 +125,19 @@ def calibrate(from_paths, baseline_from, temperature, client, endpoint, baseline
                 f"Pass --prompts FILE.jsonl with such traffic, or one of: {', '.join(builtin_workloads())}.",
             )
         bench_workload = None if prompts_file else (workload or "chat")
-        record = run_and_report(
+        record = measure_with_bar(
             endpoint=endpoint, baseline=baseline, levels=parse_concurrency(concurrency),
             prompts=load_prompt_set(bench_workload, prompts_file), workload=bench_workload, prompts_file=prompts_file,
             model=served_model, num_prompts=num_prompts, max_tokens=max_tokens, temperature=0.0, duration_s=None,
             api="auto", api_key_env=api_key_env, timeout_s=300.0, min_speedup=1.0, out_dir=save_bench,
-            output=output, show=False,
         )
         if not record.complete:
             raise click.exceptions.Exit(130)
-    stack = stack or record.stack
-    _need_setup(record.workload if workload is None else workload, stack)
-    num_speculative_tokens, k_note = _server_k(record, num_speculative_tokens)
     rep = run_calibrate(
         record, model=model, method=method, workload=workload, out=out_path, gpu=gpu, stack=stack, drafter=drafter,
         num_speculative_tokens=num_speculative_tokens, num_gpus=num_gpus,
     )
-    if k_note:
-        rep.notes.insert(0, k_note)
     if reports:
-        emit([*reports, rep], output, lambda rs: [x for r in rs for x in render(r)])
+        emit([*reports, rep], output, lambda rs: [x for r in rs for x in calibrate_table(r)])
     else:
-        emit(rep, output, render)
-
-
-def _report_stack(docs: list[dict[str, Any]]) -> str | None:
-    """The stack the client reports name as their backend ('vllm bench serve' writes "backend": "vllm"), when they
-    agree on one specplug knows."""
-    from specplug.stacks.registry import is_stack
-
-    names = {_BACKEND_STACK.get(b, b) for d in docs if isinstance(b := d.get("backend"), str)}
-    if len(names) != 1:
-        return None
-    name = names.pop()
-    return name if is_stack(name) else None
-
-
-def _need_setup(workload: str | None, stack: str | None) -> None:
-    """Ask once for everything the report does not say, rather than one flag per run."""
-    from specplug.errors import SpecplugError
-
-    missing = []
-    if not workload:
-        missing.append(f"--workload ({', '.join(WORKLOADS)}): the report does not say what traffic it measured")
-    if not stack:
-        missing.append("--stack: neither the report nor the server's metrics name the stack that served it")
-    if missing:
-        raise SpecplugError("The calibration entry needs what the report does not say.", "Pass " + "; and ".join(missing) + ".")
-
-
-def _server_k(record: Any, given: int | None) -> tuple[int | None, str | None]:
-    """The draft length to label the entry with: the one the server ran, read from its counters (draft tokens per
-    draft), over a -k that is lower than what it drafted; a note says when the flag was overruled. A measured length
-    below -k is kept as -k: n-gram drafts and per-batch schedules propose fewer than their k."""
-    from specplug.bench.calibrate import infer_k, pooled_acceptance
-
-    acc = pooled_acceptance(record)
-    ran = infer_k(acc) if acc is not None else None
-    if given is None or ran is None or ran <= given:
-        return given, None
-    return ran, (f"The server drafted {ran} tokens per step (its counters), more than -k {given}: the entry is labelled "
-                 f"k={ran}, the draft length it ran.")
+        emit(rep, output, calibrate_table)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from specplug.commands._output import output_option
@@ -51,11 +49,12 @@ from specplug.output import emit
 @output_option
 def estimate(model, method, drafter, num_speculative_tokens, tree_topk, num_draft_tokens, gpu, num_gpus, batch_size, workload, temperature, stack, stack_version, input_len, output_len, request_rate, slo_tpot_ms, slo_ttft_ms, calibration, policy_path, traffic, traffic_map, quantization, kv_cache_dtype, plot_path, output) -> None:
     """Estimate speedup and acceptance length for one configuration."""
+    from specplug.commands._progress import traffic_bar
     from specplug.planning import estimate as run
     from specplug.traffic.records import using_field_map
 
     extra = {"traffic": traffic} if traffic else {}
-    with using_field_map(traffic_map, progress=sys.stderr.isatty()):
+    with using_field_map(traffic_map, progress=traffic_bar()):
         est = run(
             model,
             method,

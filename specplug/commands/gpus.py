@@ -19,7 +19,7 @@ def gpus(name: str | None, output: str) -> None:
     """List the GPU catalog, or show one GPU by NAME or alias (e.g. h100, a100-80gb, l4)."""
     from specplug.catalog import get_gpu
     from specplug.catalog import gpus as all_gpus
-    from specplug.output import to_plain
+    from specplug.serialize import to_plain
 
     if name:
         g = get_gpu(name)

@@ -60,7 +60,7 @@ def search(text: tuple[str, ...], output: str) -> None:
 def show(name: str, revision: str | None, output: str) -> None:
     """Show one model (alias, HF id or local folder): its facts, where each came from, and its known drafters."""
     from specplug.catalog import get_model
-    from specplug.output import to_plain
+    from specplug.serialize import to_plain
 
     m = get_model(name, revision=revision)
     data = to_plain(m)
@@ -140,7 +140,7 @@ def _drafters_of(m: Model) -> list[Drafter]:
 
 
 def _drafter_plain(d: Drafter) -> dict:
-    from specplug.output import to_plain
+    from specplug.serialize import to_plain
 
     out = to_plain(d)
     # Machine readers get the stacks both ways: the parsed map and the version-qualified list.
@@ -169,7 +169,7 @@ def drafters_cmd(target: str, offline: bool, output: str) -> None:
     Hub repositories whose model card or speculators verifier names it, each with where it was found."""
     from specplug.catalog import get_model
     from specplug.catalog.discovery import discover
-    from specplug.output import to_plain
+    from specplug.serialize import to_plain
 
     m = get_model(target)
     found, notes = discover(m.hf_id, online=False if offline else None)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from specplug.commands._common import config_option
@@ -24,6 +22,7 @@ def plan(config_path: str | None, check_only: bool, traffic: str | None, traffic
     'launch' and 'deploy' then use the locked plan, and 'specplug check' fails when they drift apart.
     A traffic file (workload.traffic or --traffic) is recorded with its digest: changing it is drift too.
     """
+    from specplug.commands._progress import traffic_bar
     from specplug.config import find_config
     from specplug.errors import SpecplugError
     from specplug.traffic.records import using_field_map
@@ -31,7 +30,7 @@ def plan(config_path: str | None, check_only: bool, traffic: str | None, traffic
     path = find_config(config_path)
     if path is None:
         raise SpecplugError("No specplug.yaml here.", "Pass -c FILE, or write one with 'specplug init --model M'.")
-    with using_field_map(traffic_map, progress=sys.stderr.isatty()):
+    with using_field_map(traffic_map, progress=traffic_bar()):
         _plan(path, check_only, traffic)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -35,12 +34,13 @@ def recommend(config_path: str | None, policy_path: str | None, calibration: str
     A deployment that cannot fit in memory exits 1 with the fixes and what each would give.
     """
     from specplug.commands._common import read_config
+    from specplug.commands._progress import traffic_bar
     from specplug.planning import recommend as run
     from specplug.traffic.records import using_field_map
 
     cfg, _ = read_config(config_path)
     # --traffic given nowhere (None): the config's workload.traffic, if any, is the planner's to read.
-    with using_field_map(traffic_map, progress=sys.stderr.isatty()):
+    with using_field_map(traffic_map, progress=traffic_bar()):
         plan = run(config=cfg, policy=policy_path, calibration=calibration, discover=discover, **flags)
     if plot_path:
         from specplug.commands.loadplot import write_load_plot

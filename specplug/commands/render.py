@@ -23,8 +23,8 @@ _RENDER_FORMAT = {"table": "shell", "json": "json", "yaml": "yaml"}
                help="table: the launch script; json or yaml: the launch spec (argv, env, files).")
 def render(stack: str, output_dir: str | None, output: str, extra_args: tuple[str, ...], **request) -> None:
     """Render STACK's launch command (and files, e.g. TensorRT-LLM's YAML) from specplug.yaml or flags."""
-    from specplug.output import dump_json, dump_yaml
     from specplug.rendering import render as do_render
+    from specplug.serialize import dump_json, dump_yaml
 
     fmt = _RENDER_FORMAT[output]
     r = do_render(stack, extra_args=list(extra_args), output_dir=output_dir, format=fmt, **request)

@@ -71,14 +71,15 @@ def tune(config_path, concurrency, request_rates, slo_tpot_ms, slo_ttft_ms, traf
     """
     from pathlib import Path
 
+    from specplug.commands._progress import TrialBar
+    from specplug.commands._tune_tables import trial_plan_table, tune_table
     from specplug.commands.bench import parse_concurrency
     from specplug.config import METHODS, find_config, load_config
     from specplug.errors import SpecplugError
     from specplug.lock import resolve_traffic
     from specplug.output import console, emit
     from specplug.traffic import file_digest
-    from specplug.tune import session, show, trials
-    from specplug.tune import state as S
+    from specplug.tune import session
     from specplug.tune.lockref import measured_inputs, measured_spec
     from specplug.tune.prompts import for_tune
     from specplug.tune.settings import TuneSettings, parse_budget, parse_ints, parse_rates
@@ -114,28 +115,18 @@ def tune(config_path, concurrency, request_rates, slo_tpot_ms, slo_ttft_ms, traf
         launch_timeout_s=timeout_s, config_digest=_digest(measured_spec(cfg)),
     )
     prompts, label = for_tune(settings.traffic, workload, cfg.workload.type, traffic_map)
-    rec = session.recommendation(cfg, path)
-    cands = trials.candidates_from(rec, settings, session.pinned_candidate(cfg))
-    if not cands:
-        raise SpecplugError(
-            f"The recommendation leaves no technique to try for {rec.model.name} on {rec.stack.name}.",
-            "Name one with --method (and --drafter for a draft model); 'specplug recommend' lists why each was ruled out.",
-        )
     out = Path(out_dir)
-    st = S.load(out, settings, restart)
-    requests_at = session.requests_per_level(prompts, settings)
-    est = session.estimator(rec.stack.name, settings, requests_at, st)
-    done = {k for k, r in st.results.items() if r.status == "done"}
-    tplan = trials.build(cands, settings, est, settings.budget_s, done)
+    p = session.prepare(cfg, path, settings, prompts, out, restart)
     con = console(stderr=output != "table")
-    for r in trials.render(tplan, settings, done):
+    for r in trial_plan_table(p.plan, settings, p.done):
         con.print(r)
     if plan_only:
         return
-    ok = session.run_trials(cfg, path, tplan, settings, prompts, st, out, requests_at)
-    rep = session.finish(cfg, path, rec, tplan, settings, st, out, label, measured_inputs(cfg, path), ok,
+    with TrialBar(p.plan, settings, p.requests_at, p.done) as bar:
+        ok = session.run_trials(cfg, path, p.plan, settings, prompts, p.state, out, p.requests_at, reporter=bar)
+    rep = session.finish(cfg, path, p.rec, p.plan, settings, p.state, out, label, measured_inputs(cfg, path), ok,
                          write_config=not no_write)
-    emit(rep, output, show.render)
+    emit(rep, output, tune_table)
     if not ok:
         sys.stdout.flush()
         raise click.exceptions.Exit(130)  # Ctrl-C: the state file keeps the progress

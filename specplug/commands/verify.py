@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from specplug.commands.bench import common_options, load_prompt_set, with_options
+from specplug.commands.bench import common_options, with_options
 from specplug.output import FORMATS
 
 
@@ -36,8 +36,10 @@ def verify(endpoint, baseline, model, workload, prompts_file, num_prompts, max_t
     requests) are found, and with --json-schema also when an output that ended by itself does not validate.
     """
     from specplug.bench.client import Endpoint, api_key_from_env, parse_endpoint
-    from specplug.bench.verify import load_schema, render
+    from specplug.bench.prompts import load_prompt_set
+    from specplug.bench.verify import load_schema
     from specplug.bench.verify import verify as run_verify
+    from specplug.commands._bench_tables import verify_table
     from specplug.errors import SpecplugError
     from specplug.output import emit
 
@@ -55,6 +57,6 @@ def verify(endpoint, baseline, model, workload, prompts_file, num_prompts, max_t
         tie_margin=tie_margin, max_diff_share=max_diff_share, timeout_s=timeout_s, json_schema=schema,
         schema_name=json_schema,
     )
-    emit(rep, output, render)
+    emit(rep, output, verify_table)
     if rep.failed:
         raise click.exceptions.Exit(1)

@@ -129,7 +129,7 @@ def same_setup(a: CalibrationEntry, b: CalibrationEntry) -> bool:
 def merge_into(path: str | Path, entries: list[CalibrationEntry]) -> Calibration:
     """Merge ``entries`` into the calibration file at ``path`` (created if missing) and write it atomically."""
     from specplug.fileio import write_atomic
-    from specplug.output import dump_yaml
+    from specplug.serialize import dump_yaml
 
     p = Path(path)
     merged = load_calibration(p) if p.exists() else Calibration()

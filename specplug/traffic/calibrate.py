@@ -4,8 +4,12 @@ with the same before / measured / after report a bench calibration gives."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specplug.errors import SpecplugError
+
+if TYPE_CHECKING:
+    from specplug.traffic.records import ReadProgress
 
 REPLAY_STACK = "vllm"  # the stack whose proposers the replay follows (and the one that serves suffix decoding)
 
@@ -21,7 +25,7 @@ def calibrate_traffic(
     num_gpus: int = 1,
     num_speculative_tokens: int | None = None,
     field_map: str | None = None,
-    progress: bool = False,
+    progress: ReadProgress | None = None,
 ) -> list:
     """Replay ``path`` for ``model``, merge its entries into ``out`` and report each method."""
     from specplug.bench.calibrate import CalibrateReport, Row, Side

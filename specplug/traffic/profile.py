@@ -14,6 +14,7 @@ from specplug.traffic.records import (
     DEFAULT_FIELD_MAP,
     DEFAULT_PROGRESS,
     FORMATS_HELP,
+    ReadProgress,
     ReadStats,
     parse_field_map,
     read_records,
@@ -136,16 +137,6 @@ class TrafficProfile:
         return out
 
 
-def _progress(console: Any = None):
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("replaying traffic"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=console or Console(stderr=True), transient=True,
-    )
-
-
 def _replayer(k_max: int, nmin: int, nmax: int):
     try:
         from specplug.traffic.fastreplay import FastReplay
@@ -161,7 +152,7 @@ def load_traffic(
     k_max: int = 8,
     prompt_lookup_min: int = 2,
     prompt_lookup_max: int = 4,
-    progress: bool = False,
+    progress: ReadProgress | None = None,
     field_map: str | dict[str, str] | None = None,
 ) -> TrafficProfile:
     """Read a JSONL traffic log (streamed), tokenize it for ``model`` and replay n-gram and suffix decoding
@@ -182,7 +173,7 @@ def load_traffic(
         raise SpecplugError(f"prompt_lookup_min={prompt_lookup_min} and prompt_lookup_max={prompt_lookup_max}: "
                             "need 1 <= min <= max.")
     fmap = parse_field_map(field_map) if field_map is not None else DEFAULT_FIELD_MAP.get()
-    progress = progress or DEFAULT_PROGRESS.get()
+    progress = progress if progress is not None else DEFAULT_PROGRESS.get()
     tok = choose(model)
     replay = _replayer(k_max, prompt_lookup_min, prompt_lookup_max)
     stats = ReadStats()
@@ -213,28 +204,26 @@ def load_traffic(
         contexts.extend(len(a) + len(b) / 2 for a, b in zip(prompts, outs, strict=True))
         replay.add(prompts, outs)
 
-    def hashed(fh, bar):
-        # Feeds the digest (and the progress bar) from the same single pass that parses the lines.
-        task = bar.add_task("traffic", total=p.stat().st_size) if bar is not None else None
+    def hashed(fh):
+        # Feeds the digest (and the progress report, a megabyte at a time) from the single pass that parses the lines.
         done = 0
         for raw in fh:
             sha.update(raw)
             done += len(raw)
-            if bar is not None and done >= 1 << 20:
-                bar.advance(task, done)
+            if progress is not None and done >= 1 << 20:
+                progress.advance(done)
                 done = 0
             yield raw
-        if bar is not None:
-            bar.advance(task, done)
+        if progress is not None:
+            progress.advance(done)
 
     with fh, ThreadPoolExecutor(1) as worker:
-        bar = _progress() if progress else None
-        if bar is not None:
-            bar.start()
+        if progress is not None:
+            progress.start(p.stat().st_size)
         try:
             pending = None  # (records in the batch, its tokenization under way)
             batch: list = []
-            for rec in read_records(hashed(fh, bar), stats, fmap):
+            for rec in read_records(hashed(fh), stats, fmap):
                 if rec.arrived is not None:
                     arrivals.append(rec.arrived)
                 batch.append(rec)
@@ -247,8 +236,8 @@ def load_traffic(
             if batch:
                 run(len(batch), encode(batch))
         finally:
-            if bar is not None:
-                bar.stop()
+            if progress is not None:
+                progress.stop()
     if stats.records == 0:
         why = "; ".join(f"{why} ({n} line{'s' if n > 1 else ''})" for why, n in sorted(stats.reasons.items(), key=lambda kv: -kv[1])[:4])
         where = f" (lines {', '.join(map(str, stats.malformed_lines[:5]))}{', ...' if stats.malformed > 5 else ''})" if stats.malformed else ""

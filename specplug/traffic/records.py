@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from specplug.errors import UsageError
 
@@ -40,13 +40,24 @@ MAX_LISTED = 20
 # The field map a command line gave (--traffic-map): load_traffic falls back to it when called without one,
 # so the map reaches the reader through the policy code that calls load_traffic(path, model).
 DEFAULT_FIELD_MAP: ContextVar[dict[str, str] | None] = ContextVar("specplug_traffic_field_map", default=None)
-DEFAULT_PROGRESS: ContextVar[bool] = ContextVar("specplug_traffic_progress", default=False)
+DEFAULT_PROGRESS: ContextVar[ReadProgress | None] = ContextVar("specplug_traffic_progress", default=None)
+
+
+class ReadProgress(Protocol):
+    """What load_traffic reports while it reads a file: its size, then the bytes read as they go. The CLI draws
+    a bar with it; a script may pass its own, or nothing."""
+
+    def start(self, total_bytes: int) -> None: ...
+
+    def advance(self, nbytes: int) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 @contextlib.contextmanager
-def using_field_map(text: str | dict[str, str] | None, progress: bool = False) -> Iterator[None]:
-    """Make ``text`` (``prompt=a.b,completion=c``) the field map of every load_traffic call inside, and show
-    their progress bars when ``progress``."""
+def using_field_map(text: str | dict[str, str] | None, progress: ReadProgress | None = None) -> Iterator[None]:
+    """Make ``text`` (``prompt=a.b,completion=c``) the field map of every load_traffic call inside, and
+    ``progress`` what each reports its reading to."""
     token = DEFAULT_FIELD_MAP.set(parse_field_map(text))
     ptoken = DEFAULT_PROGRESS.set(progress)
     try:

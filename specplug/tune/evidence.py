@@ -150,7 +150,7 @@ def plot_png(rep: TuneReport) -> bytes | None:
 def write(rep: TuneReport, out_dir: str | Path) -> list[Path]:
     """tune.png, tune.csv, then tune.json last (it records whether the plot was written)."""
     from specplug.fileio import write_atomic, write_atomic_bytes
-    from specplug.output import dump_json
+    from specplug.serialize import dump_json
 
     d = Path(out_dir)
     written = []
@@ -167,7 +167,7 @@ def write(rep: TuneReport, out_dir: str | Path) -> list[Path]:
 def write_json(rep: TuneReport, out_dir: str | Path) -> Path:
     """tune.json alone: the report again once what it records has changed (the calibration written)."""
     from specplug.fileio import write_atomic
-    from specplug.output import dump_json
+    from specplug.serialize import dump_json
 
     return write_atomic(Path(out_dir) / "tune.json", dump_json(rep))
 

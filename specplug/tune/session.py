@@ -1,4 +1,4 @@
-"""A whole tune: plan the trials, run the ones not finished yet (progress bar, Ctrl-C, resume), decide, and
+"""A whole tune: plan the trials, run the ones not finished yet (reporting as they go, Ctrl-C, resume), decide, and
 write the decision with its evidence (specplug.yaml, the calibration, the lock and its tune reference)."""
 
 from __future__ import annotations
@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import datetime
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specplug.bench.prompts import Prompt
 from specplug.config import Config, SpeculationSpec
@@ -72,6 +74,35 @@ def estimator(stack: str, settings: TuneSettings, requests_at: dict[Any, int], s
     return est
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A tune ready to run: the recommendation, the trials with their estimates, and what ``out_dir`` kept."""
+
+    rec: Plan
+    plan: T.TrialPlan
+    state: S.TuneState
+    requests_at: dict[Any, int]  # requests per level of one repeat
+    done: set[str]  # trials finished in an earlier run, kept
+
+
+def prepare(cfg: Config, config_path: Path, settings: TuneSettings, prompts: list[Prompt], out_dir: Path,
+            restart: bool = False) -> Prepared:
+    """Plan the trials for ``cfg``: recommend's candidates (or the pinned speculation), the state kept in
+    ``out_dir`` (dropped with ``restart``), and each trial's time, measured where earlier trials ran."""
+    rec = recommendation(cfg, config_path)
+    cands = T.candidates_from(rec, settings, pinned_candidate(cfg))
+    if not cands:
+        raise SpecplugError(
+            f"The recommendation leaves no technique to try for {rec.model.name} on {rec.stack.name}.",
+            "Name one with --method (and --drafter for a draft model); 'specplug recommend' lists why each was ruled out.",
+        )
+    st = S.load(out_dir, settings, restart)
+    requests_at = requests_per_level(prompts, settings)
+    est = estimator(rec.stack.name, settings, requests_at, st)
+    done = {k for k, r in st.results.items() if r.status == "done"}
+    return Prepared(rec, T.build(cands, settings, est, settings.budget_s, done), st, requests_at, done)
+
+
 def schedule_mode(rec: Plan) -> Callable[[str], D.Mode]:
     """How the planned stack, at the planned version, follows a per-batch schedule for each method."""
     from specplug.stackcaps import declared
@@ -89,6 +120,44 @@ def schedule_mode(rec: Plan) -> Callable[[str], D.Mode]:
     return mode
 
 
+class TrialReporter(Protocol):
+    """What :func:`run_trials` reports as it goes: each trial starting, each request done, each trial's outcome
+    and notes. :class:`PlainReporter` prints plain lines; the CLI draws a progress bar and prints in colour."""
+
+    def start(self, trial: T.Trial, index: int, count: int) -> None: ...
+
+    def tick(self, trial_id: str, level: Any, done: int) -> None: ...
+
+    def finish(self, trial: T.Trial, result: S.TrialResult, requests_done: int) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+def outcome(trial: T.Trial, result: S.TrialResult) -> list[str]:
+    """How a finished trial went, in lines: done and how long it took, or why it failed and the end of its log."""
+    if result.status != "failed":
+        return [f"{trial.id} done in {fmt_duration(result.wall_s or 0)}"]
+    lines = [f"{trial.id} failed: {result.error or ''}", *(f"  | {line}" for line in result.log_tail[-8:])]
+    return lines + ([f"  full log: {result.log_file}"] if result.log_file else [])
+
+
+class PlainReporter:
+    """Outcomes and notes as plain lines on stderr, no progress bar: what a script calling run_trials sees."""
+
+    def start(self, trial: T.Trial, index: int, count: int) -> None:
+        pass
+
+    def tick(self, trial_id: str, level: Any, done: int) -> None:
+        pass
+
+    def finish(self, trial: T.Trial, result: S.TrialResult, requests_done: int) -> None:
+        for line in outcome(trial, result):
+            self.note(line)
+
+    def note(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+
 def _past_budget(plan: T.TrialPlan, trial: T.Trial, spent_s: float) -> bool:
     """Whether starting ``trial`` now would end past the budget (the deciding trials always run: the plan was
     refused up front if their estimate did not fit)."""
@@ -97,7 +166,7 @@ def _past_budget(plan: T.TrialPlan, trial: T.Trial, spent_s: float) -> bool:
     return spent_s + trial.estimate_s > plan.budget_s
 
 
-def _stop_at_budget(plan: T.TrialPlan, left: list[T.Trial], spent_s: float, con: Any) -> None:
+def _stop_at_budget(plan: T.TrialPlan, left: list[T.Trial], spent_s: float, reporter: TrialReporter) -> None:
     """Leave the trials not started out of the plan, as if the budget had dropped them up front, and say so."""
     ids = {t.id for t in left}
     plan.trials = [t for t in plan.trials if t.id not in ids]
@@ -105,114 +174,62 @@ def _stop_at_budget(plan: T.TrialPlan, left: list[T.Trial], spent_s: float, con:
     note = (f"--budget {fmt_duration(plan.budget_s or 0)}: stopped after {fmt_duration(spent_s)}, before "
             f"{len(left)} trial(s) that would have ended past it: {', '.join(t.id for t in left)}.")
     plan.notes.append(note)
-    con.print(note, markup=False, highlight=False)
-
-
-class Progress:
-    """The rich progress bar: trial, concurrency, requests, and the time the plan says is left."""
-
-    def __init__(self, plan: T.TrialPlan, settings: TuneSettings, requests_at: dict[Any, int], done: set[str]) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RichProgress
-
-        from specplug.output import console
-
-        self.con = console(stderr=True)
-        self.per_trial = sum(requests_at.values()) * settings.repeats
-        todo = [t for t in plan.trials if t.id not in done]
-        self.left = {t.id: t.estimate_s for t in todo}
-        self.bar = RichProgress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("about {task.fields[left]} left"), console=self.con, transient=True,
-            disable=not self.con.is_terminal,
-        )
-        self.task = self.bar.add_task("tune", total=max(self.per_trial * len(todo), 1), left=fmt_duration(sum(self.left.values())))
-        self.trial_started = time.monotonic()
-        self.current: str | None = None
-
-    def start(self, trial: T.Trial, index: int, count: int) -> None:
-        self.current = trial.id
-        self.trial_started = time.monotonic()
-        self.bar.update(self.task, description=f"[{index}/{count}] {trial.id}: starting", left=self._left())
-
-    def tick(self, trial_id: str, level: Any, done: int) -> None:
-        where = f"{level}" if not isinstance(level, int) else f"c={level}"
-        self.bar.update(self.task, advance=1, description=f"{trial_id} {where}", left=self._left())
-
-    def finish(self, trial: T.Trial, requests_done: int) -> None:
-        self.left.pop(trial.id, None)
-        self.bar.update(self.task, advance=max(self.per_trial - requests_done, 0), left=self._left())
-
-    def _left(self) -> str:
-        spent = time.monotonic() - self.trial_started if self.current else 0.0
-        cur = self.left.get(self.current or "", 0.0)
-        return fmt_duration(sum(self.left.values()) - min(spent, cur))
+    reporter.note(note)
 
 
 def run_trials(
     cfg: Config, config_path: Path, plan: T.TrialPlan, settings: TuneSettings, prompts: list[Prompt],
     st: S.TuneState, out_dir: Path, requests_at: dict[Any, int], clock: Callable[[], float] = time.monotonic,
+    reporter: TrialReporter | None = None,
 ) -> bool:
     """Run every planned trial not finished yet, saving the state after each. Returns False on Ctrl-C.
 
     With --budget, a trial whose estimate would end past the budget is not started (``clock`` measures the time
-    spent), so a tune overruns its budget by at most what one trial takes beyond its estimate."""
-    from rich.markup import escape
-
+    spent), so a tune overruns its budget by at most what one trial takes beyond its estimate. ``reporter`` hears
+    how it goes (default: :class:`PlainReporter`)."""
     from specplug.tune.runner import free_port, run_trial, trial_plan
 
+    rep = reporter if reporter is not None else PlainReporter()
     # A trial that failed before is tried again: what stopped it (a path, a port, memory) may be fixed now.
     finished = {k for k, r in st.results.items() if r.status == "done"}
     todo = [t for t in plan.trials if t.id not in finished]
-    prog = Progress(plan, settings, requests_at, finished)
-    con = prog.con
     previous = _term_as_interrupt()
     started = clock()
     try:
-        with prog.bar:
-            for i, trial in enumerate(todo, 1):
-                if _past_budget(plan, trial, clock() - started):
-                    _stop_at_budget(plan, todo[i - 1:], clock() - started, con)
-                    break
-                prog.start(trial, i, len(todo))
-                count = [0]
+        for i, trial in enumerate(todo, 1):
+            if _past_budget(plan, trial, clock() - started):
+                _stop_at_budget(plan, todo[i - 1:], clock() - started, rep)
+                break
+            rep.start(trial, i, len(todo))
+            count = [0]
 
-                def tick(tid: str, level: Any, done: int, _count: list[int] = count) -> None:
-                    _count[0] += 1
-                    prog.tick(tid, level, done)
+            def tick(tid: str, level: Any, done: int, _count: list[int] = count) -> None:
+                _count[0] += 1
+                rep.tick(tid, level, done)
 
-                try:
-                    tplan = trial_plan(cfg, config_path, trial, free_port())
-                except SpecplugError as exc:
-                    res = S.TrialResult(id=trial.id, method=trial.method, drafter=trial.drafter, k=trial.k,
-                                        status="failed", error=f"cannot plan it: {exc.message}")
-                else:
-                    res = run_trial(trial, tplan, settings, prompts, out_dir / "runs" / trial.id, tick)
-                st.results[trial.id] = res
-                S.save(out_dir, st)
-                prog.finish(trial, count[0])
-                if res.status == "failed":
-                    # The error may quote a server's body ("[/v1/...]"): printed as written, not as markup.
-                    con.print(f"[red]{escape(trial.id)} failed[/red]: {escape(res.error or '')}")
-                    for line in res.log_tail[-8:]:
-                        con.print(f"  | {line}", markup=False, highlight=False)
-                    if res.log_file:
-                        con.print(f"  full log: {res.log_file}", markup=False)
-                    if trial.control:
-                        why = (res.error or "no reason given").rstrip(".")
-                        raise SpecplugError(
-                            f"The control (speculation off) failed: {why}. Nothing can be compared without it, so "
-                            "specplug.yaml and the lock were left as they were.",
-                            f"Fix what its log says ({res.log_file or 'above'}) and rerun the same command; finished "
-                            "trials are kept.",
-                        )
-                else:
-                    con.print(f"{trial.id} done in {fmt_duration(res.wall_s or 0)}", highlight=False)
+            try:
+                tplan = trial_plan(cfg, config_path, trial, free_port())
+            except SpecplugError as exc:
+                res = S.TrialResult(id=trial.id, method=trial.method, drafter=trial.drafter, k=trial.k,
+                                    status="failed", error=f"cannot plan it: {exc.message}")
+            else:
+                res = run_trial(trial, tplan, settings, prompts, out_dir / "runs" / trial.id, tick)
+            st.results[trial.id] = res
+            S.save(out_dir, st)
+            rep.finish(trial, res, count[0])
+            if res.status == "failed" and trial.control:
+                why = (res.error or "no reason given").rstrip(".")
+                raise SpecplugError(
+                    f"The control (speculation off) failed: {why}. Nothing can be compared without it, so "
+                    "specplug.yaml and the lock were left as they were.",
+                    f"Fix what its log says ({res.log_file or 'above'}) and rerun the same command; finished "
+                    "trials are kept.",
+                )
     except KeyboardInterrupt:
         S.save(out_dir, st)
         done = sum(1 for t in plan.trials if t.id in st.results and st.results[t.id].status == "done")
-        con.print(f"Stopped: {done} of {len(plan.trials)} trials finished and kept in {S.path_in(out_dir)}; "
-                  "rerun the same command to resume.", highlight=False)
+        rep.note(f"Stopped: {done} of {len(plan.trials)} trials finished and kept in {S.path_in(out_dir)}; "
+                 "rerun the same command to resume.")
         return False
     finally:
         if previous is not None:

@@ -245,36 +245,3 @@ def _slug(label: str) -> str:
     import re
 
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "trial"
-
-
-def render(plan: TrialPlan, settings: TuneSettings, done: set[str] | frozenset[str] = frozenset()) -> list:
-    """What will run, in order, and about how long (rich renderables)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title="specplug tune: trial plan", title_justify="left")
-    for col in ("#", "trial", "method", "drafter", "k", "why", "about"):
-        t.add_column(col, justify="right" if col in ("#", "k", "about") else "left")
-    left = 0.0
-    for i, tr in enumerate(plan.trials, 1):
-        state = " (done)" if tr.id in done else ""
-        if tr.id not in done:
-            left += tr.estimate_s
-        why = {"control": "K=0 baseline", "acceptance": "acceptance per position",
-               "step-cost": "step cost at this k"}[tr.purpose]
-        t.add_row(str(i), tr.id + state, tr.method, tr.drafter or "-", str(tr.k), why, fmt_duration(tr.estimate_s))
-    basis = "measured on this machine" if plan.estimate_basis == "measured" else "a rough prior until the control has run"
-    lines = [
-        f"{len(plan.trials)} launch(es); concurrency {','.join(map(str, settings.concurrency))}"
-        + (f" and request rate {','.join(f'{r:g}' for r in settings.request_rates)}/s (open loop)"
-           if settings.request_rates else "") + ", "
-        f"{settings.repeats} repeat(s) per level; about {fmt_duration(left)} left ({basis}).",
-        *plan.notes,
-    ]
-    if settings.load_request_rate is not None:
-        lines.append(f"The decision serves the stated load: {settings.load_request_rate:g} requests/s "
-                     "(workload.request_rate).")
-    elif settings.load_concurrency is not None:
-        lines.append(f"The decision serves the stated load: concurrency {settings.load_concurrency} "
-                     "(workload.concurrency).")
-    return [t, Text("\n".join(lines))]

@@ -121,21 +121,19 @@ def test_bleu4_is_measured_beside_the_overlap(smollm2_tokenizer_folder, tmp_path
     assert prof.summary()["bleu4"] == round(prof.bleu4, 4)
 
 
-def test_a_progress_bar_follows_the_file(tmp_path, monkeypatch) -> None:
+def test_a_progress_bar_follows_the_file(tmp_path) -> None:
     import io
 
     from rich.console import Console
 
-    from specplug.traffic import profile
+    from specplug.commands._progress import TrafficBar
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=100)
-    real = profile._progress
-    monkeypatch.setattr(profile, "_progress", lambda: real(console))
     recs = [{"prompt": f"p{i} " * 50, "completion": f"c{i} " * 50} for i in range(3000)]
     path = logs.write(tmp_path / "big.jsonl", recs)
     assert path.stat().st_size > 1 << 20
-    load_traffic(path, NO_TOKENIZER, progress=True)
+    load_traffic(path, NO_TOKENIZER, progress=TrafficBar(console))
     drawn = out.getvalue()
     assert "replaying traffic" in drawn and "MB" in drawn
 

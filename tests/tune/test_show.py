@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from specplug.tune.show import render
+from specplug.commands._tune_tables import tune_table
 from tests.tune.test_evidence import _report
 
 
@@ -13,7 +13,7 @@ def test_report_reads_as_a_decision_with_its_evidence():
     rep.trials[2].error = "The server exited with code 1 before it was healthy."
     rep.trials[2].log_tail = ["ValueError: unknown drafter format"]
     con = Console(width=220, record=True, color_system=None)
-    for r in render(rep):
+    for r in tune_table(rep):
         con.print(r)
     text = con.export_text()
     assert "1.47x (1.44-1.50)" in text and "2/2 identical" in text
@@ -25,7 +25,7 @@ def test_an_error_quoting_markup_is_printed_as_written():
     rep = _report()
     rep.trials[2].error = "HTTP 404 from [/v1/completions]: [bold]not found[/]"
     con = Console(width=220, record=True, color_system=None)
-    for r in render(rep):
+    for r in tune_table(rep):
         con.print(r)  # rich.errors.MarkupError before the text was escaped
     text = con.export_text()
     assert "failed: HTTP 404 from [/v1/completions]" in text and "[bold]not found[/]" in text

@@ -1,11 +1,50 @@
-"""Printing a tune report: the measurements per trial and concurrency, the decision and schedule, and the
-predicted against the measured acceptance."""
+"""The tables tune prints: the trial plan before it runs, then the measurements per trial and concurrency, the
+decision and schedule, and the predicted against the measured acceptance (rich renderables built from
+:mod:`specplug.tune.trials` and :mod:`specplug.tune.evidence`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specplug.tune.evidence import TuneReport
+from specplug.tune.settings import fmt_duration
+
+if TYPE_CHECKING:
+    from specplug.tune.evidence import TuneReport
+    from specplug.tune.settings import TuneSettings
+    from specplug.tune.trials import TrialPlan
+
+
+def trial_plan_table(plan: TrialPlan, settings: TuneSettings, done: set[str] | frozenset[str] = frozenset()) -> list[Any]:
+    """What will run, in order, and about how long (rich renderables)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title="specplug tune: trial plan", title_justify="left")
+    for col in ("#", "trial", "method", "drafter", "k", "why", "about"):
+        t.add_column(col, justify="right" if col in ("#", "k", "about") else "left")
+    left = 0.0
+    for i, tr in enumerate(plan.trials, 1):
+        state = " (done)" if tr.id in done else ""
+        if tr.id not in done:
+            left += tr.estimate_s
+        why = {"control": "K=0 baseline", "acceptance": "acceptance per position",
+               "step-cost": "step cost at this k"}[tr.purpose]
+        t.add_row(str(i), tr.id + state, tr.method, tr.drafter or "-", str(tr.k), why, fmt_duration(tr.estimate_s))
+    basis = "measured on this machine" if plan.estimate_basis == "measured" else "a rough prior until the control has run"
+    lines = [
+        f"{len(plan.trials)} launch(es); concurrency {','.join(map(str, settings.concurrency))}"
+        + (f" and request rate {','.join(f'{r:g}' for r in settings.request_rates)}/s (open loop)"
+           if settings.request_rates else "") + ", "
+        f"{settings.repeats} repeat(s) per level; about {fmt_duration(left)} left ({basis}).",
+        *plan.notes,
+    ]
+    if settings.load_request_rate is not None:
+        lines.append(f"The decision serves the stated load: {settings.load_request_rate:g} requests/s "
+                     "(workload.request_rate).")
+    elif settings.load_concurrency is not None:
+        lines.append(f"The decision serves the stated load: concurrency {settings.load_concurrency} "
+                     "(workload.concurrency).")
+    return [t, Text("\n".join(lines))]
 
 
 def _f(v: float | None, fmt: str = ".2f") -> str:
@@ -25,7 +64,7 @@ def _crossover_text(x: Any) -> str:
             f"{x.pays_up_to:g}/s, not at {x.stops_at:g}/s).")
 
 
-def render(rep: TuneReport) -> list[Any]:
+def tune_table(rep: TuneReport) -> list[Any]:
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
