@@ -504,7 +504,7 @@ def _cost_context(s: Planning) -> Costed:
     wl = s.wl
     c = cost_context(s.pol, s.caps, s.model, s.target, s.gpu, device, s.par.tensor_parallel_size,
                      s.par.pipeline_parallel_size, s.seqs, wl.input_len, wl.output_len, wl.type, wl.temperature,
-                     s._get("inputs").calib, s.prof)
+                     s.result("inputs").calib, s.prof)
     return Costed(device=device, c=c)
 
 
@@ -676,7 +676,7 @@ def _rule_out_known_broken(s: Planning, cands: list[E.DraftChoice]) -> list[str]
 
 def _decide(s: Planning) -> Decision:
     """The configured speculation (scored, with a warning when the policy would choose otherwise), else the best."""
-    seqs, explicit, best = s.seqs, s.explicit, s._get("scores").best
+    seqs, explicit, best = s.seqs, s.explicit, s.result("scores").best
     if explicit is not None and explicit.method != "none":
         return _configured(s, explicit)
     if explicit is not None:
@@ -691,12 +691,12 @@ def _decide(s: Planning) -> Decision:
 
 def _configured(s: Planning, explicit: SpeculationSpec) -> Decision:
     """The configured technique, scored, with a warning where it may not work or the policy would choose otherwise."""
-    pol, c, seqs, stack, best = s.pol, s.c, s.seqs, s.stack, s._get("scores").best
+    pol, c, seqs, stack, best = s.pol, s.c, s.seqs, s.stack, s.result("scores").best
     warnings: list[str] = []
     d = (
         E.resolve_drafter(explicit.method, explicit.drafter, s.model, s.target, pol, s.caps, s.kvb)
         if explicit.drafter
-        else next((x for x in s._get("scores").cands if x.method == explicit.method and x.drafter_id),
+        else next((x for x in s.result("scores").cands if x.method == explicit.method and x.drafter_id),
                   E.DraftChoice(explicit.method))
     )
     if explicit.method in HEAD_METHODS and not d.drafter_id:
@@ -1186,7 +1186,7 @@ def run(req: Request, stages: Sequence[tuple[str, Callable[[Planning], Any]]] = 
 
 def _build(s: Planning) -> Plan:
     """The Plan from what the stages resolved."""
-    model, sp = s.model, s._get("speculated")
+    model, sp = s.model, s.result("speculated")
     out = Plan(
         model=ModelRef(
             name=s.cfg.model or model.hf_id,
@@ -1200,7 +1200,7 @@ def _build(s: Planning) -> Plan:
         parallelism=s.par,
         speculation=sp.spec,
         serve=s.cfg.serve.options(),  # the split is parallelism, resolved by _hardware
-        memory=s._get("budgeted").budget,
+        memory=s.result("budgeted").budget,
         prediction=sp.pred,
         candidates=list(sp.candidates),
         alternatives=list(sp.alternatives),
@@ -1208,7 +1208,7 @@ def _build(s: Planning) -> Plan:
         warnings=s.warnings(),
         capacity_requests=capacity_with(s, s.chosen[0]) if s.chosen and s.spec.enabled else s.capacity,
         capacity_requests_without_drafter=s.capacity,
-        load=s._get("loaded").load,
+        load=s.result("loaded").load,
     )
     if s.prof is not None and "traffic" in Plan.model_fields:
         out.traffic = s.prof.summary()

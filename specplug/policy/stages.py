@@ -222,75 +222,75 @@ class Planning:
 
     @property
     def model(self) -> Model:
-        return self._get("inputs").model
+        return self.result("inputs").model
 
     @property
     def pol(self) -> Policy:
-        return self._get("inputs").pol
+        return self.result("inputs").pol
 
     @property
     def wl(self) -> WorkloadSpec:
-        return self._get("work").wl
+        return self.result("work").wl
 
     @property
     def prof(self) -> Any:
-        return self._get("work").prof
+        return self.result("work").prof
 
     @property
     def tokens(self) -> int:
-        return self._get("work").tokens
+        return self.result("work").tokens
 
     @property
     def context(self) -> int:
-        return self._get("work").context
+        return self.result("work").context
 
     @property
     def context_auto(self) -> bool:
-        return self._get("work").context_auto
+        return self.result("work").context_auto
 
     @property
     def kvb(self) -> float:
-        return self._get("work").kvb
+        return self.result("work").kvb
 
     @property
     def seqs(self) -> int:
-        return self.fit.seqs if self.fit else self._get("work").seqs
+        return self.fit.seqs if self.fit else self.result("work").seqs
 
     @property
     def useful_context(self) -> int:
-        return self.fit.useful_context if self.fit else self._get("work").useful_context
+        return self.fit.useful_context if self.fit else self.result("work").useful_context
 
     @property
     def fmt(self) -> Any:
-        return self.hard.fmt if self.hard else self._get("work").fmt
+        return self.hard.fmt if self.hard else self.result("work").fmt
 
     @property
     def target(self) -> Arch:
-        return self.hard.target if self.hard else self._get("work").target
+        return self.hard.target if self.hard else self.result("work").target
 
     @property
     def hw(self) -> Any:
-        return self._get("hard").hw
+        return self.result("hard").hw
 
     @property
     def gpu(self) -> Any:
-        return self._get("hard").gpu
+        return self.result("hard").gpu
 
     @property
     def n(self) -> int:
-        return self._get("hard").hw.num_gpus
+        return self.result("hard").hw.num_gpus
 
     @property
     def par(self) -> Parallelism:
-        return self._get("hard").par
+        return self.result("hard").par
 
     @property
     def device(self) -> E.Device:
-        return self._get("costed").device
+        return self.result("costed").device
 
     @property
     def c(self) -> E.Context:
-        return self.fit.c if self.fit else self._get("costed").c
+        return self.fit.c if self.fit else self.result("costed").c
 
     @property
     def factors(self) -> Any:
@@ -298,29 +298,30 @@ class Planning:
 
     @property
     def capacity(self) -> int:
-        return self._get("fit").capacity
+        return self.result("fit").capacity
 
     @property
     def explicit(self) -> SpeculationSpec | None:
-        return self._get("scores").explicit
+        return self.result("scores").explicit
 
     @property
     def scored(self) -> list[tuple[E.DraftChoice, float, Outcome]]:
-        return list(self._get("scores").scored)
+        return list(self.result("scores").scored)
 
     @property
     def candidates(self) -> list[Candidate]:
-        return list(self.speculated.candidates if self.speculated else self._get("scores").candidates)
+        return list(self.speculated.candidates if self.speculated else self.result("scores").candidates)
 
     @property
     def chosen(self) -> tuple[E.DraftChoice, float, Outcome] | None:
-        return self.speculated.chosen if self.speculated else self._get("decision").chosen
+        return self.speculated.chosen if self.speculated else self.result("decision").chosen
 
     @property
     def spec(self) -> Speculation:
         return self.speculated.spec if self.speculated else Speculation()
 
-    def _get(self, name: str) -> Any:
+    def result(self, name: str) -> Any:
+        """The frozen result of stage ``name``; RuntimeError when it has not run (a stage reading ahead)."""
         got = getattr(self, name)
         if got is None:
             raise RuntimeError(f"planning stage '{name}' has not run")  # a stage read ahead of the order
