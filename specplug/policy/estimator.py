@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
-from specplug.config import WORKLOADS, Config, ServeOptions, TreeSpec, WorkloadSpec
+from specplug.config import WORKLOADS, Config, ServeOptions, TreeSpec, WorkloadSpec, explain_options
 from specplug.errors import SpecplugError
 from specplug.methods import HEAD_METHODS, SPECULATING
 from specplug.plan import LoadPrediction, ModelRef, Parallelism, Plan, Speculation, StackRef
@@ -111,12 +111,15 @@ def estimate(
         del workload_spec["input_len"], workload_spec["output_len"]  # the defaults give way to what the traffic measured
     if batch_size is not None:
         workload_spec["concurrency"] = batch_size
-    cfg = Config.model_validate({
-        "model": model,
-        "hardware": {"gpu": gpu, "num_gpus": num_gpus},
-        "workload": {k: v for k, v in workload_spec.items() if v is not None},
-        "serve": {"dtype": dtype, "quantization": quantization, "kv_cache_dtype": kv_cache_dtype},
-    })
+    try:
+        cfg = Config.model_validate({
+            "model": model,
+            "hardware": {"gpu": gpu, "num_gpus": num_gpus},
+            "workload": {k: v for k, v in workload_spec.items() if v is not None},
+            "serve": {"dtype": dtype, "quantization": quantization, "kv_cache_dtype": kv_cache_dtype},
+        })
+    except ValidationError as exc:
+        raise SpecplugError(explain_options(exc)) from None
     s = planner.run(Request(cfg, resolve_hardware(gpu, num_gpus), caps, load_policy(policy), calibration, validate, (),
                             False, require_fit), planner.DEPLOYMENT_STAGES)
     pol, m, g, target, kvb, c = s.pol, s.model, s.gpu, s.target, s.kvb, s.c

@@ -64,3 +64,14 @@ def test_estimate_resolves_the_deployment_with_the_planners_stages():
     e = specplug.estimate("meta-llama/Llama-3.1-405B-Instruct", "ngram", gpu=tiny, stack="vllm", stack_version="0.32.0")
     assert p.serve.quantization == "fp8" and any("planned with FP8 weights" in w for w in e.warnings)
     assert e.num_gpus == p.hardware.num_gpus
+
+
+@pytest.mark.parametrize(("kw", "key"), [({"temperature": 7}, "workload.temperature"),
+                                         ({"batch_size": 5000}, "workload.concurrency"),
+                                         ({"gpu": "h100\nrm -rf /"}, "hardware.gpu")])
+def test_estimate_reports_a_bad_value_by_the_key_it_sets(kw, key):
+    import specplug
+    from specplug.errors import SpecplugError
+
+    with pytest.raises(SpecplugError, match=f"Invalid options:\n  {key}"):
+        specplug.estimate("llama-3.1-8b", "ngram", **{"gpu": "h100", **kw})
