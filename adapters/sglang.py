@@ -19,7 +19,6 @@ from specplug.adapters._common import (
     HUB_SECRETS,
     Canon,
     canon,
-    has_flag,
     kv_problems,
     precision,
     quantization_problems,
@@ -27,6 +26,7 @@ from specplug.adapters._common import (
     url,
 )
 
+from specplug.argv import has_flag
 from specplug.capabilities import BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.plan import Plan
 from specplug.stacks.base import BaseAdapter

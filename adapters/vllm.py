@@ -16,7 +16,6 @@ from specplug.adapters._common import (
     Canon,
     canon,
     drafter_format,
-    has_flag,
     kv_problems,
     local_speculator_verifier,
     precision,
@@ -25,6 +24,7 @@ from specplug.adapters._common import (
     url,
 )
 
+from specplug.argv import has_flag
 from specplug.capabilities import BLOCK_VERIFICATION, FLY_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.errors import StackError
 from specplug.methods import DRAFTER_METHODS, LOOKUP_METHODS

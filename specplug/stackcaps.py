@@ -46,6 +46,7 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         adapter.reserves_full_context,
         getattr(adapter, "runs_on_cpu", False),  # a plugin written before the attribute: GPU only
         compat_table(adapter).rows,
+        compat_table(adapter).flags,
     )
 
 

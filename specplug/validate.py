@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from specplug.compat import (
     CONFIG_FEATURES,
-    FEATURES,
     Finding,
     blocked,
     drafter_features,
@@ -280,10 +279,12 @@ def _draft_tp_problems(plan: Plan, tp: int, adapter: Adapter) -> list[Problem]:
 # ---------------------------------------------------------------------------------------------- rule 5
 
 
-def plan_features(plan: Plan) -> frozenset[str]:
-    """The features of specplug.compat that ``plan`` turns on (its serve options, workload, split and drafter)."""
+def plan_features(plan: Plan, adapter: Adapter | None = None) -> frozenset[str]:
+    """The features of specplug.compat that ``plan`` turns on (its serve options, workload, split and drafter; a flag
+    in serve.extra_args only where the stack's table spells it)."""
     s = plan.speculation
-    return (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size)
+    flags = compat_table(adapter or get_adapter(plan.stack.name)).flags
+    return (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size, flags)
             | drafter_features(s.method, s.drafter))
 
 
@@ -291,7 +292,7 @@ def _compat_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     s = plan.speculation
     if not s.enabled:
         return []
-    rows, version, on = compat_table(adapter).rows, plan.stack.version, plan_features(plan)
+    rows, version, on = compat_table(adapter).rows, plan.stack.version, plan_features(plan, adapter)
     return [
         Problem(f.message(adapter.display_name, version, s.method), _compat_fix(f, plan, adapter, on),
                 key="speculation.method", overridable=True)
@@ -307,7 +308,7 @@ def _compat_fix(f: Finding, plan: Plan, adapter: Adapter, on: frozenset[str]) ->
               if m != plan.speculation.method and blocked(rows, version, m, on, model) is None]
     if others:
         fixes.append(f"use another method ({', '.join(others[:6])}; 'speculation: auto' picks among them)")
-    fixes += [f"turn off {FEATURES[x]}" for x in f.row.features if x in CONFIG_FEATURES]
+    fixes += [f"turn off {f.row.describe(x)}" for x in f.row.features if x in CONFIG_FEATURES]
     text = "; or ".join(fixes)
     return text[:1].upper() + text[1:] + ". 'specplug launch --force' starts it anyway."
 
