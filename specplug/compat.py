@@ -56,10 +56,17 @@ FEATURES: dict[str, str] = {
     "eagle3_head_as_eagle": "an EAGLE-3 head launched as EAGLE",
     # A separate draft model whose vocabulary differs from the target's (specplug.validate's rule 1 decides it).
     "draft_vocab_mismatch": "a draft model with another vocabulary",
+    "fp8_kv_cache": "an FP8 KV cache (serve.kv_cache_dtype fp8, fp8_e4m3 or fp8_e5m2)",
+    # The target's own layers (its catalog row or config.json layer_types): see model_features.
+    "hybrid_target": "a hybrid target (linear-attention or Mamba layers beside attention)",
 }
 # The features specplug.yaml turns on (the others follow from the plan): what a fix can say to turn off.
 CONFIG_FEATURES = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal", "pipeline_parallel",
-                   "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill")
+                   "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill", "fp8_kv_cache")
+# The features the target model brings (read from its facts, so only where a stack's table has a row about them).
+MODEL_FEATURES = ("hybrid_target",)
+# Layer kinds (specplug.catalog.archs) that keep a KV cache or no state at all; any other is a recurrent mixer.
+_NOT_RECURRENT = ("full_attention", "sliding_attention", "none")
 # The features specplug plans around but never renders (a render's note says so; the others are flags the user wrote
 # or values specplug renders itself).
 PLANNED_ONLY = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal")
@@ -276,10 +283,23 @@ def serve_features(serve: ServeOptions, workload: WorkloadSpec, pipeline_paralle
         "multimodal": workload.multimodal,
         "pipeline_parallel": pipeline_parallel_size > 1,
         "lm_format_enforcer": serve.structured_output == "lm-format-enforcer",
+        "fp8_kv_cache": (serve.kv_cache_dtype or "").startswith("fp8"),
     }
     for f, spellings in flags:
         on[f] = on.get(f, False) or has_flag(serve.extra_args, *spellings)
     return frozenset(f for f, yes in on.items() if yes)
+
+
+def model_features(layer_kinds: dict[str, int] | None) -> frozenset[str]:
+    """Features the target's own layers bring (its ``layer_kinds``, from the catalog or its config.json): linear
+    attention (Gated DeltaNet, lightning) or Mamba mixers beside attention make it a hybrid target."""
+    hybrid = any(n and kind not in _NOT_RECURRENT for kind, n in (layer_kinds or {}).items())
+    return frozenset({"hybrid_target"}) if hybrid else frozenset()
+
+
+def needs_model(rows: Iterable[CompatRow]) -> bool:
+    """Whether any of ``rows`` is about a feature read from the target's facts (else they need not be read)."""
+    return any(f in MODEL_FEATURES for r in rows for f in r.features)
 
 
 def drafter_features(method: str, drafter: str | None) -> frozenset[str]:

@@ -35,6 +35,8 @@ from specplug.compat import (
     blocked,
     drafter_features,
     findings,
+    model_features,
+    needs_model,
     serve_features,
 )
 from specplug.config import LOSSY_VERIFICATION
@@ -283,9 +285,13 @@ def plan_features(plan: Plan, adapter: Adapter | None = None) -> frozenset[str]:
     """The features of specplug.compat that ``plan`` turns on (its serve options, workload, split and drafter; a flag
     in serve.extra_args only where the stack's table spells it)."""
     s = plan.speculation
-    flags = compat_table(adapter or get_adapter(plan.stack.name)).flags
-    return (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size, flags)
-            | drafter_features(s.method, s.drafter))
+    table = compat_table(adapter or get_adapter(plan.stack.name))
+    on = (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size, table.flags)
+          | drafter_features(s.method, s.drafter))
+    if needs_model(table.rows):  # the target's layers, read only where the stack has a row about them
+        target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+        on |= model_features(target.layer_kinds if target else None)
+    return on
 
 
 def _compat_problems(plan: Plan, adapter: Adapter) -> list[Problem]:

@@ -6,6 +6,7 @@ a lossy verifier needs allow_lossy; TGI is legacy and never the default."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "dflash": dict(model=Q8, method="dflash", drafter="z-lab/Qwen3-8B-DFlash-b16", k=15),
     "dspark": dict(model=Q8, method="dspark", drafter="deepseek-ai/dspark_qwen3_8b_block7", k=7),
 }
+# A hybrid target (24 Gated DeltaNet layers, 8 attention layers), read from its config.json.
+HYBRID = str(Path(__file__).parent / "catalog" / "hub_configs" / "Qwen--Qwen3.5-9B")
 # A model a models-scoped row names, with the drafter its source used.
 SCOPED = {"kimi-k2.6": dict(model="nvidia/Kimi-K2.6-NVFP4", drafter="lightseekorg/kimi-k2.6-eagle3-mla")}
 
@@ -76,6 +79,10 @@ def _with_features(kw: dict[str, Any], row: CompatRow, on: bool) -> tuple[dict[s
             kw.update(method="draft_model", drafter=OTHER_VOCAB if on else SMALL_LLAMA, model=L8)
         elif f == "lm_format_enforcer" and on:
             kw["serve"]["structured_output"] = "lm-format-enforcer"
+        elif f == "fp8_kv_cache" and on:
+            kw["serve"]["kv_cache_dtype"] = "fp8"
+        elif f == "hybrid_target" and on:
+            kw["model"] = HYBRID  # a target with Gated DeltaNet layers beside attention (its config.json)
         elif f in FLAG_FEATURES and on:
             kw["serve"]["extra_args"] = [*kw["serve"].get("extra_args", []), flags[f][0]]
     return kw, multimodal
@@ -418,3 +425,36 @@ def test_a_table_spells_its_flags_and_declares_one_for_every_flag_row():
                         "declares no flag")):
         with pytest.raises(SpecplugError, match=match):
             parse_table("stack: x\n" + bad, "t.yaml")
+
+
+# ---------------------------------------------------------------------------------------------- features from the target
+
+
+def test_a_hybrid_target_is_read_from_its_layers_and_only_where_a_row_needs_it(monkeypatch):
+    import specplug.validate as V
+    from specplug.catalog import get_model
+    from specplug.compat import model_features, needs_model
+
+    assert model_features(get_model(HYBRID).layer_kinds) == {"hybrid_target"}
+    nemotron = str(Path(__file__).parent / "catalog" / "hub_configs" / "nvidia--Nemotron-H-56B-Base-8K")
+    assert model_features(get_model(nemotron).layer_kinds) == {"hybrid_target"}  # Mamba blocks
+    assert model_features(get_model(L8).layer_kinds) == frozenset()
+    assert model_features(get_model("gpt-oss-20b").layer_kinds) == frozenset()  # sliding-window attention only
+    assert needs_model(get_adapter("llamacpp").compatibility().rows)
+    assert not needs_model(get_adapter("sglang").compatibility().rows)
+    # A stack without such a row never reads the target for it.
+    monkeypatch.setattr(V, "_catalog_model", lambda ref: pytest.fail(f"read {ref}"))
+    assert "hybrid_target" not in V.plan_features(make_plan("sglang", "0.5.23", **RECIPES["ngram"]))
+
+
+def test_an_fp8_kv_cache_is_a_feature_the_fix_can_turn_off():
+    from specplug.compat import serve_features
+    from specplug.config import ServeOptions
+
+    for dtype, on in (("fp8", True), ("fp8_e5m2", True), ("auto", False), ("bfloat16", False)):
+        assert ("fp8_kv_cache" in serve_features(ServeOptions(kv_cache_dtype=dtype), WorkloadSpec(), 1)) is on
+    plan = make_plan("vllm", "0.9.2", **RECIPES["eagle3"], serve={"kv_cache_dtype": "fp8"})
+    with pytest.raises(InvalidPlan) as exc:
+        validate_plan(plan)
+    problem = next(p for p in exc.value.problems if "#21177" in p.message)
+    assert "turn off an FP8 KV cache" in (problem.hint or "")

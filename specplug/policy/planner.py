@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
 from specplug.catalog.drafters import Drafter
-from specplug.compat import CompatRow, drafter_features, serve_features
+from specplug.compat import CompatRow, drafter_features, model_features, serve_features
 from specplug.config import Config, ServeSpec, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
 from specplug.methods import COPY_METHODS, HEAD_METHODS, LOOKUP_METHODS
@@ -657,7 +657,7 @@ def _score_candidates(s: Planning) -> Scores:
 def _features(s: Planning, d: E.DraftChoice) -> frozenset[str]:
     """The compatibility-table features (specplug.compat) this deployment turns on with candidate ``d``."""
     return (serve_features(s.cfg.serve, s.wl, s.par.pipeline_parallel_size, s.caps.compat_flags)
-            | drafter_features(d.method, d.drafter_id))
+            | drafter_features(d.method, d.drafter_id) | model_features(s.model.layer_kinds))
 
 
 def _rule_out_known_broken(s: Planning, cands: list[E.DraftChoice]) -> list[str]:
