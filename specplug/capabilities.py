@@ -53,6 +53,9 @@ class StackCapabilities:
     compat: tuple[CompatRow, ...] = ()
     # feature -> the stack's spellings of the serve.extra_args flag that turns it on (its table's ``flags``).
     compat_flags: Flags = ()
+    # How it drafts with a draft model of another vocabulary at this version when the render asks it to (token-level
+    # intersection, greedy draft sampling only; None: it cannot). From the adapter's vocab_bridge.
+    vocab_bridge: str | None = None
 
     def max_batch_on(self, gpu: str, memory_gib: float) -> int | None:
         """Requests decoded together by default on ``gpu`` of ``memory_gib`` GiB (None: as many as memory holds)."""

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from specplug.catalog import Model
     from specplug.plan import Plan
 
-__all__ = ["InvalidPlan", "Problem", "forcing", "overridden", "plan_features", "plan_problems", "validate_plan"]
+__all__ = ["InvalidPlan", "Problem", "draft_vocab_mismatch", "forcing", "overridden", "plan_features", "plan_problems", "validate_plan"]
 
 # Stacks that shard attention heads across tensor-parallel ranks (llama.cpp splits layers; embedded is one device).
 # Drafters worth naming: catalog models sharing the target's tokenizer, 1/200 to 1/6 of its size.
@@ -147,29 +147,60 @@ def _catalog_model(ref: str | None) -> Model | None:
         return None  # outside the catalog and not a readable folder: nothing to compare
 
 
-def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
+def draft_vocab_mismatch(plan: Plan) -> str | None:
+    """Why the plan's separate draft model has another vocabulary than its target (None: the same, not a draft
+    model, or a side that cannot be read here). The adapters read it to render a stack's vocabulary bridge."""
     from specplug.policy.tokenizers import compatible
     from specplug.stackcaps import declared
 
     s = plan.speculation
     if s.method != "draft_model" or not s.drafter:
-        return []
+        return None
     target = _catalog_model(plan.model.local_path or plan.model.hf_id)
     draft = _catalog_model(s.drafter)
     if target is None or draft is None:
+        return None
+    verdict = compatible(target, draft, declared(plan.stack.name, plan.stack.version))
+    return None if verdict.ok else verdict.reason or "the vocabularies differ"
+
+
+def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
+    from specplug.stackcaps import declared, vocab_bridge
+
+    s, version = plan.speculation, plan.stack.version
+    why = draft_vocab_mismatch(plan)
+    if why is None or adapter.accepts_mismatched_vocab(version):
         return []
-    caps = declared(plan.stack.name, plan.stack.version)
-    verdict = compatible(target, draft, caps)
-    if verdict.ok or adapter.accepts_mismatched_vocab(plan.stack.version):
-        return []
-    names = compatible_drafters(target, caps)
+    at = f"{adapter.display_name} {version or '(newest)'}"
+    if vocab_bridge(adapter, version) and s.draft_sampling != "probabilistic":
+        return []  # rendered with the stack's bridge (token-level intersection); the plan and the render say so
+    target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+    assert target is not None  # draft_vocab_mismatch read it
+    names = compatible_drafters(target, declared(plan.stack.name, version))
     hint = (f"Drafters that share {target.hf_id}'s vocabulary: {', '.join(names)}." if names
             else f"No catalog drafter shares {target.hf_id}'s vocabulary; use a drafter-free method (ngram, suffix) or an EAGLE/MTP head.")
+    if vocab_bridge(adapter, version):
+        hint = (f"Leave speculation.draft_sampling unset (greedy): {at} drafts with another vocabulary only from the "
+                f"draft's argmax. Or: {hint}")
+    elif (since := _vocab_bridge_since(adapter)) is not None:
+        hint += (f" Or render for {adapter.display_name} {since} or newer (stack.version), which drafts over the "
+                 "token-level intersection of the two vocabularies with greedy draft sampling.")
     # The stack's own record of what a mismatch does there (specplug.compat), with its source.
     hint += "".join(f" {f.row.note} ({f.row.source})." for f in findings(
-        compat_table(adapter).rows, plan.stack.version, s.method, {"draft_vocab_mismatch"}))
-    return [Problem(f"Draft model {s.drafter} cannot draft for {target.hf_id}: {verdict.reason}.", hint,
-                    key="speculation.drafter")]
+        compat_table(adapter).rows, version, s.method, {"draft_vocab_mismatch"}))
+    lead = f"Draft model {s.drafter} cannot draft for {target.hf_id}: {why}"
+    if vocab_bridge(adapter, version):
+        lead += f"; {at} drafts across vocabularies with greedy draft sampling only, and draft_sampling is probabilistic"
+    return [Problem(lead + ".", hint, key="speculation.draft_sampling" if vocab_bridge(adapter, version)
+                    else "speculation.drafter")]
+
+
+def _vocab_bridge_since(adapter: Adapter) -> str | None:
+    """The first release where ``adapter`` drafts across vocabularies (None: none it knows)."""
+    from specplug.stackcaps import vocab_bridge
+
+    versions = getattr(adapter, "versions", None)
+    return next((v for v in (versions() if callable(versions) else ()) if vocab_bridge(adapter, v)), None)
 
 
 def compatible_drafters(target: Model, stack: StackCapabilities | str) -> list[str]:

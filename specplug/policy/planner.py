@@ -725,8 +725,12 @@ def _configured(s: Planning, explicit: SpeculationSpec) -> Decision:
         )
     elif best is None and o.speedup < pol.rules.min_speedup:
         warnings.append(f"The policy would not speculate here: predicted {fmt(o.speedup)} at batch size {seqs}.")
-    return Decision((d, alpha, o), reasons=(f"Speculation is set in the configuration: {explicit.method} kept as given.",),
-                    warnings=tuple(warnings))
+    reasons = [f"Speculation is set in the configuration: {explicit.method} kept as given."]
+    if (d.ruled_out or "").startswith("tokenizer mismatch") and s.caps.vocab_bridge and explicit.draft_sampling != "probabilistic":
+        # Validation lets it through (rule 1) and the adapter renders the bridge: the plan says why.
+        reasons.append(f"The drafter's vocabulary differs from {s.model.name}'s "
+                       f"({d.ruled_out.removeprefix('tokenizer mismatch: ').split(';')[0]}): {s.caps.vocab_bridge}.")
+    return Decision((d, alpha, o), reasons=tuple(reasons), warnings=tuple(warnings))
 
 
 def _alternatives(
