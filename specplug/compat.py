@@ -35,6 +35,7 @@ from specplug.argv import has_flag
 from specplug.errors import SpecplugError
 
 if TYPE_CHECKING:
+    from specplug.catalog import Model
     from specplug.config import ServeOptions, WorkloadSpec
 
 Status = Literal["works", "partial", "broken"]
@@ -59,12 +60,13 @@ FEATURES: dict[str, str] = {
     "fp8_kv_cache": "an FP8 KV cache (serve.kv_cache_dtype fp8, fp8_e4m3 or fp8_e5m2)",
     # The target's own layers (its catalog row or config.json layer_types): see model_features.
     "hybrid_target": "a hybrid target (linear-attention or Mamba layers beside attention)",
+    "sliding_window_target": "a target with sliding-window attention layers",
 }
 # The features specplug.yaml turns on (the others follow from the plan): what a fix can say to turn off.
 CONFIG_FEATURES = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal", "pipeline_parallel",
                    "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill", "fp8_kv_cache")
 # The features the target model brings (read from its facts, so only where a stack's table has a row about them).
-MODEL_FEATURES = ("hybrid_target",)
+MODEL_FEATURES = ("hybrid_target", "sliding_window_target")
 # Layer kinds (specplug.catalog.archs) that keep a KV cache or no state at all; any other is a recurrent mixer.
 _NOT_RECURRENT = ("full_attention", "sliding_attention", "none")
 # The features specplug plans around but never renders (a render's note says so; the others are flags the user wrote
@@ -290,11 +292,18 @@ def serve_features(serve: ServeOptions, workload: WorkloadSpec, pipeline_paralle
     return frozenset(f for f, yes in on.items() if yes)
 
 
-def model_features(layer_kinds: dict[str, int] | None) -> frozenset[str]:
-    """Features the target's own layers bring (its ``layer_kinds``, from the catalog or its config.json): linear
-    attention (Gated DeltaNet, lightning) or Mamba mixers beside attention make it a hybrid target."""
-    hybrid = any(n and kind not in _NOT_RECURRENT for kind, n in (layer_kinds or {}).items())
-    return frozenset({"hybrid_target"}) if hybrid else frozenset()
+def model_features(model: Model | None) -> frozenset[str]:
+    """Features the target's own layers bring (its catalog row or config.json): linear attention (Gated DeltaNet,
+    lightning) or Mamba mixers beside attention make it a hybrid target; layers that attend to a sliding window
+    only (``sliding_layers`` or layer_types) a sliding-window one."""
+    if model is None:
+        return frozenset()
+    kinds = model.layer_kinds or {}
+    on = {
+        "hybrid_target": any(n and kind not in _NOT_RECURRENT for kind, n in kinds.items()),
+        "sliding_window_target": bool(model.sliding_layers or kinds.get("sliding_attention")),
+    }
+    return frozenset(f for f, yes in on.items() if yes)
 
 
 def needs_model(rows: Iterable[CompatRow]) -> bool:

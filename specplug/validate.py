@@ -321,7 +321,7 @@ def plan_features(plan: Plan, adapter: Adapter | None = None) -> frozenset[str]:
           | drafter_features(s.method, s.drafter))
     if needs_model(table.rows):  # the target's layers, read only where the stack has a row about them
         target = _catalog_model(plan.model.local_path or plan.model.hf_id)
-        on |= model_features(target.layer_kinds if target else None)
+        on |= model_features(target)
     return on
 
 

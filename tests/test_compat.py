@@ -40,6 +40,8 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 # A hybrid target (24 Gated DeltaNet layers, 8 attention layers), read from its config.json.
 HYBRID = str(Path(__file__).parent / "catalog" / "hub_configs" / "Qwen--Qwen3.5-9B")
+# A target whose layer_types alternate sliding-window and full attention (Gemma 2), read from its config.json.
+SLIDING = str(Path(__file__).parent / "catalog" / "hub_configs" / "google--gemma-2-9b-it")
 # A model a models-scoped row names, with the drafter its source used.
 SCOPED = {"kimi-k2.6": dict(model="nvidia/Kimi-K2.6-NVFP4", drafter="lightseekorg/kimi-k2.6-eagle3-mla")}
 
@@ -83,6 +85,8 @@ def _with_features(kw: dict[str, Any], row: CompatRow, on: bool) -> tuple[dict[s
             kw["serve"]["kv_cache_dtype"] = "fp8"
         elif f == "hybrid_target" and on:
             kw["model"] = HYBRID  # a target with Gated DeltaNet layers beside attention (its config.json)
+        elif f == "sliding_window_target" and on:
+            kw["model"] = SLIDING
         elif f in FLAG_FEATURES and on:
             kw["serve"]["extra_args"] = [*kw["serve"].get("extra_args", []), flags[f][0]]
     return kw, multimodal
@@ -435,16 +439,18 @@ def test_a_hybrid_target_is_read_from_its_layers_and_only_where_a_row_needs_it(m
     from specplug.catalog import get_model
     from specplug.compat import model_features, needs_model
 
-    assert model_features(get_model(HYBRID).layer_kinds) == {"hybrid_target"}
+    assert model_features(get_model(HYBRID)) == {"hybrid_target"}
     nemotron = str(Path(__file__).parent / "catalog" / "hub_configs" / "nvidia--Nemotron-H-56B-Base-8K")
-    assert model_features(get_model(nemotron).layer_kinds) == {"hybrid_target"}  # Mamba blocks
-    assert model_features(get_model(L8).layer_kinds) == frozenset()
-    assert model_features(get_model("gpt-oss-20b").layer_kinds) == frozenset()  # sliding-window attention only
+    assert model_features(get_model(nemotron)) == {"hybrid_target"}  # Mamba blocks
+    assert model_features(get_model(L8)) == frozenset()
+    assert model_features(get_model("gpt-oss-20b")) == {"sliding_window_target"}  # its catalog row
+    assert model_features(get_model(SLIDING)) == {"sliding_window_target"}  # config.json layer_types
     assert needs_model(get_adapter("llamacpp").compatibility().rows)
-    assert not needs_model(get_adapter("sglang").compatibility().rows)
+    assert needs_model(get_adapter("sglang").compatibility().rows)
+    assert not needs_model(get_adapter("trtllm").compatibility().rows)
     # A stack without such a row never reads the target for it.
     monkeypatch.setattr(V, "_catalog_model", lambda ref: pytest.fail(f"read {ref}"))
-    assert "hybrid_target" not in V.plan_features(make_plan("sglang", "0.5.23", **RECIPES["ngram"]))
+    assert "hybrid_target" not in V.plan_features(make_plan("trtllm", "1.2.0", **RECIPES["ngram"]))
 
 
 def test_an_fp8_kv_cache_is_a_feature_the_fix_can_turn_off():

@@ -657,7 +657,7 @@ def _score_candidates(s: Planning) -> Scores:
 def _features(s: Planning, d: E.DraftChoice) -> frozenset[str]:
     """The compatibility-table features (specplug.compat) this deployment turns on with candidate ``d``."""
     return (serve_features(s.cfg.serve, s.wl, s.par.pipeline_parallel_size, s.caps.compat_flags)
-            | drafter_features(d.method, d.drafter_id) | model_features(s.model.layer_kinds))
+            | drafter_features(d.method, d.drafter_id) | model_features(s.model))
 
 
 def _rule_out_known_broken(s: Planning, cands: list[E.DraftChoice]) -> list[str]:
