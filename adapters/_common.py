@@ -99,11 +99,6 @@ def url(host: str, port: int, path: str = "") -> str:
     return f"http://{h}:{port}{path}"
 
 
-def has_flag(args: list[str], *names: str) -> bool:
-    """Whether the user's extra args already set one of ``names`` (then ours must not repeat it)."""
-    return any(a == n or a.startswith(n + "=") for a in args for n in names)
-
-
 # ---------------------------------------------------------------------------------------------- precision
 
 # 16-bit weight formats -> the activation dtype name stacks take in --dtype.

@@ -13,9 +13,10 @@ import importlib.util
 import sys
 from typing import ClassVar
 
-from specplug.adapters._common import HUB_SECRETS, KV_16BIT, canon, has_flag, precision, url
+from specplug.adapters._common import HUB_SECRETS, KV_16BIT, canon, precision, url
 from specplug.adapters.vllm import COUNTERS as VLLM_COUNTERS
 
+from specplug.argv import has_flag
 from specplug.plan import Plan
 from specplug.stacks.base import BaseAdapter
 from specplug.stacks.metrics import StackMetrics

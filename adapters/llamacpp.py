@@ -16,12 +16,12 @@ from specplug.adapters._common import (
     Precision,
     canon,
     gguf_types,
-    has_flag,
     precision,
     require_drafter,
     url,
 )
 
+from specplug.argv import has_flag
 from specplug.plan import Plan
 from specplug.stacks.base import BaseAdapter, program_output
 from specplug.stacks.metrics import ResponseTimings, StackMetrics, spec_decode_counters

@@ -19,7 +19,6 @@ from specplug.adapters._common import (
     HUB_SECRETS,
     Canon,
     canon,
-    has_flag,
     kv_problems,
     precision,
     quantization_problems,
@@ -27,6 +26,7 @@ from specplug.adapters._common import (
     url,
 )
 
+from specplug.argv import has_flag
 from specplug.capabilities import BLOCK_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.plan import Plan
 from specplug.stacks.base import BaseAdapter
@@ -96,6 +96,8 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
 DFLASH_BLOCK_FLAG = "--speculative-dflash-block-size"
 # DSPARK's block (the draft tokens it proposes); SGLang sets --speculative-num-draft-tokens to it + 1 and refuses another.
 DSPARK_BLOCK_FLAG = "--speculative-dspark-block-size"
+# The drafter's quantization (FLAGS[DRAFT_QUANTIZATION]).
+DRAFT_QUANTIZATION = "draft_quantization"
 # _handle_dspark (0.5.23): with DP attention DSPARK needs the LM head data-parallel too.
 DP_LM_HEAD_FLAG = "--enable-dp-lm-head"
 
@@ -143,8 +145,20 @@ FLAGS: dict[str, tuple[Window, ...]] = {
     # DFLASH's own name for its block ("Alias of --speculative-num-draft-tokens for DFLASH"); DFLASH itself is
     # confirmed from 0.5.23 only, so the block goes as --speculative-num-draft-tokens where this is absent.
     "dflash_block": (Window(DFLASH_BLOCK_FLAG, "0.5.23", source="spec.py; speculative_hook.py _handle_dflash"),),
+    # The draft checkpoint's quantization: unset, SGLang gives the draft the target's --quantization
+    # (serving_hook.py _handle_missing_default_values), so a 16-bit drafter would be quantized at load with the target;
+    # 'unquant' leaves it to the draft's own config (configs/model_config.py _verify_quantization: a draft model takes
+    # the quantization its checkpoint states). Earlier releases are not confirmed either way.
+    DRAFT_QUANTIZATION: (Window("--speculative-draft-model-quantization", "0.5.23",
+                                source="spec.py; serving_hook.py; model_config.py"),),
 }
+# --speculative-draft-attention-backend is never rendered: SGLang resolves the draft's backend itself (the target's
+# prefill backend, else the platform default, falling back from one the draft worker lacks: draft_worker_common.py,
+# speculative_hook.py _resolve_dflash_draft_attention_backend); the one draft that needs it named, a Nemotron 3.5
+# DSpark drafter with attention sinks (trtllm_mha, models/dflash.py), is none specplug plans.
 BLOCK_VERIFICATION_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
+# Methods whose drafter is a checkpoint of its own (MTP/NEXTN drafts with the target's own layers, quantized alike).
+OWN_DRAFT_CHECKPOINT = ("eagle", "eagle3", "draft_model", "dflash", "dspark")
 # --speculative-use-rejection-sampling (0.5.23): EAGLE/EAGLE3 (NEXTN, MTP) only (speculative_hook.py), and chains only
 # (eagle_worker_v2.py: "Chain speculative sampling supports only topk=1").
 REJECTION_SAMPLING_ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -469,6 +483,24 @@ def drafter_block_size(drafter: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _draft_quantization_args(c: Canon, target_quantization: str, version: str | None) -> list[str]:
+    """Keep a separate drafter in its own checkpoint's format, as the plan costs it, when the target is quantized at
+    load (SGLang would otherwise quantize the drafter with it); the render's note says why."""
+    if c.method not in OWN_DRAFT_CHECKPOINT or has_flag(c.extra_args, FLAGS[DRAFT_QUANTIZATION][0].value):
+        return []
+    w = spelling(FLAGS, DRAFT_QUANTIZATION, version)
+    if w is None:
+        c.notes.append(f"SGLang {version or '(newest)'} may quantize the drafter with the target (--quantization "
+                       f"{target_quantization}); the plan costs it in its own checkpoint's format, and "
+                       f"{FLAGS[DRAFT_QUANTIZATION][0].value} (which keeps it so) is confirmed from "
+                       f"{FLAGS[DRAFT_QUANTIZATION][0].since} only.")
+        return []
+    c.notes.append(f"{w.value} unquant: SGLang gives the drafter the target's --quantization {target_quantization} "
+                   "unless told otherwise; the plan costs the drafter in its own checkpoint's format (a quantized "
+                   "drafter checkpoint is still read as its config states).")
+    return [w.value, "unquant"]
+
+
 def _precision_args(plan: Plan, c: Canon, version: str | None) -> list[str]:
     p = precision(plan)
     out: list[str] = []
@@ -476,6 +508,7 @@ def _precision_args(plan: Plan, c: Canon, version: str | None) -> list[str]:
         w = spelling(ONLINE_QUANTIZATION, p.served, version)
         assert w is not None  # stack_problems refused it otherwise
         out += ["--quantization", w.value]
+        out += _draft_quantization_args(c, w.value, version)
     if p.kv_cache_dtype != "auto" and not has_flag(c.extra_args, "--kv-cache-dtype"):
         w = spelling(KV_CACHE_DTYPES, p.kv_cache_dtype, version)
         assert w is not None

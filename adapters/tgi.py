@@ -13,7 +13,6 @@ from typing import ClassVar
 from specplug.adapters._common import (
     HUB_SECRETS,
     canon,
-    has_flag,
     kv_problems,
     precision,
     quantization_problems,
@@ -21,6 +20,7 @@ from specplug.adapters._common import (
     url,
 )
 
+from specplug.argv import has_flag
 from specplug.plan import Plan
 from specplug.stacks.base import BaseAdapter, program_output
 from specplug.stacks.metrics import SkippedTokens, StackMetrics

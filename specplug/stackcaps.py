@@ -46,7 +46,15 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         adapter.reserves_full_context,
         getattr(adapter, "runs_on_cpu", False),  # a plugin written before the attribute: GPU only
         compat_table(adapter).rows,
+        compat_table(adapter).flags,
+        vocab_bridge(adapter, version),
     )
+
+
+def vocab_bridge(adapter: object, version: str | None) -> str | None:
+    """An adapter's way to draft across vocabularies at ``version`` (a plugin written before the method: none)."""
+    bridge = getattr(adapter, "vocab_bridge", None)
+    return bridge(version) if callable(bridge) else None
 
 
 def compat_table(adapter: object) -> CompatTable:

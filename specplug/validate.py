@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING
 
 from specplug.compat import (
     CONFIG_FEATURES,
-    FEATURES,
     Finding,
     blocked,
     drafter_features,
     findings,
+    model_features,
+    needs_model,
     serve_features,
 )
 from specplug.config import LOSSY_VERIFICATION
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from specplug.catalog import Model
     from specplug.plan import Plan
 
-__all__ = ["InvalidPlan", "Problem", "forcing", "overridden", "plan_features", "plan_problems", "validate_plan"]
+__all__ = ["InvalidPlan", "Problem", "draft_vocab_mismatch", "forcing", "overridden", "plan_features", "plan_problems", "validate_plan"]
 
 # Stacks that shard attention heads across tensor-parallel ranks (llama.cpp splits layers; embedded is one device).
 # Drafters worth naming: catalog models sharing the target's tokenizer, 1/200 to 1/6 of its size.
@@ -146,29 +147,60 @@ def _catalog_model(ref: str | None) -> Model | None:
         return None  # outside the catalog and not a readable folder: nothing to compare
 
 
-def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
+def draft_vocab_mismatch(plan: Plan) -> str | None:
+    """Why the plan's separate draft model has another vocabulary than its target (None: the same, not a draft
+    model, or a side that cannot be read here). The adapters read it to render a stack's vocabulary bridge."""
     from specplug.policy.tokenizers import compatible
     from specplug.stackcaps import declared
 
     s = plan.speculation
     if s.method != "draft_model" or not s.drafter:
-        return []
+        return None
     target = _catalog_model(plan.model.local_path or plan.model.hf_id)
     draft = _catalog_model(s.drafter)
     if target is None or draft is None:
+        return None
+    verdict = compatible(target, draft, declared(plan.stack.name, plan.stack.version))
+    return None if verdict.ok else verdict.reason or "the vocabularies differ"
+
+
+def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
+    from specplug.stackcaps import declared, vocab_bridge
+
+    s, version = plan.speculation, plan.stack.version
+    why = draft_vocab_mismatch(plan)
+    if why is None or adapter.accepts_mismatched_vocab(version):
         return []
-    caps = declared(plan.stack.name, plan.stack.version)
-    verdict = compatible(target, draft, caps)
-    if verdict.ok or adapter.accepts_mismatched_vocab(plan.stack.version):
-        return []
-    names = compatible_drafters(target, caps)
+    at = f"{adapter.display_name} {version or '(newest)'}"
+    if vocab_bridge(adapter, version) and s.draft_sampling != "probabilistic":
+        return []  # rendered with the stack's bridge (token-level intersection); the plan and the render say so
+    target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+    assert target is not None  # draft_vocab_mismatch read it
+    names = compatible_drafters(target, declared(plan.stack.name, version))
     hint = (f"Drafters that share {target.hf_id}'s vocabulary: {', '.join(names)}." if names
             else f"No catalog drafter shares {target.hf_id}'s vocabulary; use a drafter-free method (ngram, suffix) or an EAGLE/MTP head.")
+    if vocab_bridge(adapter, version):
+        hint = (f"Leave speculation.draft_sampling unset (greedy): {at} drafts with another vocabulary only from the "
+                f"draft's argmax. Or: {hint}")
+    elif (since := _vocab_bridge_since(adapter)) is not None:
+        hint += (f" Or render for {adapter.display_name} {since} or newer (stack.version), which drafts over the "
+                 "token-level intersection of the two vocabularies with greedy draft sampling.")
     # The stack's own record of what a mismatch does there (specplug.compat), with its source.
     hint += "".join(f" {f.row.note} ({f.row.source})." for f in findings(
-        compat_table(adapter).rows, plan.stack.version, s.method, {"draft_vocab_mismatch"}))
-    return [Problem(f"Draft model {s.drafter} cannot draft for {target.hf_id}: {verdict.reason}.", hint,
-                    key="speculation.drafter")]
+        compat_table(adapter).rows, version, s.method, {"draft_vocab_mismatch"}))
+    lead = f"Draft model {s.drafter} cannot draft for {target.hf_id}: {why}"
+    if vocab_bridge(adapter, version):
+        lead += f"; {at} drafts across vocabularies with greedy draft sampling only, and draft_sampling is probabilistic"
+    return [Problem(lead + ".", hint, key="speculation.draft_sampling" if vocab_bridge(adapter, version)
+                    else "speculation.drafter")]
+
+
+def _vocab_bridge_since(adapter: Adapter) -> str | None:
+    """The first release where ``adapter`` drafts across vocabularies (None: none it knows)."""
+    from specplug.stackcaps import vocab_bridge
+
+    versions = getattr(adapter, "versions", None)
+    return next((v for v in (versions() if callable(versions) else ()) if vocab_bridge(adapter, v)), None)
 
 
 def compatible_drafters(target: Model, stack: StackCapabilities | str) -> list[str]:
@@ -280,18 +312,24 @@ def _draft_tp_problems(plan: Plan, tp: int, adapter: Adapter) -> list[Problem]:
 # ---------------------------------------------------------------------------------------------- rule 5
 
 
-def plan_features(plan: Plan) -> frozenset[str]:
-    """The features of specplug.compat that ``plan`` turns on (its serve options, workload, split and drafter)."""
+def plan_features(plan: Plan, adapter: Adapter | None = None) -> frozenset[str]:
+    """The features of specplug.compat that ``plan`` turns on (its serve options, workload, split and drafter; a flag
+    in serve.extra_args only where the stack's table spells it)."""
     s = plan.speculation
-    return (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size)
-            | drafter_features(s.method, s.drafter))
+    table = compat_table(adapter or get_adapter(plan.stack.name))
+    on = (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size, table.flags)
+          | drafter_features(s.method, s.drafter))
+    if needs_model(table.rows):  # the target's layers, read only where the stack has a row about them
+        target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+        on |= model_features(target)
+    return on
 
 
 def _compat_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     s = plan.speculation
     if not s.enabled:
         return []
-    rows, version, on = compat_table(adapter).rows, plan.stack.version, plan_features(plan)
+    rows, version, on = compat_table(adapter).rows, plan.stack.version, plan_features(plan, adapter)
     return [
         Problem(f.message(adapter.display_name, version, s.method), _compat_fix(f, plan, adapter, on),
                 key="speculation.method", overridable=True)
@@ -307,7 +345,7 @@ def _compat_fix(f: Finding, plan: Plan, adapter: Adapter, on: frozenset[str]) ->
               if m != plan.speculation.method and blocked(rows, version, m, on, model) is None]
     if others:
         fixes.append(f"use another method ({', '.join(others[:6])}; 'speculation: auto' picks among them)")
-    fixes += [f"turn off {FEATURES[x]}" for x in f.row.features if x in CONFIG_FEATURES]
+    fixes += [f"turn off {f.row.describe(x)}" for x in f.row.features if x in CONFIG_FEATURES]
     text = "; or ".join(fixes)
     return text[:1].upper() + text[1:] + ". 'specplug launch --force' starts it anyway."
 

@@ -163,8 +163,10 @@ UNPLANNABLE = {
         "'eagle' with num_speculative_tokens=0",
     ),
     "drafter-of-another-vocabulary": (
-        HEAD + "speculation: {method: draft_model, drafter: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 4}\n",
-        ("plan", "speculation.drafter"),
+        # vLLM drafts across vocabularies with greedy drafts (use_heterogeneous_vocab): not with sampled ones.
+        HEAD + "speculation: {method: draft_model, drafter: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 4, "
+        "draft_sampling: probabilistic}\n",
+        ("plan", "speculation.draft_sampling"),
         "cannot draft for meta-llama/Llama-3.1-70B-Instruct",
     ),
 }

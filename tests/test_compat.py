@@ -6,11 +6,12 @@ a lossy verifier needs allow_lossy; TGI is legacy and never the default."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from specplug.compat import FEATURE_FLAGS, FEATURES, CompatRow, parse_table
+from specplug.compat import FEATURES, FLAG_FEATURES, CompatRow, parse_table
 from specplug.config import Config, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.rendering import render_plan
@@ -37,6 +38,10 @@ RECIPES: dict[str, dict[str, Any]] = {
     "dflash": dict(model=Q8, method="dflash", drafter="z-lab/Qwen3-8B-DFlash-b16", k=15),
     "dspark": dict(model=Q8, method="dspark", drafter="deepseek-ai/dspark_qwen3_8b_block7", k=7),
 }
+# A hybrid target (24 Gated DeltaNet layers, 8 attention layers), read from its config.json.
+HYBRID = str(Path(__file__).parent / "catalog" / "hub_configs" / "Qwen--Qwen3.5-9B")
+# A target whose layer_types alternate sliding-window and full attention (Gemma 2), read from its config.json.
+SLIDING = str(Path(__file__).parent / "catalog" / "hub_configs" / "google--gemma-2-9b-it")
 # A model a models-scoped row names, with the drafter its source used.
 SCOPED = {"kimi-k2.6": dict(model="nvidia/Kimi-K2.6-NVFP4", drafter="lightseekorg/kimi-k2.6-eagle3-mla")}
 
@@ -52,11 +57,12 @@ def _row_id(r: CompatRow) -> str:
     return f"{r.stack}-{'+'.join(r.features)}-{r.methods[0]}-{r.status}-{r.to or r.since or r.fixed_in or 'all'}"
 
 
-def _with_features(kw: dict[str, Any], features: tuple[str, ...], on: bool) -> tuple[dict[str, Any], bool]:
+def _with_features(kw: dict[str, Any], row: CompatRow, on: bool) -> tuple[dict[str, Any], bool]:
     """``kw`` with the row's features on (or off); also whether the workload is multimodal."""
     kw = {**kw, "serve": dict(kw.get("serve", {}))}
     multimodal = False
-    for f in features:
+    flags = dict(get_adapter(row.stack).compatibility().flags)
+    for f in row.features:
         if f == "lora" and on:
             kw["serve"]["lora"] = {"adapters": {"tuned": "org/tuned-lora"}}
         elif f == "structured_output" and on:
@@ -75,8 +81,14 @@ def _with_features(kw: dict[str, Any], features: tuple[str, ...], on: bool) -> t
             kw.update(method="draft_model", drafter=OTHER_VOCAB if on else SMALL_LLAMA, model=L8)
         elif f == "lm_format_enforcer" and on:
             kw["serve"]["structured_output"] = "lm-format-enforcer"
-        elif f in FEATURE_FLAGS and on:
-            kw["serve"]["extra_args"] = [*kw["serve"].get("extra_args", []), FEATURE_FLAGS[f][0]]
+        elif f == "fp8_kv_cache" and on:
+            kw["serve"]["kv_cache_dtype"] = "fp8"
+        elif f == "hybrid_target" and on:
+            kw["model"] = HYBRID  # a target with Gated DeltaNet layers beside attention (its config.json)
+        elif f == "sliding_window_target" and on:
+            kw["model"] = SLIDING
+        elif f in FLAG_FEATURES and on:
+            kw["serve"]["extra_args"] = [*kw["serve"].get("extra_args", []), flags[f][0]]
     return kw, multimodal
 
 
@@ -134,10 +146,10 @@ def test_a_bad_row_is_an_error_not_a_silent_non_match():
 @pytest.mark.parametrize("row", ROWS, ids=_row_id)
 def test_each_row_allows_one_plan_and_refuses_one(row):
     version, kw = _case(row)
-    off, mm_off = _with_features(kw, row.features, on=False)
+    off, mm_off = _with_features(kw, row, on=False)
     allowed = _plan(row.stack, version, off, mm_off)
     render_plan(allowed)  # the same method and release without the row's features renders
-    on, mm_on = _with_features(kw, row.features, on=True)
+    on, mm_on = _with_features(kw, row, on=True)
     plan = _plan(row.stack, version, on, mm_on)
     if row.status != "broken":
         assert not [p for p in plan_problems(plan) if row.source in p.message]
@@ -362,15 +374,93 @@ def test_the_planner_avoids_a_flag_feature_the_stack_refuses_and_the_render_does
         assert not any("not rendered" in n for n in render_plan(plan).spec.notes)
 
 
-def test_flag_features_read_the_stacks_spellings_only():
+def _flag_features(stack: str, *args: str, **serve: Any) -> frozenset[str]:
     from specplug.compat import serve_features
     from specplug.config import ServeOptions
 
-    def on(*args: str, **serve: Any) -> frozenset[str]:
-        return serve_features(ServeOptions(extra_args=list(args), **serve), WorkloadSpec(), 1)
+    flags = get_adapter(stack).compatibility().flags
+    return serve_features(ServeOptions(extra_args=list(args), **serve), WorkloadSpec(), 1, flags)
 
-    assert on("--async-scheduling") == {"async_scheduling"}
-    assert on("--no-async-scheduling") == frozenset()
-    assert on("--enable-mixed-chunk", "--enable-dp-attention") == {"mixed_chunked_prefill", "dp_attention"}
-    assert on(structured_output="lm-format-enforcer") == {"structured_output", "lm_format_enforcer"}
-    assert on(structured_output="xgrammar") == {"structured_output"}
+
+def test_flag_features_read_the_stacks_spellings_only():
+    assert _flag_features("vllm", "--async-scheduling") == {"async_scheduling"}
+    assert _flag_features("vllm", "--async-scheduling=true") == {"async_scheduling"}
+    assert _flag_features("vllm", "--no-async-scheduling") == frozenset()
+    assert _flag_features("sglang", "--enable-mixed-chunk", "--enable-dp-attention") == {"mixed_chunked_prefill",
+                                                                                         "dp_attention"}
+    assert _flag_features("sglang", "--enable-dp-attention-local-control-broadcast") == frozenset()
+    assert _flag_features("vllm", structured_output="lm-format-enforcer") == {"structured_output", "lm_format_enforcer"}
+    assert _flag_features("vllm", structured_output="xgrammar") == {"structured_output"}
+
+
+def test_a_stack_whose_table_declares_no_flag_for_a_feature_never_infers_it():
+    """Flag spellings belong to each stack's own table: another stack's spelling turns nothing on."""
+    assert _flag_features("vllm", "--enable-dp-attention", "--enable-mixed-chunk") == frozenset()
+    assert _flag_features("sglang", "--async-scheduling") == frozenset()
+    for stack in ("llamacpp", "trtllm", "tgi"):
+        assert get_adapter(stack).compatibility().flags == ()
+        assert _flag_features(stack, "--async-scheduling", "--enable-dp-attention", "--enable-mixed-chunk") == frozenset()
+    # Through the validator too: SGLang refuses NGRAM with DP attention, but '--async-scheduling' (a vLLM flag)
+    # on SGLang, or '--enable-dp-attention' on vLLM, is no feature there.
+    from specplug.validate import plan_features
+
+    plan = make_plan("sglang", "0.5.23", **RECIPES["ngram"], serve={"extra_args": ["--async-scheduling"]})
+    assert "async_scheduling" not in plan_features(plan)
+    plan = make_plan("vllm", "0.32.0", **RECIPES["ngram"], serve={"extra_args": ["--enable-dp-attention"]})
+    assert "dp_attention" not in plan_features(plan)
+    # And the planner reads the same table: on SGLang the flag rules n-gram out, on vLLM it does not.
+    from specplug.planning import plan_from_config
+
+    data = __import__("yaml").safe_load(DP_ATTENTION_CONFIG)
+    data.update(speculation="auto", stack={"name": "vllm", "version": "0.32.0"})
+    ngram = next(c for c in plan_from_config(Config.model_validate(data)).candidates if c.method == "ngram")
+    assert not (ngram.ruled_out or "").startswith("known broken")
+
+
+def test_a_table_spells_its_flags_and_declares_one_for_every_flag_row():
+    ok = "stack: x\nflags: {dp_attention: [--enable-dp-attention]}\nrows:\n- {features: [dp_attention], methods: [ngram], status: broken, source: s, note: n}\n"
+    table = parse_table(ok, "t.yaml")
+    assert table.flags == (("dp_attention", ("--enable-dp-attention",)),)
+    assert "DP attention (--enable-dp-attention in serve.extra_args)" in table.rows[0].about()
+    for bad, match in (("flags: {lora: [--enable-lora]}\n", "config-only"),
+                       ("flags: {dp_attention: [enable-dp-attention]}\n", "spelled"),
+                       ("flags: {dp_attention: []}\n", "spelled"),
+                       ("rows:\n- {features: [dp_attention], methods: [ngram], status: broken, source: s, note: n}\n",
+                        "declares no flag")):
+        with pytest.raises(SpecplugError, match=match):
+            parse_table("stack: x\n" + bad, "t.yaml")
+
+
+# ---------------------------------------------------------------------------------------------- features from the target
+
+
+def test_a_hybrid_target_is_read_from_its_layers_and_only_where_a_row_needs_it(monkeypatch):
+    import specplug.validate as V
+    from specplug.catalog import get_model
+    from specplug.compat import model_features, needs_model
+
+    assert model_features(get_model(HYBRID)) == {"hybrid_target"}
+    nemotron = str(Path(__file__).parent / "catalog" / "hub_configs" / "nvidia--Nemotron-H-56B-Base-8K")
+    assert model_features(get_model(nemotron)) == {"hybrid_target"}  # Mamba blocks
+    assert model_features(get_model(L8)) == frozenset()
+    assert model_features(get_model("gpt-oss-20b")) == {"sliding_window_target"}  # its catalog row
+    assert model_features(get_model(SLIDING)) == {"sliding_window_target"}  # config.json layer_types
+    assert needs_model(get_adapter("llamacpp").compatibility().rows)
+    assert needs_model(get_adapter("sglang").compatibility().rows)
+    assert not needs_model(get_adapter("trtllm").compatibility().rows)
+    # A stack without such a row never reads the target for it.
+    monkeypatch.setattr(V, "_catalog_model", lambda ref: pytest.fail(f"read {ref}"))
+    assert "hybrid_target" not in V.plan_features(make_plan("trtllm", "1.2.0", **RECIPES["ngram"]))
+
+
+def test_an_fp8_kv_cache_is_a_feature_the_fix_can_turn_off():
+    from specplug.compat import serve_features
+    from specplug.config import ServeOptions
+
+    for dtype, on in (("fp8", True), ("fp8_e5m2", True), ("auto", False), ("bfloat16", False)):
+        assert ("fp8_kv_cache" in serve_features(ServeOptions(kv_cache_dtype=dtype), WorkloadSpec(), 1)) is on
+    plan = make_plan("vllm", "0.9.2", **RECIPES["eagle3"], serve={"kv_cache_dtype": "fp8"})
+    with pytest.raises(InvalidPlan) as exc:
+        validate_plan(plan)
+    problem = next(p for p in exc.value.problems if "#21177" in p.message)
+    assert "turn off an FP8 KV cache" in (problem.hint or "")

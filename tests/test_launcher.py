@@ -308,7 +308,7 @@ def test_api_key_env_is_copied_at_launch_and_never_in_argv(stub, monkeypatch):
 def test_an_invalid_plan_is_refused_before_preflight_even_in_a_dry_run(monkeypatch):
     from specplug.validate import InvalidPlan
 
-    plan = make_plan("vllm", "0.32.0", method="draft_model", drafter="Qwen/Qwen2.5-0.5B-Instruct", k=4, tp=3,
+    plan = make_plan("vllm", "0.27.1", method="draft_model", drafter="Qwen/Qwen2.5-0.5B-Instruct", k=4, tp=3,
                      draft_tensor_parallel_size=1)
     monkeypatch.setattr(launcher, "preflight", lambda *a, **k: pytest.fail("preflight ran for an invalid plan"))
     out = io.StringIO()

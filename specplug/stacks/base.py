@@ -276,6 +276,11 @@ class BaseAdapter:
         """Whether a separate draft model may have another vocabulary than the target (default: no)."""
         return False
 
+    def vocab_bridge(self, version: str | None) -> str | None:
+        """How the stack drafts across vocabularies at ``version`` when told to (default: it cannot); see the
+        protocol."""
+        return None
+
     def build(self, plan: Plan, version: str | None) -> LaunchSpec:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -130,6 +130,12 @@ class Adapter(Protocol):
     def accepts_mismatched_vocab(self, version: str | None) -> bool:
         """Whether a separate draft model may have another vocabulary than the target."""
 
+    def vocab_bridge(self, version: str | None) -> str | None:
+        """How the stack drafts with a separate draft model of another vocabulary at ``version`` when told to (a
+        sentence for the plan; None: it cannot). A bridge drafts over the token-level intersection of the two
+        vocabularies, which is lossless with greedy draft sampling only (speculation.draft_sampling unset or
+        greedy); the adapter renders it when the plan's drafter needs it."""
+
     def template_name(self, version: str | None, ext: str | None = None) -> str | None:
         """The template that wraps a rendered file of kind ``ext`` (None: the generic one)."""
 

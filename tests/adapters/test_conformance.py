@@ -367,8 +367,16 @@ def _vocab_problems(stack: str, version: str | None, target: str, drafter: str) 
 
 
 def test_the_declared_vocabulary_rules_decide_the_validators_verdict(stack):
+    from specplug.stackcaps import vocab_bridge
+    from specplug.validate import plan_problems
+
     a = get_adapter(stack)
-    versions = [v for v in edge_versions(a) if not a.accepts_mismatched_vocab(v)]
+    bridged = [v for v in edge_versions(a) if not a.accepts_mismatched_vocab(v) and vocab_bridge(a, v)]
+    for v in bridged:  # drafts over the shared tokens with greedy draft sampling; sampled drafts are refused
+        assert not _vocab_problems(stack, v, L8, QWEN_05B), v
+        sampled = make_plan(stack, v, model=L8, method="draft_model", drafter=QWEN_05B, k=3, draft_sampling="probabilistic")
+        assert any(p.key == "speculation.draft_sampling" for p in plan_problems(sampled)), v
+    versions = [v for v in edge_versions(a) if not a.accepts_mismatched_vocab(v) and not vocab_bridge(a, v)]
     if not versions:
         pytest.skip("takes mismatched vocabularies at every version")
     for v in versions:

@@ -356,3 +356,39 @@ def test_tensorrt_llm_1_3_0rc29_and_1_4_0_renders_pass_their_field_lists(version
     cfg = yaml.safe_load(spec.files["trtllm-config.yaml"])["speculative_config"]
     check_against_fields(cfg, "pytorch", version)
     assert spec.argv[spec.argv.index("--backend") + 1] == "pytorch"
+
+
+# SGLang gives a drafter the target's --quantization unless --speculative-draft-model-quantization says otherwise
+# (0.5.23 serving_hook.py); specplug costs the drafter in its own checkpoint's format, so it keeps it so.
+L8, E3 = "meta-llama/Llama-3.1-8B-Instruct", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+DRAFT_QUANT = "--speculative-draft-model-quantization"
+
+
+def test_sglang_keeps_the_drafter_in_its_own_format_when_the_target_is_quantized_at_load():
+    spec = spec_of("sglang", "0.5.23", model=L8, method="eagle3", drafter=E3, k=3, serve={"quantization": "fp8"})
+    argv = spec.argv
+    assert argv[argv.index("--quantization") + 1] == "fp8" and argv[argv.index(DRAFT_QUANT) + 1] == "unquant"
+    assert any(n.startswith(f"{DRAFT_QUANT} unquant:") and "own checkpoint's format" in n for n in spec.notes)
+    for method, drafter in (("draft_model", "meta-llama/Llama-3.2-1B-Instruct"), ("eagle", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B")):
+        assert DRAFT_QUANT in spec_of("sglang", "0.5.23", model=L8, method=method, drafter=drafter, k=3,
+                                      serve={"quantization": "fp8"}).argv, method
+
+
+def test_sglang_renders_no_draft_quantization_without_a_reason():
+    # No drafter checkpoint (NGRAM), the target's own MTP layers (quantized like the target), no --quantization.
+    assert DRAFT_QUANT not in spec_of("sglang", "0.5.23", model=L8, method="ngram", k=3, serve={"quantization": "fp8"}).argv
+    mtp = spec_of("sglang", "0.5.23", model="deepseek-ai/DeepSeek-V3", method="mtp", k=1, tp=8, weight_format="bf16",
+                  serve={"quantization": "fp8"}).argv
+    assert "--quantization" in mtp and DRAFT_QUANT not in mtp
+    assert DRAFT_QUANT not in spec_of("sglang", "0.5.23", model=L8, method="eagle3", drafter=E3, k=3).argv
+    # The user's own value stands.
+    own = spec_of("sglang", "0.5.23", model=L8, method="eagle3", drafter=E3, k=3,
+                  serve={"quantization": "fp8", "extra_args": [DRAFT_QUANT, "fp8"]}).argv
+    assert own.count(DRAFT_QUANT) == 1 and own[own.index(DRAFT_QUANT) + 1] == "fp8"
+    # Before the release it is confirmed in: not rendered, and the note says what SGLang may do instead.
+    old = spec_of("sglang", "0.5.3", model=L8, method="eagle3", drafter=E3, k=3, serve={"quantization": "fp8"})
+    assert DRAFT_QUANT not in old.argv and any("may quantize the drafter with the target" in n for n in old.notes)
+    # The draft attention backend is SGLang's own choice (resolved per platform): never rendered.
+    assert "--speculative-draft-attention-backend" not in " ".join(
+        spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter="z-lab/Qwen3-8B-DFlash-b16", k=15,
+                serve={"quantization": "fp8"}).argv)

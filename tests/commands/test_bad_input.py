@@ -15,9 +15,11 @@ HEAD = "version: 1\nmodel: llama-3.1-70b\nstack: {name: vllm, version: \"0.32.0\
 
 # name -> (specplug.yaml body after HEAD, the plan check finds in the lock, text the message must carry, a fix it names)
 CASES = {
+    # vLLM 0.32.0 drafts across vocabularies with greedy drafts only (use_heterogeneous_vocab): sampled ones are refused.
     "draft-vocab": (
-        "speculation: {method: draft_model, drafter: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 4}\n",
-        dict(method="draft_model", drafter="Qwen/Qwen2.5-0.5B-Instruct", k=4, tp=4),
+        "speculation: {method: draft_model, drafter: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 4, "
+        "draft_sampling: probabilistic}\n",
+        dict(method="draft_model", drafter="Qwen/Qwen2.5-0.5B-Instruct", k=4, tp=4, draft_sampling="probabilistic"),
         "cannot draft for meta-llama/Llama-3.1-70B-Instruct",
         "meta-llama/Llama-3.2-1B-Instruct",
     ),
@@ -88,7 +90,8 @@ def test_check_reports_the_locked_plans_problem(run_cli, case, tmp_path):
 @pytest.mark.parametrize(
     "flags,needle,fix",
     [
-        (("--method", "draft_model", "--drafter", "Qwen/Qwen2.5-0.5B-Instruct", "--num-gpus", "4"),
+        (("--method", "draft_model", "--drafter", "Qwen/Qwen2.5-0.5B-Instruct", "--num-gpus", "4", "--stack-version",
+          "0.27.1"),  # before vLLM's token-level intersection
          "cannot draft for meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
         (("--method", "ngram", "--num-gpus", "4", "--quantization", "int4-awq"), "serves int4-awq only from a checkpoint",
          "fp8"),

@@ -78,13 +78,14 @@ def test_hub_models_compare_their_token_maps_and_special_tokens(fake_hub) -> Non
     assert not swapped.ok and "token->id maps differ (tokenizer.json of acme/Target-8B" in swapped.reason
     chat = compatible(target, get_model("acme/Chat-0.6B"), VLLM)
     assert not chat.ok and chat.reason.startswith("special tokens differ (eos_token)")
-    # The planner refuses the mismatched one with the same reason.
+    # The planner refuses the mismatched one with the same reason (on a vLLM before its token-level intersection).
     from specplug.errors import SpecplugError
     from specplug.planning import recommend
 
     assert recommend(model="acme/Target-8B", gpu="h100", method="draft_model", drafter="acme/Draft-0.6B").speculation
     with pytest.raises(SpecplugError, match="token->id maps differ"):
-        recommend(model="acme/Target-8B", gpu="h100", method="draft_model", drafter="acme/Other-0.6B")
+        recommend(model="acme/Target-8B", gpu="h100", method="draft_model", drafter="acme/Other-0.6B",
+                  stack="vllm", stack_version="0.27.1")
 
 
 def test_a_hub_model_without_tokenizer_files_keeps_the_old_caveat(fake_hub) -> None:

@@ -7,6 +7,8 @@ console script does."""
 import json
 import sys
 
+DECIDED = ("quantization", "speculative_draft_model_quantization")
+
 
 def main() -> None:
     cases = json.load(sys.stdin)
@@ -18,7 +20,7 @@ def main() -> None:
               "speculative_adaptive_config", "speculative_ngram_max_bfs_breadth", "enable_dp_attention",
               "speculative_dspark_block_size", "speculative_ngram_max_trie_depth",
               "speculative_use_block_verification", "speculative_use_rejection_sampling",
-              "speculative_dflash_block_size")
+              "speculative_dflash_block_size", "quantization", "speculative_draft_model_quantization")
     out = []
     for case in cases:
         argv = case["argv"]
@@ -39,6 +41,14 @@ def main() -> None:
             if case.get("resolve"):
                 sa.resolve_once()
                 res["resolved"] = {f: getattr(sa, f, None) for f in fields}
+                # What resolution decided (0.5.23 declares its decisions over the raw fields instead of writing them).
+                try:
+                    from sglang.srt.arg_groups.model_override_base import resolving_view
+
+                    view = resolving_view(sa)
+                    res["decided"] = {f: getattr(view, f, None) for f in DECIDED}
+                except ImportError:
+                    pass
             res["ok"] = True
         except BaseException as exc:  # noqa: BLE001 - report every parser/validator failure as data
             res.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])

@@ -70,6 +70,14 @@ def checked(sglang_env, tiny_model, drafters, run_cli_module, tmp_path_factory):
     cases["ngram_dp_attention"] = (cases["ngram"][0] + dp, True)
     cases["standalone_dp_attention"] = (cases["standalone"][0] + dp, True)
     cases["eagle3_dp_attention"] = (cases["eagle3"][0] + dp, True)
+    # A target quantized at load: the EAGLE-3 drafter keeps its own checkpoint's format (SGLang would inherit fp8).
+    fp8 = _config(tmp / "fp8", tiny_model, f"  method: eagle3\n  drafter: {d['eagle3']}\n  num_speculative_tokens: 3\n")
+    Path(fp8).write_text(Path(fp8).read_text(encoding="utf-8").replace("serve: {port: 30001}",
+                                                                       "serve: {port: 30001, quantization: fp8}"), encoding="utf-8")
+    cases["eagle3_fp8_target"] = (render("sglang", config_path=fp8).spec.argv, True)
+    assert "--speculative-draft-model-quantization" in cases["eagle3_fp8_target"][0]
+    cases["eagle3_fp8_target_without_the_flag"] = (
+        [a for a in cases["eagle3_fp8_target"][0] if a not in ("--speculative-draft-model-quantization", "unquant")], True)
     mtp = render("sglang", model="deepseek-v3", gpu="h200", num_gpus=8, method="mtp", num_speculative_tokens=1,
                  stack_version=VERSION)
     cases["mtp"] = (mtp.spec.argv, False)
@@ -205,3 +213,15 @@ def test_before_0_5_23_renders_keep_launch_server_which_0_5_23_still_accepts(che
     assert r["entry"]["command"] == "python3 -m sglang.launch_server"
     assert r["ok"], r.get("error")
     assert r["resolved"]["speculative_algorithm"] == "EAGLE3"
+
+
+def test_a_target_quantized_at_load_leaves_the_drafter_in_its_own_format(checked):
+    r = checked["eagle3_fp8_target"]
+    assert r["ok"], r.get("error")
+    assert r["parsed"]["quantization"] == "fp8"
+    # 'unquant' resolves to no draft quantization: the draft checkpoint's own config decides (not the target's fp8).
+    assert r["decided"]["speculative_draft_model_quantization"] is None
+    # Without the flag SGLang hands the drafter the target's fp8 (what the render prevents).
+    bare = checked["eagle3_fp8_target_without_the_flag"]
+    assert bare["ok"], bare.get("error")
+    assert bare["decided"]["speculative_draft_model_quantization"] == "fp8"

@@ -103,6 +103,13 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
                     stack_version=VERSION)
     cases["dspark"] = (dspark.spec.argv, True, {"replace": {DSPARK: str(_dspark_drafter(tmp / "dspark", tiny_model)),
                                                             "Qwen/Qwen3-8B": str(tiny_model)}})
+    # A draft model of another vocabulary: specplug renders use_heterogeneous_vocab; without it vLLM refuses.
+    (tmp / "h").mkdir()
+    other = _other_vocab_drafter(tmp / "other-vocab", tiny_model)
+    cross = render("vllm", config_path=_config(tmp / "h", tiny_model, f"  method: draft_model\n  drafter: {other}\n"
+                                                                      "  num_speculative_tokens: 3\n"))
+    cases["cross_vocab"] = (cross.spec.argv, True)
+    cases["cross_vocab_without_the_field"] = ([a.replace('"use_heterogeneous_vocab":true,', "") for a in cross.spec.argv], True)
     payload = [{"name": n, "argv": c[0], "build": c[1], **(c[2] if len(c) > 2 else {})} for n, c in cases.items()]
     return run_helper(vllm_env / "bin" / "python", "vllm_check.py", payload)
 
@@ -121,6 +128,25 @@ def _dflash_drafter(folder: Path, target: Path) -> Path:
     cfg.update(architectures=["DFlashDraftModel"], model_type="qwen3", num_hidden_layers=1, block_size=16,
                dflash_config={"target_layer_ids": [1], "mask_token_id": 2})
     (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
+
+
+def _other_vocab_drafter(folder: Path, target: Path) -> Path:
+    """The tiny model with a vocabulary of its own: 16 more tokens (token->id map and vocab_size both differ)."""
+    import json
+
+    folder.mkdir()
+    for f in target.iterdir():
+        if f.name not in ("config.json", "tokenizer.json"):
+            (folder / f.name).symlink_to(f)
+    cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    tok = json.loads((target / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tok["model"]["vocab"]
+    top = max(vocab.values()) + len(tok.get("added_tokens", [])) + 1
+    vocab.update({f"zz{i}": top + i for i in range(16)})
+    cfg["vocab_size"] += 16
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    (folder / "tokenizer.json").write_text(json.dumps(tok), encoding="utf-8")
     return folder
 
 
@@ -289,3 +315,13 @@ def test_block_verification_and_sampled_drafts_build_as_vllms_own_fields(parsed)
     assert r["ok"], r.get("error")
     assert r["built"]["rejection_sample_method"] == "block" and r["built"]["method"] == "draft_model"
     assert r["built"]["draft_sample_method"] == "probabilistic"
+
+
+def test_a_draft_model_of_another_vocabulary_builds_with_the_bridge_specplug_renders(parsed):
+    r = parsed["cross_vocab"]
+    assert r["ok"], r.get("error")
+    assert r["built"]["method"] == "draft_model" and r["built"]["use_heterogeneous_vocab"] is True
+    assert r["built"]["draft_sample_method"] == "greedy"
+    # The same render without the field: vLLM's own vocabulary check refuses it.
+    bare = parsed["cross_vocab_without_the_field"]
+    assert not bare["ok"] and "same vocabulary size" in bare["error"], bare

@@ -72,6 +72,7 @@ def main() -> None:
                     "rejection_sample_method": sc.rejection_sample_method,
                     "enable_adaptive_verification": sc.enable_adaptive_verification,
                     "draft_sample_method": sc.draft_sample_method,
+                    "use_heterogeneous_vocab": getattr(sc, "use_heterogeneous_vocab", None),
                     "num_speculative_tokens_per_batch_size": [
                         list(e) for e in (sc.num_speculative_tokens_per_batch_size or [])
                     ] or None,

@@ -1,0 +1,13 @@
+"""Reading a stack's command line: the one rule for whether an argument list sets a flag. The adapters use it so
+a value the user wrote is not repeated; :mod:`specplug.compat` uses it to read features off ``serve.extra_args``
+(so it sits below both, where the policy's data may reach it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def has_flag(args: Iterable[str], *names: str) -> bool:
+    """Whether ``args`` set one of ``names``: written alone or as ``--flag=value`` (``--no-flag``, which turns it
+    off, and a longer flag that merely starts with the name do not count)."""
+    return any(a == n or a.startswith(n + "=") for a in args for n in names)
