@@ -145,6 +145,10 @@ def _draft_models(c: E.Context, model: Model, caps: StackCapabilities, kvb: floa
         d.ruled_out = d.ruled_out or reason or (f"known problem in {stack}: {issue.reason}" if issue else None)
         if d.ruled_out is None and (why := _unsharded(d, caps, c.tp)):
             d.ruled_out = why
+        elif (d.ruled_out or "").startswith("tokenizer mismatch") and caps.vocab_bridge:
+            # Acceptance over the shared tokens is not modelled: such a drafter is planned only when the user names it.
+            d.ruled_out += ("; specplug does not pick a drafter of another vocabulary itself: name it with --drafter "
+                            "(greedy draft sampling) to plan it")
         out.append(d)
     return out
 
