@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
-from specplug.config import WORKLOADS, Config, ServeOptions, TreeSpec, WorkloadSpec, explain_options
+from specplug.config import WORKLOADS, Config, ServeOptions, TreeSpec, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.methods import HEAD_METHODS, SPECULATING
 from specplug.plan import LoadPrediction, ModelRef, Parallelism, Plan, Speculation, StackRef
@@ -20,6 +20,7 @@ from specplug.policy.data import load_policy
 from specplug.policy.schema import Policy
 from specplug.policy.stages import Request
 from specplug.probe import Hardware, resolve_hardware
+from specplug.request import PlanRequest
 
 ESTIMATE_METHODS = SPECULATING
 
@@ -102,24 +103,16 @@ def estimate(
     if num_speculative_tokens is not None and not 1 <= num_speculative_tokens <= 64:
         raise SpecplugError(f"num_speculative_tokens must be 1..64, got {num_speculative_tokens}.")
     caps = caps or _unresolved(stack)
-    # The deployment is resolved by the planner's own stages (model, traffic, GPU count and split, cost model, what
-    # fits); only the technique is given here instead of chosen.
-    workload_spec = {"type": workload, "temperature": temperature, "input_len": input_len, "output_len": output_len,
-                     "traffic": str(traffic) if traffic else None, "request_rate": request_rate,
-                     "slo_tpot_ms": slo_tpot_ms, "slo_ttft_ms": slo_ttft_ms}
-    if traffic and (input_len, output_len) == (1024, 256):
-        del workload_spec["input_len"], workload_spec["output_len"]  # the defaults give way to what the traffic measured
-    if batch_size is not None:
-        workload_spec["concurrency"] = batch_size
-    try:
-        cfg = Config.model_validate({
-            "model": model,
-            "hardware": {"gpu": gpu, "num_gpus": num_gpus},
-            "workload": {k: v for k, v in workload_spec.items() if v is not None},
-            "serve": {"dtype": dtype, "quantization": quantization, "kv_cache_dtype": kv_cache_dtype},
-        })
-    except ValidationError as exc:
-        raise SpecplugError(explain_options(exc)) from None
+    # The flags become a config by the rule recommend, plan, render and launch use (specplug.request), and the
+    # deployment is resolved by the planner's own stages (model, traffic, GPU count and split, cost model, what fits);
+    # only the technique is given here instead of chosen.
+    lengths = {} if traffic and (input_len, output_len) == (1024, 256) else {"input_len": input_len, "output_len": output_len}
+    request = PlanRequest.from_flags(
+        model=model, gpu=gpu, num_gpus=num_gpus, concurrency=batch_size, workload=workload, temperature=temperature,
+        traffic=traffic, request_rate=request_rate, slo_tpot_ms=slo_tpot_ms, slo_ttft_ms=slo_ttft_ms,
+        quantization=quantization, kv_cache_dtype=kv_cache_dtype, **lengths,  # the defaults give way to the traffic's
+    )
+    cfg = request.apply(Config(serve={"dtype": dtype}))  # type: ignore[arg-type]
     s = planner.run(Request(cfg, resolve_hardware(gpu, num_gpus), caps, load_policy(policy), calibration, validate, (),
                             False, require_fit), planner.DEPLOYMENT_STAGES)
     pol, m, g, target, kvb, c = s.pol, s.model, s.gpu, s.target, s.kvb, s.c
