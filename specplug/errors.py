@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class SpecplugError(Exception):
     """A problem the user can act on: what was wrong, and (in ``hint``) what would work."""
@@ -16,6 +21,20 @@ class SpecplugError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} {self.hint}" if self.hint else self.message
+
+
+def invalid(exc: ValidationError, heading: str, hint: str | None = None,
+            kind: type[SpecplugError] | None = None, limit: int = 12) -> SpecplugError:
+    """The user error for data that failed its pydantic model: ``heading``, then one line per problem named by its
+    key (``runs.0.wall_s: Input should be a valid number.``), each once, at most ``limit``. specplug.yaml and the
+    plan flags add line numbers and key suggestions on top (specplug.config.explain_options)."""
+    lines: list[str] = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        line = f"{key}: {err['msg'].removeprefix('Value error, ')}."
+        if line not in lines:
+            lines.append(line)
+    return (kind or ConfigError)(f"{heading}:\n  " + "\n  ".join(lines[:limit]), hint)
 
 
 class ConfigError(SpecplugError):

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.config import Config, load_config
-from specplug.errors import ConfigError, SpecplugError
+from specplug.errors import ConfigError, SpecplugError, invalid
 from specplug.fileio import user_path, write_atomic
 from specplug.plan import Plan
 from specplug.probe import Hardware
@@ -292,12 +292,8 @@ def parse_lock(text: str, filename: str = LOCK_NAME) -> Lock:
     try:
         return Lock.model_validate(_without_unknown_keys(_split_in_parallelism(data)))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(
-            f"{filename}: {key}: {first['msg']} (the lock was written by another specplug version or edited).",
-            "Re-create it with 'specplug plan'.",
-        ) from None
+        raise invalid(exc, f"{filename} was written by another specplug version or edited",
+                      "Re-create it with 'specplug plan'.") from None
 
 
 def _split_in_parallelism(data: dict[str, Any]) -> dict[str, Any]:

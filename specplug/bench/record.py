@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from specplug.bench.metrics import Acceptance
-from specplug.errors import SpecplugError
+from specplug.errors import SpecplugError, invalid
 from specplug.fileio import read_json_object
 
 RECORD_KIND = "specplug-bench"
@@ -136,6 +136,4 @@ def load_record(path: str | Path) -> BenchRecord:
     try:
         return BenchRecord.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise SpecplugError(f"{p} is damaged: {where}: {first['msg']}.") from None
+        raise invalid(exc, f"{p} is damaged", "Re-create it with 'specplug bench -o DIR'.", SpecplugError) from None

@@ -36,7 +36,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specplug.config import Method, Workload
-from specplug.errors import ConfigError
+from specplug.errors import ConfigError, invalid
 
 
 class CalibrationEntry(BaseModel):
@@ -178,5 +178,4 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         return Calibration.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()[:10]]
-        raise ConfigError(f"Invalid calibration file {p}:\n  " + "\n  ".join(lines), "See specplug/policy/calibration.py for the schema.") from None
+        raise invalid(exc, f"Invalid calibration file {p}", "Re-create it with 'specplug calibrate'.") from None

@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from specplug.errors import ConfigError
+from specplug.errors import ConfigError, invalid
 from specplug.policy.schema import Policy
 
 SHIPPED = ("default.yaml", "fitted.yaml")
@@ -68,14 +68,8 @@ def validate(data: dict[str, Any], where: str) -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors()[:12]:
-            key = ".".join(str(p) for p in err["loc"])
-            lines.append(f"{key}: {err['msg'].removeprefix('Value error, ')}")
-        raise ConfigError(
-            f"Invalid policy ({where}):\n  " + "\n  ".join(lines),
-            "See 'specplug policy show' for the merged policy and its keys.",
-        ) from None
+        raise invalid(exc, f"Invalid policy ({where})",
+                      "See 'specplug policy show' for the merged policy and its keys.") from None
 
 
 _CACHE: dict[str, Policy] = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from specplug.errors import SpecplugError
+from specplug.errors import SpecplugError, invalid
 from specplug.fileio import read_json_object
 from specplug.tune.decide import Decision, TrialSummary
 from specplug.tune.feedback import AcceptanceCheck
@@ -179,5 +179,4 @@ def load(path: str | Path) -> TuneReport:
     try:
         return TuneReport.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise SpecplugError(f"{p} is damaged: {'.'.join(map(str, first['loc']))}: {first['msg']}.") from None
+        raise invalid(exc, f"{p} is damaged", "Re-create it with 'specplug tune -o DIR --restart'.", SpecplugError) from None
