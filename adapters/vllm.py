@@ -7,6 +7,7 @@ parser and ``SpeculativeConfig`` in tests/stacks/test_vllm_real.py.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from importlib import metadata
 from typing import ClassVar
@@ -29,7 +30,7 @@ from specplug.capabilities import BLOCK_VERIFICATION, FLY_VERIFICATION, PROBABIL
 from specplug.errors import StackError
 from specplug.methods import DRAFTER_METHODS, LOOKUP_METHODS
 from specplug.plan import Plan
-from specplug.stacks.base import BaseAdapter
+from specplug.stacks.base import BaseAdapter, load_compat
 from specplug.stacks.metrics import ResponseTimings, StackMetrics, spec_decode_counters
 from specplug.stacks.protocol import LaunchSpec, Problem, StackImage
 from specplug.stacks.windows import Window, spelling, version_at_least
@@ -97,9 +98,11 @@ SERVED_NAME_FLAG = "--served-model-name"
 # Adaptive verification is rendered for DSpark, whose confidence head was trained to set that budget; for other
 # methods it runs on an online estimate that no published result measures.
 ADAPTIVE_VERIFICATION_METHODS = ("dspark",)
-# What keeps it off: LoRA, pipeline parallelism, and eager mode (it needs full CUDA graphs).
+# What keeps it off: LoRA, pipeline parallelism, and no full CUDA graphs: eager mode (the compatibility table's
+# eager_mode flag) or a cudagraph_mode without FULL (vllm/config/compilation.py CUDAGraphMode) set through
+# --compilation-config / -cc, as JSON or a dotted key.
 LORA_FLAG = "--enable-lora"
-EAGER_FLAG = "--enforce-eager"
+PARTIAL_GRAPHS = re.compile(r"""cudagraph_mode["']?\s*[:=]?\s*["']?(NONE|PIECEWISE)\b""", re.IGNORECASE)
 # Read in 0.32.0 and deliberately not rendered: rejection_sample_method 'synthetic' (a benchmarking aid that accepts
 # at set rates, not lossless).
 # What the per-request metrics flag is rendered with: the summary (no per-step arrays, which grow with output).
@@ -542,6 +545,15 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     return cfg
 
 
+def _without_full_graphs(args: list[str]) -> str | None:
+    """What in ``args`` leaves vLLM without full CUDA graphs (None: nothing does)."""
+    eager = dict(load_compat(VLLMAdapter.compat_file).flags)["eager_mode"]
+    if has_flag(args, *eager):
+        return f"eager mode ({eager[0]}: no CUDA graphs)"
+    m = PARTIAL_GRAPHS.search(" ".join(args))
+    return f"cudagraph_mode {m.group(1).upper()} (no full CUDA graphs)" if m else None
+
+
 def _adaptive_verification(plan: Plan, c: Canon, version: str | None) -> dict:
     """enable_adaptive_verification for a DSpark drafter where vLLM can run it, with the reason either way."""
     w = spelling(FIELDS, "adaptive_verification", version)
@@ -549,7 +561,7 @@ def _adaptive_verification(plan: Plan, c: Canon, version: str | None) -> dict:
         f"vLLM {version or '(newest)'} has no enable_adaptive_verification" if w is None
         else "pipeline parallelism" if plan.parallelism.pipeline_parallel_size > 1
         else "LoRA (--enable-lora)" if has_flag(c.extra_args, LORA_FLAG)
-        else "eager mode (--enforce-eager: no CUDA graphs)" if has_flag(c.extra_args, EAGER_FLAG) else None
+        else _without_full_graphs(c.extra_args)
     )
     if why_not is not None:
         c.notes.append(f"Adaptive verification is off ({why_not} rules it out): each request verifies k={c.k} every step.")

@@ -53,6 +53,7 @@ FEATURES: dict[str, str] = {
     "async_scheduling": "async scheduling",
     "dp_attention": "DP attention",
     "mixed_chunked_prefill": "mixed chunked prefill",
+    "eager_mode": "eager mode (no CUDA graphs)",
     # An EAGLE-3 head (catalog method or format eagle3) run as method 'eagle'.
     "eagle3_head_as_eagle": "an EAGLE-3 head launched as EAGLE",
     # A separate draft model whose vocabulary differs from the target's (specplug.validate's rule 1 decides it).
@@ -64,7 +65,8 @@ FEATURES: dict[str, str] = {
 }
 # The features specplug.yaml turns on (the others follow from the plan): what a fix can say to turn off.
 CONFIG_FEATURES = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal", "pipeline_parallel",
-                   "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill", "fp8_kv_cache")
+                   "lm_format_enforcer", "async_scheduling", "dp_attention", "mixed_chunked_prefill", "eager_mode",
+                   "fp8_kv_cache")
 # The features the target model brings (read from its facts, so only where a stack's table has a row about them).
 MODEL_FEATURES = ("hybrid_target", "sliding_window_target")
 # Layer kinds (specplug.catalog.archs) that keep a KV cache or no state at all; any other is a recurrent mixer.
@@ -73,7 +75,7 @@ _NOT_RECURRENT = ("full_attention", "sliding_attention", "none")
 # or values specplug renders itself).
 PLANNED_ONLY = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal")
 # The features only a stack's flag turns on (its table's ``flags`` spell them; specplug.yaml has no field for them).
-FLAG_FEATURES = ("async_scheduling", "dp_attention", "mixed_chunked_prefill")
+FLAG_FEATURES = ("async_scheduling", "dp_attention", "mixed_chunked_prefill", "eager_mode")
 Flags = tuple[tuple[str, tuple[str, ...]], ...]  # feature -> the stack's spellings, as a hashable mapping
 ALL_METHODS = "*"  # in a row's methods: every speculating method
 

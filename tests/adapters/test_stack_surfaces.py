@@ -297,11 +297,25 @@ def test_sglang_refuses_an_eagle_tree_under_the_rejection_sampling_block_verific
     spec_of("sglang", "0.5.23", model="Qwen/Qwen3-8B", method="dflash", drafter=DFLASH, k=15, verification="block")
 
 
-def test_vllm_leaves_adaptive_verification_off_in_eager_mode_and_says_why():
+@pytest.mark.parametrize(("args", "why"), [
+    (["--enforce-eager"], "eager mode"),
+    (["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}'], "cudagraph_mode PIECEWISE"),
+    (["-cc.cudagraph_mode=NONE"], "cudagraph_mode NONE"),
+    (["--compilation-config.cudagraph_mode", "piecewise"], "cudagraph_mode PIECEWISE"),
+])
+def test_vllm_leaves_adaptive_verification_off_without_full_cuda_graphs_and_says_why(args, why):
+    # VllmConfig refuses enable_adaptive_verification without full CUDA graphs (config/vllm.py, 0.32.0).
     spec = spec_of("vllm", "0.32.0", model="Qwen/Qwen3-8B", method="dspark", drafter="x/dspark", k=7,
-                   serve={"extra_args": ["--enforce-eager"]})
+                   serve={"extra_args": args})
     assert "enable_adaptive_verification" not in vllm_cfg(spec)
-    assert any("eager mode" in n for n in spec.notes)
+    assert any(why in n and "Adaptive verification is off" in n for n in spec.notes)
+
+
+@pytest.mark.parametrize("mode", ["FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"])
+def test_vllm_keeps_adaptive_verification_with_full_cuda_graphs(mode):
+    spec = spec_of("vllm", "0.32.0", model="Qwen/Qwen3-8B", method="dspark", drafter="x/dspark", k=7,
+                   serve={"extra_args": ["-cc", json.dumps({"cudagraph_mode": mode})]})
+    assert vllm_cfg(spec)["enable_adaptive_verification"] is True
 
 
 def test_an_old_acceptance_gate_warns_when_the_schedule_lowers_k():
