@@ -182,6 +182,8 @@ class EmbeddedAdapter(BaseAdapter):
             "--max-batch-size": None if c.max_num_seqs is None else str(c.max_num_seqs),
             "--max-model-len": None if c.max_model_len is None else str(c.max_model_len),
             "--dtype": c.dtype,
+            # The server keeps a prefix cache unless told not to, as vLLM does.
+            "--prefix-cache-mb": "0" if plan.serve.prefix_caching is False else None,
         }
         for flag, v in values.items():
             if v is not None and not has_flag(c.extra_args, flag):

@@ -125,6 +125,19 @@ class KVState:
         diag = cols.unsqueeze(0) == rows
         return ((self.valid.unsqueeze(1) & causal.unsqueeze(0)) | diag.unsqueeze(0)).unsqueeze(1)
 
+    def seed(self, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Start an empty state from columns computed before (a cached prompt prefix, ``(1, heads, n, dim)`` per
+        layer), for every row: real tokens at positions 0..n-1."""
+        n = kv[0][0].shape[2]
+        b = self.batch_size
+        self.cache = _build_cache([(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in kv], self._cache_kind)
+        self.valid = torch.ones(b, n, dtype=torch.bool, device=self.device)
+        self.next_pos = torch.full((b,), n, dtype=torch.long, device=self.device)
+
+    def kv_lists(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (keys, values), ``(B, heads, columns, dim)``."""
+        return _kv_lists(self.cache)
+
     def rollback(self, keep: torch.Tensor) -> None:
         """Of the columns the last ``forward`` added, keep the first ``keep[b]`` for row b; forget the rest.
 

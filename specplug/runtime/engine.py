@@ -61,6 +61,7 @@ import torch
 from specplug.runtime.cache import KVState
 from specplug.runtime.decoder import lean as lean_decoder
 from specplug.runtime.pacing import DraftPacer, record
+from specplug.runtime.prefix import PrefixCache
 from specplug.runtime.proposers import Draft, Proposer, _prefill
 from specplug.runtime.sampling import (
     RowGenerators,
@@ -112,6 +113,7 @@ class RequestStats:
     accepted_per_position: list[int] = field(default_factory=list)
     prefill_s: float = 0.0
     elapsed_s: float = 0.0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, those whose KV came from the prefix cache
 
     @property
     def acceptance_rate(self) -> float:
@@ -140,6 +142,7 @@ class RequestStats:
             "target_passes": self.target_passes,
             "mean_acceptance_length": round(self.mean_acceptance_length, 3),
             "prefill_s": round(self.prefill_s, 4),
+            "cached_prompt_tokens": self.cached_prompt_tokens,
             "elapsed_s": round(self.elapsed_s, 4),
             "tokens_per_s": round(self.tokens_per_s, 2),
         }
@@ -260,6 +263,7 @@ class SpeculativeEngine:
         eos_token_ids: list[int] | None = None,
         lean: bool = True,
         paced: bool = False,
+        prefix_cache_bytes: int = 0,
     ) -> None:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -283,6 +287,8 @@ class SpeculativeEngine:
                 eos = getattr(target.config, "eos_token_id", None)
             eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
         self.eos_token_ids = set(eos_token_ids)
+        # The target's KV of prompt prefixes it has computed, shared by this engine's batches (0 bytes: none kept).
+        self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
 
     @torch.inference_mode()
     def calibrate(self, max_batch: int) -> dict[int, float]:
@@ -637,14 +643,23 @@ class DecodeBatch:
                 else:
                     r.gen.seed()
             t0 = time.perf_counter()
-            # The whole prompt goes in and its last position gives the first token, as a plain ``generate``
-            # computes it. Consecutive prompts of one length go in together and others apart, so that no compute
-            # goes to padding a short prompt to a long one's length (and equal ones still share a pass).
+            # The prompt goes in (after the prefix the target has already computed, where the prefix cache holds
+            # one) and its last position gives the first token, as a plain ``generate`` computes it. Consecutive
+            # prompts of one length go in together and others apart, so that no compute goes to padding a short
+            # prompt to a long one's length (and equal ones still share a pass).
             new = KVState(self.engine.target, 0, self.device)
             parts = []
-            for run in _equal_length_runs(queue):
+            prefix = self.engine.prefix
+            for run, cached, kv in _prefill_runs(queue, prefix):
                 part = KVState(self.engine.target, len(run), self.device)
-                parts.append(_prefill(part, [r.history for r in run], self.device))
+                if kv is not None:
+                    part.seed(kv)
+                parts.append(_prefill(part, [r.history[cached:] for r in run], self.device))
+                for i, r in enumerate(run):
+                    r.stats.cached_prompt_tokens = cached
+                    if prefix is not None:
+                        prefix.count(len(r.history), cached)
+                        prefix.insert(r.history, part.kv_lists(), i)
                 new.merge(part)
             logits = torch.cat(parts)
             guided = [i for i, r in enumerate(queue) if r.params.grammar is not None]
@@ -685,15 +700,28 @@ def _text_stream(tokenizer: Any, params: GenerationParams) -> TextStream:
     return TextStream(tokenizer, params.stop)
 
 
-def _equal_length_runs(rows: list[_Row]) -> list[list[_Row]]:
-    """``rows`` cut, in order, into runs whose histories have one length."""
-    runs: list[list[_Row]] = []
+def _prefill_runs(rows: list[_Row], prefix: PrefixCache | None) -> Iterator[tuple[list[_Row], int, Any]]:
+    """``rows`` cut, in order, into runs that prefill together: a prompt with a cached prefix alone, with that
+    prefix's length and KV; consecutive prompts of one length without one together (length 0, KV None). Each
+    prompt is looked up once the runs before it are yielded (and cached by the caller), so a prompt sharing a
+    prefix with one earlier in the same admission finds it."""
+    pending: list[_Row] = []
     for r in rows:
-        if runs and len(runs[-1][0].history) == len(r.history):
-            runs[-1].append(r)
+        cached, kv = prefix.lookup(r.history) if prefix is not None else (0, None)
+        if kv is None and (not pending or len(pending[0].history) == len(r.history)):
+            pending.append(r)
+            continue
+        if pending:
+            yield pending, 0, None
+            pending = []
+            if kv is None:  # a miss of another length: look again, the run just cached may hold its prefix
+                cached, kv = prefix.lookup(r.history) if prefix is not None else (0, None)
+        if kv is None:
+            pending = [r]
         else:
-            runs.append([r])
-    return runs
+            yield [r], cached, kv
+    if pending:
+        yield pending, 0, None
 
 
 def _spec_state(limits: list[int], cut: bool, draft: Draft) -> str:

@@ -142,12 +142,14 @@ def build_engine(
     ngram_min: int | None = None,
     ngram_max: int | None = None,
     paced: bool = True,
+    prefix_cache_mb: float = 0,
 ) -> SpeculativeEngine:
     """Load the target (and drafter) and return a ready engine.
 
     ``paced`` (the default here) makes ``k`` the longest draft: each step drafts the length that measured pass
     costs and acceptance say pays best (see :mod:`specplug.runtime.pacing`). Unset n-gram match lengths take
-    :func:`ngram_match`'s defaults.
+    :func:`ngram_match`'s defaults. ``prefix_cache_mb``: how much of the target's KV of prompt prefixes to keep
+    for later prompts that start the same way (0: none, :mod:`specplug.runtime.prefix`).
     """
     from specplug.runtime.engine import SpeculativeEngine
     from specplug.runtime.proposers import DraftModelProposer, NgramProposer, vocab_ids
@@ -191,4 +193,5 @@ def build_engine(
         def factory() -> DraftModelProposer:
             return DraftModelProposer(draft, dev, vocab=vocab)
 
-    return SpeculativeEngine(target, tok, factory, k=k, adaptive=adaptive, device=dev, paced=paced)
+    return SpeculativeEngine(target, tok, factory, k=k, adaptive=adaptive, device=dev, paced=paced,
+                             prefix_cache_bytes=int(prefix_cache_mb * 2**20))

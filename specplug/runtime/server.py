@@ -26,6 +26,8 @@ DEFAULT_SHUTDOWN_GRACE_S = 10.0
 # Longer than clients keep idle connections (httpx and the OpenAI SDK: 5 s; load balancers: 60 s), so a client
 # never sends a request down a connection the server is closing at that moment (it would get a read error).
 DEFAULT_KEEP_ALIVE_S = 75
+# Prefix caching is on by default, as in vLLM: 256 MiB holds about 5,700 prompt tokens of SmolLM2-135M in float32.
+DEFAULT_PREFIX_CACHE_MB = 256.0
 
 
 def _positive(text: str) -> int:
@@ -45,6 +47,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
     if not 0 <= v <= 3600:
         raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, got {text}")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= v <= 1 << 20:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {1 << 20}, got {text}")
     return v
 
 
@@ -79,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=_port, default=8000)
     s.add_argument("--api-key", default=None, help=f"Require this bearer key (prefer the {API_KEY_ENV} variable).")
     s.add_argument("--max-batch-size", type=_positive, default=16, help="Requests decoded together (default 16).")
+    s.add_argument("--prefix-cache-mb", type=_non_negative, default=DEFAULT_PREFIX_CACHE_MB, metavar="MIB",
+                   help="Target KV of prompt prefixes kept for later prompts that start the same way, as vLLM's "
+                        f"prefix caching does (default {DEFAULT_PREFIX_CACHE_MB:g} MiB; 0 turns it off).")
     s.add_argument("--max-queue", type=_positive, default=256, help="Waiting requests before 503 (default 256).")
     s.add_argument("--max-model-len", type=_positive, default=None, help="Prompt + output tokens (default: model's).")
     s.add_argument("--max-prompt-tokens", type=_positive, default=None, help="Longest prompt accepted.")

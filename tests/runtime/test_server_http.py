@@ -580,6 +580,33 @@ def test_metrics_say_how_often_and_why_speculation_was_off():
     assert value("on") == 2 and value("not_paying") == 2 and value("no_draft") == 0 and value("at_length") == 0
 
 
+class CachingBackend(ScriptedBackend):
+    """Reports prefix-cache lookups as the engine's backend does: each prompt looked up, all but 2 tokens found."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queried = self.hit = 0
+
+    def add(self, rid, prompt_ids, max_tokens, sampling) -> None:
+        self.queried += len(prompt_ids)
+        self.hit += max(0, len(prompt_ids) - 2)
+        super().add(rid, prompt_ids, max_tokens, sampling)
+
+    def prefix_cache_tokens(self) -> tuple[int, int]:
+        return self.queried, self.hit
+
+
+def test_metrics_count_prompt_tokens_found_in_the_prefix_cache():
+    c, _, _ = make_client(CachingBackend())
+    with c:
+        for _ in range(2):
+            c.post("/v1/completions", json={"model": "tiny", "prompt": "abcdef", "max_tokens": 4})
+        values = _samples(c.get("/metrics").text)
+    labels = frozenset({"model_name": "tiny"}.items())
+    assert values[("vllm:prefix_cache_queries_total", labels)] == 12
+    assert values[("vllm:prefix_cache_hits_total", labels)] == 8
+
+
 # Every family /metrics exports, with the type a Prometheus server must see (vLLM's names and types).
 EXPECTED_FAMILIES = {
     "vllm:spec_decode_num_drafts": "counter",
@@ -587,6 +614,8 @@ EXPECTED_FAMILIES = {
     "vllm:spec_decode_num_accepted_tokens": "counter",
     "vllm:spec_decode_num_accepted_tokens_per_pos": "counter",
     "vllm:prompt_tokens": "counter",
+    "vllm:prefix_cache_queries": "counter",
+    "vllm:prefix_cache_hits": "counter",
     "vllm:generation_tokens": "counter",
     "vllm:request_success": "counter",
     "specplug:requests_rejected": "counter",

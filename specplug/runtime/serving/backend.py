@@ -83,6 +83,11 @@ class EngineBackend:
         """Decode steps so far by what speculation did (see ``specplug.runtime.engine.SPEC_STEPS``)."""
         return dict(getattr(self.engine, "spec_steps", {}))
 
+    def prefix_cache_tokens(self) -> tuple[int, int]:
+        """Prompt tokens looked up in the prefix cache so far, and those found there (0, 0 without one)."""
+        prefix = getattr(self.engine, "prefix", None)
+        return (prefix.queried_tokens, prefix.hit_tokens) if prefix is not None else (0, 0)
+
     def remove(self, rid: str) -> None:
         seen = self._ids.get(rid)
         if seen is not None:
@@ -118,6 +123,7 @@ def load_backend(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str
     engine = build_engine(
         args.model, method=args.method, drafter=args.drafter, k=args.num_speculative_tokens,
         device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi, paced=args.pace,
+        prefix_cache_mb=args.prefix_cache_mb,
     )
     if engine.pacer is not None:
         # The pacer's cost model starts from this machine's measured pass costs, not another device's.

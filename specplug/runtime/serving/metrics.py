@@ -106,6 +106,9 @@ class ServerMetrics:
         for pos in range(max_positions):
             self.accepted_per_pos.inc(0, position=str(pos))
         self.prompt_tokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
+        self.prefix_queries = counter("vllm:prefix_cache_queries_total",
+                                      "Prompt tokens looked up in the prefix cache.")
+        self.prefix_hits = counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.")
         self.generation_tokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
         self.request_success = counter(
             "vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"

@@ -209,6 +209,7 @@ class Scheduler:
         self.healthy = True
         self.last_error: str | None = None
         self._spec_seen: dict[str, int] = {}  # the backend's speculation step counts, as last read
+        self._prefix_seen = (0, 0)  # the backend's prefix-cache token counts, as last read
         self._spec_window: dict[str, int] = {}  # the same since the last log line
         self._spec_logged = time.monotonic()
 
@@ -311,6 +312,7 @@ class Scheduler:
                 outputs = self.backend.step()
                 self.metrics.engine_steps.inc()
                 self._count_speculation()
+                self._count_prefix_cache()
                 for out in outputs:
                     self._deliver(out)
                 # Requests that finished in this step have left: an idle server reads 0, not its last batch.
@@ -321,6 +323,17 @@ class Scheduler:
                 with self._cond:
                     self._fail_all(f"The engine failed: {self.last_error}")
                 self._reset_backend()
+
+    def _count_prefix_cache(self) -> None:
+        read = getattr(self.backend, "prefix_cache_tokens", None)
+        if read is None:
+            return
+        (queried, hit), (q0, h0) = read(), self._prefix_seen
+        if queried > q0:
+            self.metrics.prefix_queries.inc(queried - q0)
+        if hit > h0:
+            self.metrics.prefix_hits.inc(hit - h0)
+        self._prefix_seen = (queried, hit)
 
     def _count_speculation(self) -> None:
         """Move the backend's per-step speculation counts into /metrics, and now and then into the log."""
