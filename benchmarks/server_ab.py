@@ -98,6 +98,8 @@ def server_argv(server: str, arm: str, threads: int, port: int, tree: Path,
             argv += ["--method", "ngram", "-k", str(NGRAM["num_speculative_tokens"]),
                      "--prompt-lookup-min", str(NGRAM["prompt_lookup_min"]),
                      "--prompt-lookup-max", str(NGRAM["prompt_lookup_max"])]
+        if not prefix_caching:
+            argv += ["--prefix-cache-mb", "0"]
         env["PYTHONPATH"] = str(tree)
         return argv, env, tree
     argv = [str(VLLM_ENV / "bin" / "vllm"), "serve", str(MODEL_DIR), "--served-model-name", MODEL_NAME,
@@ -217,8 +219,8 @@ def main() -> int:
     ap.add_argument("--embedded-tree", default=str(REPO), help="folder holding the specplug package to serve")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, client results)")
     ap.add_argument("--no-prefix-caching", action="store_true",
-                    help="serve vLLM without its automatic prefix caching (the embedded server has none): the rounds "
-                         "repeat the same prompts, which vLLM then prefills from its cache")
+                    help="serve both without their prefix caches (on by default in both): the rounds repeat the same "
+                         "prompts, which each server then prefills from its cache")
     args = ap.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     servers = [s for s in args.servers.split(",") if s]
