@@ -362,12 +362,16 @@ def parse_rows(path: Path | list[Path] | None = None) -> tuple[list[Row], dict[s
         tree = None if "chain" in text.lower() or stack != "hf" and "tree" not in text.lower() else _first(TREES, text, None)
         k = None
         # SGLang's (steps, topk, num_draft_tokens): a chain of `steps` when topk is 1, else a tree.
-        sgl = re.search(r"steps (\d+), topk (\d+), num_draft_tokens (\d+)", text.lower())
+        sgl = re.search(r"steps (\d+), topk (\d+), num[_-]draft[_-]tokens (\d+)", text.lower())  # the flag or its name
         if sgl:
             steps, topk, tokens = (int(v) for v in sgl.groups())
             tree, k = (None, steps) if topk == 1 else ((steps, topk, tokens), None)
         elif stack == "hf" and method in ("eagle", "eagle3", "medusa") and tree is None and "chain" not in text.lower():
             tree = (6, 10, 60) if re.search(r"eagle-?[23]", text.lower()) else ((4, 10, 64) if method == "medusa" else (5, 4, 26))
+        budgets = re.findall(r"(\d+)\((\d+)b\)", r["config"].lower())
+        if tree and budgets:
+            # A budget per target size (EAGLE-2's "60(7B)/50(13B)/48(70B) tokens"): the one for the size nearest the target's.
+            tree = (tree[0], tree[1], int(min(budgets, key=lambda b: abs(math.log(float(b[1]) / (m.params_b or 7.0))))[0]))
         dtype = "int4" if re.search(r"nvfp4|q4|int4|4-bit", f"{r['engine']} {r['target']} {r['method']}".lower()) else (
             "fp8" if re.search(r"\(fp8\)|q8", r["target"].lower()) else "auto")
         n = re.search(r"(?:^|\s)(\d+)\s*x\s|\sx\s*(\d+)\b", r["gpu"].lower())
@@ -661,7 +665,8 @@ class Features:
             d = E.resolve_drafter(r.method, r.drafter, m, target, pol, stackcaps.resolve(r.stack)) if r.drafter else E.DraftChoice(r.method)
             sf = pol.stacks[r.stack]
             dev = E.device_of(get_gpu(r.gpu), pol)
-            tp, _ = E.split_gpus(r.num_gpus, pol, 8, m)
+            # As the planner splits them: research code runs its GPUs one after another (StackCapabilities.layer_split).
+            tp = 1 if stackcaps.resolve(r.stack).layer_split else E.split_gpus(r.num_gpus, pol, 8, m)[0]
             prior = pol.prior(r.method)
             ctx = r.input_len + 128
             if r.tree:

@@ -56,6 +56,10 @@ class StackCapabilities:
     # How it drafts with a draft model of another vocabulary at this version when the render asks it to (token-level
     # intersection, greedy draft sampling only; None: it cannot). From the adapter's vocab_bridge.
     vocab_bridge: str | None = None
+    # Places a model that one GPU cannot hold layer by layer across its GPUs (transformers' device_map="auto", which
+    # the research code of EAGLE, Medusa and Spec-Bench loads with): the GPUs run one after another, so a forward pass
+    # costs one GPU's time over all the weights, with no all-reduce, instead of a tensor-parallel share.
+    layer_split: bool = False
 
     def max_batch_on(self, gpu: str, memory_gib: float) -> int | None:
         """Requests decoded together by default on ``gpu`` of ``memory_gib`` GiB (None: as many as memory holds)."""
@@ -91,7 +95,7 @@ def research_code() -> StackCapabilities:
 
     return StackCapabilities(
         RESEARCH_CODE, None, "unknown", {m: None for m in SPECULATING}, trees=True, max_batch=1,
-        cost_profile=RESEARCH_CODE,
+        cost_profile=RESEARCH_CODE, layer_split=True,
         parallel_drafting=frozenset({"pard"}),  # the PARD paper's own code drafts in parallel
         vocab_mismatch="transformers needs tokenizer= and assistant_tokenizer= (universal assisted generation) when "
         "vocabularies differ",

@@ -426,6 +426,8 @@ def _hardware(s: Planning) -> Hard:
     if serve.tensor_parallel_size:
         tp = serve.tensor_parallel_size
         pp = max(serve.pipeline_parallel_size, n // tp) if n >= tp else serve.pipeline_parallel_size
+    elif s.caps.layer_split:
+        tp, pp = 1, n  # one stage of layers per GPU, run in turn (StackCapabilities.layer_split)
     else:
         tp, pp = E.split_gpus(n, s.pol, hs.gpus_per_node, s.model)
     par = Parallelism(tensor_parallel_size=tp, pipeline_parallel_size=pp,

