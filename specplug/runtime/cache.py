@@ -125,18 +125,35 @@ class KVState:
         diag = cols.unsqueeze(0) == rows
         return ((self.valid.unsqueeze(1) & causal.unsqueeze(0)) | diag.unsqueeze(0)).unsqueeze(1)
 
-    def seed(self, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Start an empty state from columns computed before (a cached prompt prefix, ``(1, heads, n, dim)`` per
-        layer), for every row: real tokens at positions 0..n-1."""
-        n = kv[0][0].shape[2]
-        b = self.batch_size
-        self.cache = _build_cache([(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in kv], self._cache_kind)
-        self.valid = torch.ones(b, n, dtype=torch.bool, device=self.device)
-        self.next_pos = torch.full((b,), n, dtype=torch.long, device=self.device)
+    def seed(self, kvs: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
+        """Start an empty state from columns computed before: row b's cached prompt prefix ``kvs[b]``
+        (``(1, heads, n_b, dim)`` per layer), real tokens at positions 0..n_b-1, shorter ones left-padded."""
+        lens = [kv[0][0].shape[2] for kv in kvs]
+        width = max(lens)
+        layers = []
+        for i in range(len(kvs[0])):
+            ks, vs = [], []
+            for kv, n in zip(kvs, lens, strict=True):
+                k, v = kv[i]
+                if n < width:
+                    k = torch.cat([k.new_zeros(1, k.shape[1], width - n, k.shape[3]), k], dim=2)
+                    v = torch.cat([v.new_zeros(1, v.shape[1], width - n, v.shape[3]), v], dim=2)
+                ks.append(k)
+                vs.append(v)
+            layers.append((torch.cat(ks), torch.cat(vs)))
+        self.cache = _build_cache(layers, self._cache_kind)
+        n = torch.tensor(lens, dtype=torch.long, device=self.device)
+        self.valid = torch.arange(width, device=self.device).unsqueeze(0) >= (width - n).unsqueeze(1)
+        self.next_pos = n
+        self.holes = any(x != width for x in lens)
 
-    def kv_lists(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (keys, values), ``(B, heads, columns, dim)``."""
-        return _kv_lists(self.cache)
+    def row_kv(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row ``row``'s real columns, in order, per layer (keys, values) ``(1, heads, columns, dim)``."""
+        kv = _kv_lists(self.cache)
+        if not self.holes:
+            return [(k[row : row + 1], v[row : row + 1]) for k, v in kv]
+        cols = self.valid[row].nonzero().squeeze(1)
+        return [(k[row : row + 1, :, cols], v[row : row + 1, :, cols]) for k, v in kv]
 
     def rollback(self, keep: torch.Tensor) -> None:
         """Of the columns the last ``forward`` added, keep the first ``keep[b]`` for row b; forget the rest.

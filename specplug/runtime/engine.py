@@ -650,16 +650,16 @@ class DecodeBatch:
             new = KVState(self.engine.target, 0, self.device)
             parts = []
             prefix = self.engine.prefix
-            for run, cached, kv in _prefill_runs(queue, prefix):
+            for run, cached, kvs in _prefill_runs(queue, prefix):
                 part = KVState(self.engine.target, len(run), self.device)
-                if kv is not None:
-                    part.seed(kv)
-                parts.append(_prefill(part, [r.history[cached:] for r in run], self.device))
-                for i, r in enumerate(run):
-                    r.stats.cached_prompt_tokens = cached
+                if kvs is not None:
+                    part.seed(kvs)
+                parts.append(_prefill(part, [r.history[c:] for r, c in zip(run, cached, strict=True)], self.device))
+                for i, (r, c) in enumerate(zip(run, cached, strict=True)):
+                    r.stats.cached_prompt_tokens = c
                     if prefix is not None:
-                        prefix.count(len(r.history), cached)
-                        prefix.insert(r.history, part.kv_lists(), i)
+                        prefix.count(len(r.history), c)
+                        prefix.insert(r.history, part.row_kv(i))
                 new.merge(part)
             logits = torch.cat(parts)
             guided = [i for i, r in enumerate(queue) if r.params.grammar is not None]
@@ -700,28 +700,33 @@ def _text_stream(tokenizer: Any, params: GenerationParams) -> TextStream:
     return TextStream(tokenizer, params.stop)
 
 
-def _prefill_runs(rows: list[_Row], prefix: PrefixCache | None) -> Iterator[tuple[list[_Row], int, Any]]:
-    """``rows`` cut, in order, into runs that prefill together: a prompt with a cached prefix alone, with that
-    prefix's length and KV; consecutive prompts of one length without one together (length 0, KV None). Each
-    prompt is looked up once the runs before it are yielded (and cached by the caller), so a prompt sharing a
-    prefix with one earlier in the same admission finds it."""
-    pending: list[_Row] = []
+def _prefill_runs(rows: list[_Row], prefix: PrefixCache | None) -> Iterator[tuple[list[_Row], list[int], Any]]:
+    """``rows`` cut, in order, into runs that prefill together, each with its rows' cached prefix lengths and KV:
+    consecutive prompts with a cached prefix together (each after its own prefix, left-padded), consecutive ones of
+    one length without one together (KV None). Each prompt is looked up once the runs before it are yielded (and
+    cached by the caller), so a prompt sharing a prefix with one earlier in the same admission finds it."""
+    run: list[_Row] = []
+    cached: list[int] = []
+    kvs: list[Any] = []
+
+    def lookup(r: _Row) -> tuple[int, Any]:
+        return prefix.lookup(r.history) if prefix is not None else (0, None)
+
     for r in rows:
-        cached, kv = prefix.lookup(r.history) if prefix is not None else (0, None)
-        if kv is None and (not pending or len(pending[0].history) == len(r.history)):
-            pending.append(r)
-            continue
-        if pending:
-            yield pending, 0, None
-            pending = []
-            if kv is None:  # a miss of another length: look again, the run just cached may hold its prefix
-                cached, kv = prefix.lookup(r.history) if prefix is not None else (0, None)
-        if kv is None:
-            pending = [r]
-        else:
-            yield [r], cached, kv
-    if pending:
-        yield pending, 0, None
+        n, kv = lookup(r)
+        if kv is None and run and not kvs and len(run[0].history) != len(r.history):
+            yield run, cached, None
+            run, cached = [], []
+            n, kv = lookup(r)  # the run just cached may hold its prefix
+        if run and (kv is None) != (not kvs):  # a miss after hits, or a hit after misses: a new run
+            yield run, cached, kvs or None
+            run, cached, kvs = [], [], []
+        run.append(r)
+        cached.append(n)
+        if kv is not None:
+            kvs.append(kv)
+    if run:
+        yield run, cached, kvs or None
 
 
 def _spec_state(limits: list[int], cut: bool, draft: Draft) -> str:

@@ -71,8 +71,9 @@ class PrefixCache:
         self.queried_tokens += prompt_tokens
         self.hit_tokens += cached
 
-    def insert(self, tokens: list[int], kv: KV, row: int = 0) -> None:
-        """Keep the whole blocks of ``tokens``, whose KV is row ``row`` of ``kv`` (columns 0.. of the prompt)."""
+    def insert(self, tokens: list[int], kv: KV) -> None:
+        """Keep the whole blocks of ``tokens``, whose KV is ``kv`` (``(1, heads, columns, dim)`` per layer, columns
+        0.. of the prompt)."""
         parent = ROOT
         for start in range(0, len(tokens) // BLOCK * BLOCK, BLOCK):
             key = (parent, tuple(tokens[start : start + BLOCK]))
@@ -80,7 +81,7 @@ class PrefixCache:
             if block is None:
                 cols = slice(start, start + BLOCK)
                 # A copy: the batch's cache is overwritten in place as it grows and crops.
-                part = [(k[row : row + 1, :, cols].clone(), v[row : row + 1, :, cols].clone()) for k, v in kv]
+                part = [(k[:, :, cols].clone(), v[:, :, cols].clone()) for k, v in kv]
                 nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in part)
                 if nbytes > self.budget:
                     return
