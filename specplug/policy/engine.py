@@ -111,6 +111,7 @@ class DraftChoice:
     note: str | None = None  # a caveat to warn about
     ruled_out: str | None = None
     unconfirmed: str | None = None  # scored for the user to see, never chosen
+    vocab_mismatch: str | None = None  # how a draft model's vocabulary differs from the target's (None: it does not)
 
 
 @dataclass
@@ -182,7 +183,8 @@ def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch,
         choice = DraftChoice(method, dm.hf_id if not dm.local_path else dm.local_path, dm, arch_of(dm, kv_bytes=kv_bytes), cat)
         compat = compatible(target, dm, caps)
         if not compat.ok:
-            choice.ruled_out = f"tokenizer mismatch: {compat.reason}"
+            choice.vocab_mismatch = compat.reason or "the vocabularies differ"
+            choice.ruled_out = f"tokenizer mismatch: {choice.vocab_mismatch}"
         elif compat.reason:
             choice.note = f"Drafter {drafter}: {compat.reason}."
         return choice

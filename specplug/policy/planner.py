@@ -145,7 +145,7 @@ def _draft_models(c: E.Context, model: Model, caps: StackCapabilities, kvb: floa
         d.ruled_out = d.ruled_out or reason or (f"known problem in {stack}: {issue.reason}" if issue else None)
         if d.ruled_out is None and (why := _unsharded(d, caps, c.tp)):
             d.ruled_out = why
-        elif (d.ruled_out or "").startswith("tokenizer mismatch") and caps.vocab_bridge:
+        elif d.vocab_mismatch and caps.vocab_bridge:
             # Acceptance over the shared tokens is not modelled: such a drafter is planned only when the user names it.
             d.ruled_out += ("; specplug does not pick a drafter of another vocabulary itself: name it with --drafter "
                             "(greedy draft sampling) to plan it")
@@ -710,7 +710,7 @@ def _configured(s: Planning, explicit: SpeculationSpec) -> Decision:
             f"speculation.method is {explicit.method} but no drafter is given and none is known for {s.model.name}.",
             "Set speculation.drafter (or --drafter) to the head's Hugging Face id.",
         )
-    if d.ruled_out and not d.ruled_out.startswith("tokenizer mismatch"):
+    if d.ruled_out and not d.vocab_mismatch:
         warnings.append(f"The configured drafter may not work: {d.ruled_out}.")
     issue = pol.rules.known_issue(d.drafter_id, stack, s.caps.version)
     if issue:
@@ -729,10 +729,10 @@ def _configured(s: Planning, explicit: SpeculationSpec) -> Decision:
     elif best is None and o.speedup < pol.rules.min_speedup:
         warnings.append(f"The policy would not speculate here: predicted {fmt(o.speedup)} at batch size {seqs}.")
     reasons = [f"Speculation is set in the configuration: {explicit.method} kept as given."]
-    if (d.ruled_out or "").startswith("tokenizer mismatch") and s.caps.vocab_bridge and explicit.draft_sampling != "probabilistic":
+    if d.vocab_mismatch and s.caps.vocab_bridge and explicit.draft_sampling != "probabilistic":
         # Validation lets it through (rule 1) and the adapter renders the bridge: the plan says why.
         reasons.append(f"The drafter's vocabulary differs from {s.model.name}'s "
-                       f"({d.ruled_out.removeprefix('tokenizer mismatch: ').split(';')[0]}): {s.caps.vocab_bridge}.")
+                       f"({d.vocab_mismatch.split(';')[0]}): {s.caps.vocab_bridge}.")
     return Decision((d, alpha, o), reasons=tuple(reasons), warnings=tuple(warnings))
 
 
