@@ -1,6 +1,6 @@
 """The continuous-batching load model (specplug.policy.load) against real servers under Poisson load.
 
-    .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates each: about 20 minutes on 2 cores
+    .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates x 2 repeats: about 35 minutes
     .venv/bin/python benchmarks/load_model.py --servers embedded   # one server, 5 rates
     .venv/bin/python benchmarks/load_model.py --json out.json      # the rows as JSON too
 
@@ -15,8 +15,14 @@ n-gram speculation. Per server and arm it:
 2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
    rate and (per server) the crossover rate above which speculation stops lowering TPOT;
 3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and
-   past the baseline's predicted saturation, the same rates for both arms; the model is given the rate the
-   client's send times realised (a short Poisson run strays from its nominal rate), printed beside it.
+   past the baseline's predicted saturation, the same rates for both arms, `--repeats` times each (one arrival
+   seed per repeat, the same seeds for both arms); the model is given the rate the client's send times realised
+   (a short Poisson run strays from its nominal rate), printed beside it.
+
+The measured crossover counts only what the repeats cannot explain, as `tune` does: at a rate speculation wins
+when its slowest repeat's TPOT p50 beats the baseline's fastest, loses when its fastest is slower than the
+baseline's slowest, and ties otherwise. The crossover lies after the last win before the first loss, and at or
+before that loss; without a loss, speculation is measured not to lose at any rate.
 
 The rates are chosen from the baseline's calibration (before any rate is measured), and nothing measured at a
 rate feeds back into the model. Printed: predicted vs measured per rate, the median |ln(predicted/measured)| for
@@ -82,6 +88,7 @@ class Setup:
     profile_concurrency: list[int]
     rate_window_s: float
     work: Path
+    repeats: int = 2
 
 
 @dataclass
@@ -162,13 +169,13 @@ def dataset(s: Setup) -> Path:
 
 
 def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency: int | None = None,
-          tag: str) -> Measured:
+          tag: str, seed: int = 0) -> Measured:
     """One `vllm bench serve` run: Poisson arrivals at ``rate``, or a closed loop of ``concurrency`` streams."""
     out = s.work / f"{tag}.json"
     argv = [str(VLLM_ENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
             "--base-url", base, "--model", MODEL_NAME, "--tokenizer", str(MODEL_DIR), "--dataset-name", "sharegpt",
             "--dataset-path", str(dataset(s)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
-            "--ignore-eos", "--temperature", "0", "--seed", "0", "--disable-tqdm", "--save-result", "--save-detailed",
+            "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm", "--save-result", "--save-detailed",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--result-dir", str(out.parent), "--result-filename", out.name]
     argv += ["--request-rate", f"{rate:.4f}"] if rate else ["--request-rate", "inf", "--max-concurrency", str(concurrency)]
     before = counters(base)
@@ -273,16 +280,33 @@ def run_arm(server: str, method: str, s: Setup, rates: list[float] | None) -> tu
         print(f"  {server} {res.arm}: calibrated {info}; rates {rates}", flush=True)
         for r in rates:
             n = int(min(max(8, r * s.rate_window_s), 48 if s.quick else 96))
-            m = bench(base, s, n, rate=r, tag=f"{server}-{method}-r{r:g}")
+            reps = [bench(base, s, n, rate=r, tag=f"{server}-{method}-r{r:g}-s{i}", seed=i) for i in range(s.repeats)]
+            m = mean_of(reps)
             # The model is given the load that arrived (the client's send times), not the nominal rate.
             p = predict(arm, m.arrival_rate or r, s.output_len)
-            res.rows.append({"rate": r, "n": n, "failed": m.failed, "pred": p, "meas": m})
+            res.rows.append({"rate": r, "n": n, "failed": m.failed, "pred": p, "meas": m, "repeats": reps})
+            spread = ", ".join(_fmt(x.tpot_ms_p50) for x in reps)
             print(f"    rate {r:g}/s (arrived {m.arrival_rate or r:.3g}/s): TPOT p50 {p.tpot_ms_p50:.1f} pred vs "
-                  f"{m.tpot_ms_p50 or 0:.1f} ms measured, tokens/s {p.output_tokens_per_s:.1f} vs {m.tokens_per_s:.1f}",
-                  flush=True)
+                  f"{m.tpot_ms_p50 or 0:.1f} ms measured ({spread}), tokens/s {p.output_tokens_per_s:.1f} vs "
+                  f"{m.tokens_per_s:.1f}", flush=True)
     finally:
         stop(proc)
     return res, rates
+
+
+def mean_of(reps: list[Measured]) -> Measured:
+    """The repeats of one rate as one row: means of each figure (failures summed)."""
+
+    def avg(xs: list[float | None]) -> float | None:
+        got = [x for x in xs if x is not None]
+        return statistics.fmean(got) if got else None
+
+    return Measured(completed=sum(m.completed for m in reps), failed=sum(m.failed for m in reps),
+                    tpot_ms_p50=avg([m.tpot_ms_p50 for m in reps]), ttft_ms_p50=avg([m.ttft_ms_p50 for m in reps]),
+                    tokens_per_s=statistics.fmean(m.tokens_per_s for m in reps),
+                    requests_per_s=statistics.fmean(m.requests_per_s for m in reps),
+                    arrival_rate=avg([m.arrival_rate for m in reps]),
+                    acceptance_length=avg([m.acceptance_length for m in reps]))
 
 
 def measured_saturation(rows: list[dict], output_len: int) -> tuple[float | None, float | None]:
@@ -296,15 +320,28 @@ def measured_saturation(rows: list[dict], output_len: int) -> tuple[float | None
     return prev, None
 
 
+def verdict(base_row: dict, spec_row: dict) -> str:
+    """'win', 'loss' or 'tie' for speculation at one rate, beyond the spread of the repeats (see the module doc)."""
+    bt = [m.tpot_ms_p50 for m in base_row.get("repeats") or [base_row["meas"]] if m.tpot_ms_p50 is not None]
+    st = [m.tpot_ms_p50 for m in spec_row.get("repeats") or [spec_row["meas"]] if m.tpot_ms_p50 is not None]
+    if not bt or not st:
+        return "loss"  # speculation's run gave no TPOT: it did not serve this rate
+    if max(st) < min(bt):
+        return "win"
+    return "loss" if min(st) > max(bt) else "tie"
+
+
 def measured_crossover(base: ArmResult, spec: ArmResult) -> tuple[float | None, float | None]:
-    """(last measured rate where speculation's TPOT p50 was lower, first where it was not)."""
-    prev = None
+    """(last rate where speculation won before it first lost, first rate where it lost); (last win, None) when it
+    never lost."""
+    last_win = None
     for b, sp in zip(base.rows, spec.rows, strict=True):
-        bt, st = b["meas"].tpot_ms_p50, sp["meas"].tpot_ms_p50
-        if bt is None or st is None or st >= bt:
-            return prev, b["rate"]
-        prev = b["rate"]
-    return prev, None
+        v = verdict(b, sp)
+        if v == "loss":
+            return last_win, b["rate"]
+        if v == "win":
+            last_win = b["rate"]
+    return last_win, None
 
 
 def _fmt(x: float | None, fmt: str = ".1f") -> str:
@@ -354,8 +391,11 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     within = _within_one_step(pc, lo, hi, rates)
     pcs = ("never (speculation pays up to saturation)" if pc is None else
            "at every rate (speculation never pays)" if pc == 0 else f"{pc:.3g}/s")
-    seen = (f"pays at every measured rate (up to {lo:g}/s)" if hi is None else
-            f"no better from the lowest rate ({hi:g}/s)" if lo is None else f"between {lo:g} and {hi:g}/s")
+    verdicts = [f"{b['rate']:g}: {verdict(b, sp)}" for b, sp in zip(base.rows, spec.rows, strict=True)]
+    print(f"speculation's TPOT against the baseline's, beyond the repeats' spread: {', '.join(verdicts)}")
+    seen = ("never loses at a measured rate" + (f" (last clear win {lo:g}/s)" if lo is not None else "")
+            if hi is None else f"loses from {hi:g}/s, with no clear win before it" if lo is None
+            else f"between {lo:g} and {hi:g}/s")
     print(f"crossover: predicted {pcs}; measured {seen} ({'within' if within else 'NOT within'} one measured step)")
     return {"server": server, "calibration": {base.arm: base.calibration, spec.arm: spec.calibration},
             "rows": out_rows, "median_abs_log_error": {"tpot": med_tpot, "output_tokens_per_s": med_tok},
@@ -363,13 +403,13 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
 
 
 def _within_one_step(pred: float | None, lo: float | None, hi: float | None, rates: list[float]) -> bool:
-    """Whether the predicted crossover falls in the measured interval or the measured step next to it."""
-    if hi is None:  # measured: pays at every rate
-        return pred is None or pred >= rates[-2 if len(rates) > 1 else -1]
+    """Whether the predicted crossover falls in the measured interval (lo, hi] or the measured step on either side."""
+    lower = rates[rates.index(lo) - 1] if lo is not None and rates.index(lo) > 0 else 0.0
+    if hi is None:  # measured: never lost
+        return pred is None or pred >= lower
     if pred is None:
         return hi == rates[-1]
     i = rates.index(hi)
-    lower = rates[i - 2] if i >= 2 else 0.0
     upper = rates[i + 1] if i + 1 < len(rates) else math.inf
     return lower <= pred <= upper
 
@@ -381,6 +421,7 @@ def main() -> int:
     p.add_argument("-k", type=int, default=4, help="n-gram draft length (fixed).")
     p.add_argument("--capacity", type=int, default=8, help="The servers' cap on running requests.")
     p.add_argument("--threads", type=int, default=2, help="The embedded server's CPU threads.")
+    p.add_argument("--repeats", type=int, default=2, help="Runs per rate and arm (one arrival seed each).")
     p.add_argument("--json", default=None, help="Also write the results here.")
     p.add_argument("--keep", default=None, help="Folder for logs and the client's result files (default: a temp dir).")
     args = p.parse_args()
@@ -388,7 +429,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     s = Setup(quick=args.quick, output_len=24 if args.quick else 48, capacity=args.capacity, k=args.k,
               threads=args.threads, profile_concurrency=[1, 4] if args.quick else [1, 2, 4],
-              rate_window_s=20.0 if args.quick else 40.0, work=work)
+              rate_window_s=20.0 if args.quick else 40.0, work=work, repeats=max(1, args.repeats))
     if not (VLLM_ENV / "bin" / "vllm").exists():
         print(f"vllm bench serve is not available ({VLLM_ENV} is absent): it drives every server here. Build it "
               "with scripts/stack_envs.sh vllm.")

@@ -56,6 +56,31 @@ def test_saturation_and_crossover_are_read_between_measured_rates(lm):
     assert not lm._within_one_step(None, 1, 2, rates) and lm._within_one_step(None, 4, None, rates)
 
 
+def test_a_loss_counts_only_beyond_the_repeats_spread(lm):
+    def row(rate, *tpots):
+        reps = [lm.Measured(completed=8, failed=0, tpot_ms_p50=t, ttft_ms_p50=100.0, tokens_per_s=10.0,
+                            requests_per_s=rate, arrival_rate=rate) for t in tpots]
+        return {"rate": rate, "meas": lm.mean_of(reps), "repeats": reps}
+
+    rates = [1.0, 2.4, 3.7, 5.2]
+    base = lm.ArmResult(server="x", arm="none", rows=[row(1.0, 48, 49), row(2.4, 49, 50), row(3.7, 50, 53),
+                                                      row(5.2, 70, 71)])
+    # At 3.7/s speculation is 4% slower on average, but its fastest repeat beats the baseline's slowest: a tie.
+    spec = lm.ArmResult(server="x", arm="ngram", rows=[row(1.0, 43, 44), row(2.4, 45, 47), row(3.7, 52, 55),
+                                                       row(5.2, 67, 69)])
+    assert [lm.verdict(b, sp) for b, sp in zip(base.rows, spec.rows, strict=True)] == ["win", "win", "tie", "win"]
+    assert lm.measured_crossover(base, spec) == (5.2, None)
+    assert lm._within_one_step(None, 5.2, None, rates)
+    assert base.rows[2]["meas"].tpot_ms_p50 == pytest.approx(51.5)
+    # A loss beyond the spread at 5.2/s: the crossover lies after the last win (2.4) and at or before 5.2.
+    spec.rows[3] = row(5.2, 75, 77)
+    assert lm.measured_crossover(base, spec) == (2.4, 5.2)
+    assert lm._within_one_step(4.5, 2.4, 5.2, rates) and lm._within_one_step(1.5, 2.4, 5.2, rates)
+    assert not lm._within_one_step(0.5, 2.4, 5.2, rates)
+    # "Never, up to saturation" is one step from a first loss at the last (past-saturation) rate, not before it.
+    assert lm._within_one_step(None, 2.4, 5.2, rates) and not lm._within_one_step(None, 1.0, 3.7, rates)
+
+
 def test_the_step_cost_line_is_least_squares(lm):
     assert lm._line([1.0, 2.0, 4.0], [12.0, 14.0, 18.0]) == pytest.approx((2.0, 10.0))
     assert lm._line([1.0], [7.0]) == (0.0, 7.0)
