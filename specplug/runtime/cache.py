@@ -54,6 +54,11 @@ def _build_cache(kv: list[tuple[torch.Tensor, torch.Tensor]], kind: Callable[[],
     return cache
 
 
+def packs(model: Any) -> bool:
+    """Whether ``model`` computes only the columns it is told to (``fed``), as the lean decoder does."""
+    return "fed" in inspect.signature(model.forward).parameters
+
+
 class KVState:
     """One model's cache plus per-row bookkeeping; ``forward`` feeds new columns, ``rollback`` forgets some."""
 
@@ -66,6 +71,7 @@ class KVState:
         self._dtype = next(model.parameters()).dtype
         # A lean decoder brings its own cache type (see specplug.runtime.decoder).
         self._cache_kind = model.new_cache if hasattr(model, "new_cache") else DynamicCache
+        self._packs = packs(model)
         self.cache = self._cache_kind()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
         self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)
@@ -80,11 +86,16 @@ class KVState:
     def batch_size(self) -> int:
         return self.valid.shape[0]
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
+        fed: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Feed ``tokens`` ``(B, n)``; ``mask`` ``(B, n)`` marks real tokens (None: all real). Returns logits.
 
         With ``last_only`` only the last column's logits are computed (prefill), which skips most of the
-        vocabulary projection.
+        vocabulary projection. ``fed`` ``(B, n)`` marks the real tokens whose logits are wanted; the others are
+        padding that the next ``rollback`` drops (a row with fewer drafts than the widest). A model that packs
+        (the lean decoder) computes neither those nor ``mask``'s padding; their logits are then zero.
         """
         b, n = tokens.shape
         start = self.length
@@ -104,6 +115,14 @@ class KVState:
             attn = torch.zeros(attn.shape, dtype=self._dtype, device=self.device).masked_fill(
                 ~attn, torch.finfo(self._dtype).min
             )
+        extra = {}
+        if self._packs:
+            # A row with nothing to feed (an empty prompt part) still needs its last column's logits computed.
+            skip = mask if mask is not None and not bool(mask.all()) and bool(mask[:, -1].all()) else None
+            if fed is not None and not bool(fed.all()):
+                skip = fed if skip is None else skip & fed
+            if skip is not None:
+                extra["fed"] = skip
         out = self.model(
             input_ids=tokens,
             position_ids=positions,
@@ -111,6 +130,7 @@ class KVState:
             use_cache=True,
             logits_to_keep=1 if last_only else 0,
             **{self._kw: self.cache},
+            **extra,
         )
         self.next_pos = self.next_pos + added
         self._last_n = n

@@ -498,6 +498,21 @@ class LeanDecoder(torch.nn.Module):
         h = h * mean.add_(eps).rsqrt_()
         return h.mul_(weight) if x.dtype == torch.float32 else weight * h.to(x.dtype)
 
+    @staticmethod
+    def _split(
+        fed: torch.Tensor, past: int, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None:
+        """For a pass whose later columns only some rows feed (every row its first): those rows, and the masks of
+        the first column's queries and of those rows' later ones; None where attention over the whole batch is
+        no dearer (every row feeds a later column, or the first column is padding somewhere)."""
+        later = fed[:, 1:].any(1)
+        if bool(later.all()) or not bool(fed[:, 0].all()):
+            return None
+        rows = later.nonzero().squeeze(1)
+        if mask is None or mask.dim() == 2:  # causal over a cache without holes
+            return rows, None, None if mask is None else mask[1:]
+        return rows, mask[:, :, :1, : past + 1], mask.index_select(0, rows)[:, :, 1:]
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -506,9 +521,16 @@ class LeanDecoder(torch.nn.Module):
         cache: GrowCache | None = None,
         use_cache: bool = True,
         logits_to_keep: int = 0,
+        fed: torch.Tensor | None = None,
         **_: Any,
     ) -> SimpleNamespace:
-        """``input_ids`` ``(B, n)``; ``attention_mask`` ``(B, 1, n, C)`` (bool or additive) or None for causal."""
+        """``input_ids`` ``(B, n)``; ``attention_mask`` ``(B, 1, n, C)`` (bool or additive) or None for causal.
+
+        ``fed`` ``(B, n)`` bool marks the columns to compute (None: all); the others are padding no query will
+        attend to (a row's drafts shorter than the widest, a shorter prompt's left padding). Only fed columns go
+        through the projections and the MLP, which are nearly all of a step's arithmetic; the others get zero
+        keys and values and zero logits. With ``logits_to_keep`` the last column must be fed in every row.
+        """
         b, n = input_ids.shape
         self._forwards += 1
         if self._forwards == HUGE_PAGES_AFTER:
@@ -520,9 +542,13 @@ class LeanDecoder(torch.nn.Module):
         dev = input_ids.device
         if position_ids is None:
             position_ids = torch.arange(past, end, device=dev).unsqueeze(0).expand(b, n)
-        # The hidden state stays (B*n, d) between layers: a matrix product takes it without reshaping.
-        h = self.embed.index_select(0, input_ids.reshape(-1))
-        cos, sin = self.rotary(h.view(b, n, -1), position_ids)
+        # The hidden state stays (rows, d) between layers, rows = B*n or the fed columns: a matrix product takes
+        # it without reshaping.
+        ids = input_ids.reshape(-1)
+        idx = None if fed is None else fed.reshape(-1).nonzero().squeeze(1)
+        h = self.embed.index_select(0, ids if idx is None else ids.index_select(0, idx))
+        m = h.shape[0]
+        cos, sin = self.rotary(h[:1].view(1, 1, -1), position_ids)
         half = self.head_dim // 2
         # (B, n, 1, D), broadcast over the heads of q and k at once. rotate_half(x) = cat(-x2, x1) is x rolled by
         # half with the first half negated; the sign moves into sin (-x * s and x * -s are the same float).
@@ -543,14 +569,18 @@ class LeanDecoder(torch.nn.Module):
         repeat = mask is not None and input_ids.is_cuda
         layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
         nq = heads + kv
+        split = self._split(fed, past, mask) if idx is not None and n > 1 and past > 0 else None
         # Which stored form of a weight kept more than one way (CPU_LAYOUT, CPU_PACKED) this pass multiplies by.
-        alt, pack = b * n not in TORCH_LAYOUT_ROWS, b * n in PACKED_ROWS
-        dnn = self.onednn and b * n >= ONEDNN_FROM_ROWS
+        alt, pack = m not in TORCH_LAYOUT_ROWS, m in PACKED_ROWS
+        dnn = self.onednn and m >= ONEDNN_FROM_ROWS
         for w, layer in zip(self.weights, layers, strict=False):
             x = self._rms(h, w.in_norm, w.in_eps)
             packs = w.dnn if dnn else w.packs if pack else {}
             rhs = w.rhs[alt]
-            qkv = _linear(x, rhs["qkv"], packs.get("qkv"), w.qkv_bias).view(b, n, nq + kv, dim)
+            qkv = _linear(x, rhs["qkv"], packs.get("qkv"), w.qkv_bias)
+            if idx is not None:
+                qkv = qkv.new_zeros(b * n, qkv.shape[1]).index_copy_(0, idx, qkv)
+            qkv = qkv.view(b, n, nq + kv, dim)
             # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
             # and one copy puts both into the cache. Same products and sum as out of place.
             qk = qkv[:, :, :nq]
@@ -563,25 +593,46 @@ class LeanDecoder(torch.nn.Module):
             k, v = buf[:, :kv, :end], buf[:, kv:, :end]
             if gqa and repeat:
                 k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-            a = F.scaled_dot_product_attention(
-                qkv[:, :, :heads].transpose(1, 2), k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
-                enable_gqa=gqa and not repeat,
-            )
+            q = qkv[:, :, :heads].transpose(1, 2)
+            if split is None:
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
+                                                   enable_gqa=gqa and not repeat)
+            else:
+                # Every row's first column over the keys up to it; the later columns only of the rows that feed
+                # them (a verification step where few rows carry drafts), over those rows' keys alone.
+                rows, mask0, mask_r = split
+                a = q.new_zeros(q.shape)
+                a[:, :, :1] = F.scaled_dot_product_attention(
+                    q[:, :, :1], k[:, :, : past + 1], v[:, :, : past + 1], attn_mask=mask0, scale=self.scaling,
+                    enable_gqa=gqa and not repeat)
+                if rows.numel():
+                    a[rows, :, 1:] = F.scaled_dot_product_attention(
+                        q[rows, :, 1:], k.index_select(0, rows), v.index_select(0, rows), attn_mask=mask_r,
+                        scale=self.scaling, enable_gqa=gqa and not repeat)
             # In place from here on: h is this forward's own tensor, and in-place ops skip an allocation each.
-            h += _linear(a.transpose(1, 2).reshape(b * n, -1), rhs["o"], packs.get("o"), w.ob)
+            a = a.transpose(1, 2).reshape(b * n, -1)
+            h += _linear(a if idx is None else a.index_select(0, idx), rhs["o"], packs.get("o"), w.ob)
             x = self._rms(h, w.post_norm, w.post_eps)
             gu = _linear(x, rhs["gate_up"], packs.get("gate_up"))
             g = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
             h += _linear(g, rhs["down"], packs.get("down"))
-        h = self._rms(h, self.final_norm, self.final_eps).view(b, n, -1)
+        h = self._rms(h, self.final_norm, self.final_eps)
+        keep = n
         if logits_to_keep:
-            h = h[:, -logits_to_keep:]
-        rows = b * h.shape[1]
+            keep = min(logits_to_keep, n)
+            if idx is None:
+                h = h.view(b, n, -1)[:, -keep:].reshape(b * keep, -1)
+            else:  # each row's last fed columns sit at the end of its run in h
+                last = fed.sum(1).cumsum(0).unsqueeze(1) - torch.arange(keep, 0, -1, device=dev)
+                h = h.index_select(0, last.reshape(-1))
+        rows = h.shape[0]
         head = self.head_rhs if rows in TORCH_LAYOUT_ROWS else self.head_t_rhs
         packed = self.lm_head_dnn if self.onednn and rows >= ONEDNN_FROM_ROWS else (
             self.lm_head_p if rows in PACKED_ROWS else None)
-        logits = _linear(h.reshape(rows, -1), head, packed, self.lm_bias).view(b, rows // b, -1)
-        return SimpleNamespace(logits=logits, cache=cache)
+        logits = _linear(h, head, packed, self.lm_bias)
+        if idx is not None and not logits_to_keep:
+            logits = logits.new_zeros(b * n, logits.shape[1]).index_copy_(0, idx, logits)
+        return SimpleNamespace(logits=logits.view(b, keep, -1), cache=cache)
 
 
 def lean(model: Any, vocab: torch.Tensor | None = None) -> Any:

@@ -58,7 +58,7 @@ from typing import Any
 
 import torch
 
-from specplug.runtime.cache import KVState
+from specplug.runtime.cache import KVState, packs
 from specplug.runtime.decoder import lean as lean_decoder
 from specplug.runtime.pacing import DraftPacer, record
 from specplug.runtime.prefix import PrefixCache
@@ -276,10 +276,11 @@ class SpeculativeEngine:
         self.adaptive = adaptive
         self.k_max = k_max or 2 * k
         # Measured pass costs and acceptance, shared by this engine's batches (see specplug.runtime.pacing).
-        self.pacer = DraftPacer() if paced and proposer_factory else None
+        self.pacer = DraftPacer(packed=packs(self.target)) if paced and proposer_factory else None
         # Steps by what speculation did (SPEC_STEPS): whether it drafted, and why not where it did not. Read by
         # the server's /metrics and log; only ever added to.
         self.spec_steps: dict[str, int] = dict.fromkeys(SPEC_STEPS, 0)
+        self.decode_steps = 0  # over this engine's batches: when requests finish and join (see DraftPacer.weights)
         self.device = torch.device(device) if device is not None else next(target.parameters()).device
         if eos_token_ids is None:
             eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
@@ -426,9 +427,13 @@ class DecodeBatch:
         free = bool(getattr(self.proposer, "free", False))
         width = 0
         limits = list(ks)
+        step_no = self.engine.decode_steps = self.engine.decode_steps + 1
+        weights = None
+        if paced:
+            weights = pacer.weights([r.params.max_new_tokens - r.stats.new_tokens for r in rows], step_no)
         if paced and any(ks) and not free:
             rates = [pacer.rates(*r.counts(None), k) for r, k in zip(rows, ks, strict=True)]
-            width = pacer.choose(ks, rates, probe=True)
+            width = pacer.choose(ks, rates, probe=True, weights=weights)
             ks = [min(k, width) for k in ks]
 
         def warp(logits: torch.Tensor) -> torch.Tensor | None:
@@ -449,8 +454,14 @@ class DecodeBatch:
             found = [_Found(t[:n], (r.run, m)) for r, t, n, m in zip(rows, full, draft.n.tolist(), match, strict=True)]
             if paced:
                 rates = [pacer.rates(*r.counts(f.state), len(f.tokens), f.state) for r, f in zip(rows, found, strict=True)]
-                width = pacer.choose([len(f.tokens) for f in found], rates)
-                draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
+                lens = [len(f.tokens) for f in found]
+                if pacer.packed:  # each row verifies only its drafts worth their tokens
+                    widths = pacer.choose_rows(lens, rates, weights)
+                    width = max(widths, default=0)
+                    draft = Draft(draft.tokens[:, :width], torch.tensor(widths, dtype=torch.long), None)
+                else:
+                    width = pacer.choose(lens, rates, weights=weights)
+                    draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
         if paced and pacer.measuring and draft.tokens.shape[1] < width:
             draft = _widen(draft, width)  # the pass must have the width being measured
         if self.engine.proposer_factory is not None:
@@ -459,9 +470,13 @@ class DecodeBatch:
             self.engine.spec_steps[_spec_state(limits, cut, draft)] += 1
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
-        t1 = time.perf_counter()
-        logits = self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1))
         dn_l = draft.n.tolist()
+        # Columns past a row's own drafts are padding: a target that packs computes none of them.
+        fed = None
+        if dtokens.shape[1] and min(dn_l) < dtokens.shape[1]:
+            fed = torch.arange(dtokens.shape[1] + 1, device=self.device).unsqueeze(0) <= dn.unsqueeze(1)
+        t1 = time.perf_counter()
+        logits = self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1), fed=fed)
         dtok_l = draft.tokens.tolist() if any(dn_l) else None
         if guided:
             self._mask(rows, guided, logits, [d[:n] for d, n in zip(dtok_l, dn_l, strict=True)] if dtok_l else None)
@@ -476,7 +491,8 @@ class DecodeBatch:
             rows[i].grammar.settle(acc_l[i], nxt_l[i])
         if pacer is not None:
             t2 = time.perf_counter()
-            pacer.observe_pass(len(rows) * (1 + dtokens.shape[1]), t2 - t1)
+            fed_tokens = len(rows) + sum(dn_l) if pacer.packed else len(rows) * (1 + dtokens.shape[1])
+            pacer.observe_pass(fed_tokens, t2 - t1)
             if not draft.backlog:
                 pacer.observe_draft(max(ks, default=0), drafting, len(rows))
             if not free:  # a free proposer's drafts are scored as tokens are emitted (_score_found)
@@ -501,6 +517,8 @@ class DecodeBatch:
             if row.finish_reason is not None:
                 finished.append(i)
         if finished:
+            if pacer is not None:
+                pacer.observe_finish(step_no, len(finished))
             self._drop(finished)
         return outs
 
@@ -636,6 +654,8 @@ class DecodeBatch:
         if gone:
             self._drop(gone)
         if queue:
+            if self.engine.pacer is not None:
+                self.engine.pacer.observe_arrival(self.engine.decode_steps, len(queue), running=bool(self.rows))
             for r in queue:
                 r.gen = torch.Generator(device=self.device)
                 if r.params.sampling.seed is not None:

@@ -4,10 +4,17 @@ A target pass over ``n`` columns costs very differently across hardware (nearly 
 step-shaped where the BLAS switches kernels), so a fixed k either wastes passes or leaves tokens on the table.
 The pacer picks the width ``w`` (drafts per row, at most each row's k) that maximises expected tokens per second:
 
-    value(w) = sum over rows of (1 + sum_{j < min(k_row, w)} a_row[j])  /  (cost(B * (w + 1)) + w * draft_cost)
+    value(w) = sum over rows of (1 + sum_{j < min(k_row, w)} a_row[j])  /  (cost(tokens(w)) + w * draft_cost)
 
 ``a_row[j]`` is the row's rate of getting draft position j accepted (see ``DraftPacer.rates``); ``cost(m)`` the
-learnt seconds of a target pass feeding ``m`` tokens; ``draft_cost`` the proposer's seconds per drafted column.
+learnt seconds of a target pass feeding ``m`` tokens; ``draft_cost`` the proposer's seconds per drafted column;
+``tokens(w)`` is ``B * (w + 1)`` for a target that computes padding, and the real tokens ``B + sum min(k_row, w)``
+for one that packs them (``DraftPacer.packed``).
+
+Drafts already made (a free proposer's) are chosen per row by ``choose_rows``, where the target packs: each draft
+position is worth its acceptance rate, and a pass of ``B + m`` tokens keeps the ``m`` likeliest, every row's a
+prefix of its own. At a batch that makes the pass compute-bound only the surest drafts pay for their tokens, and
+a row with nothing sure costs the pass nothing.
 
 Verification stays exact: a draft model's width is fixed before it samples, from past outcomes only, and an
 n-gram draft is a deterministic function of the history, so cutting it by its length is one as well.
@@ -15,6 +22,7 @@ n-gram draft is a deterministic function of the history, so cutting it by its le
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Hashable, Sequence
 
 # A width timed once under a burst of load could stay excluded for good, so the one timed longest ago is re-timed
@@ -33,6 +41,17 @@ PROBE_STEPS = 8
 # Weights of a new timing in the moving average: other processes only ever add time, so a faster pass is
 # believed at once and a slower one slowly (the cost still rises as contexts grow).
 FASTER, SLOWER = 1.0, 0.1
+# A request that finishes sooner frees its slot for the next one, which is worth a whole token per token it saved only
+# while new requests take freed slots. When none do (a wave of requests drains), only the rows that finish last set
+# when the batch is done; another row's drafts are worth their tokens times the share of freed slots taken soon
+# (within REUSE_STEPS decode steps; a moving average, weight REUSE_WEIGHT), but at least LATENCY_FLOOR, since a
+# request that finishes sooner is still sooner for its user.
+REUSE_STEPS = 3
+REUSE_WEIGHT = 0.1
+LATENCY_FLOOR = 0.25
+# Per-row choices re-time only sizes whose estimated value is within this share of the best: they vary by the token,
+# so nearly every size gets timed as batches come and go, and re-timing a poor one costs a poor step.
+RETIME_NEAR = 0.1
 PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior behind each observed rate
 PRIOR_RATE = 0.5  # before anything is observed: the first draft position is accepted half the time
 
@@ -40,7 +59,9 @@ PRIOR_RATE = 0.5  # before anything is observed: the first draft position is acc
 class DraftPacer:
     """Per-engine cost table and acceptance pool; ``choose`` returns this step's draft width."""
 
-    def __init__(self) -> None:
+    def __init__(self, packed: bool = False) -> None:
+        # Whether the target computes only a pass's real tokens (not the padding of rows with fewer drafts).
+        self.packed = packed
         self.cost: dict[int, float] = {}  # tokens fed per pass -> seconds (moving average)
         self.warmed: set[int] = set()  # pass sizes run once already (see observe_pass)
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
@@ -57,6 +78,8 @@ class DraftPacer:
         self.pool_accepted: list[int] = []
         # The same per state a draft was made in (see DraftPacer.rates), each shrunk towards the whole pool.
         self.state_pools: dict[Hashable, tuple[list[int], list[int]]] = {}
+        self.reuse = 1.0  # the share of freed slots a new request took soon after (see REUSE_STEPS)
+        self._freed: list[int] = []  # decode steps at which finished requests freed slots not yet taken
 
     # -- learning -------------------------------------------------------------------------------------------
     def observe_pass(self, tokens: int, seconds: float) -> None:
@@ -85,20 +108,39 @@ class DraftPacer:
         if state is not None:
             record(*self.state_pools.setdefault(state, ([], [])), offered, accepted)
 
+    def observe_finish(self, step: int, count: int = 1) -> None:
+        """``count`` requests finished at decode step ``step``, freeing their slots."""
+        self._expire(step)
+        self._freed += [step] * count
+
+    def observe_arrival(self, step: int, count: int = 1, running: bool = True) -> None:
+        """``count`` requests joined at decode step ``step``: each takes a slot freed within REUSE_STEPS, if the
+        batch was still ``running`` (a batch that ran dry was drained, whatever comes next)."""
+        self._expire(step if running else step + REUSE_STEPS + 1)
+        for _ in range(min(count, len(self._freed))):
+            self._freed.pop(0)
+            self.reuse += REUSE_WEIGHT * (1.0 - self.reuse)
+
+    def _expire(self, step: int) -> None:
+        while self._freed and step - self._freed[0] > REUSE_STEPS:
+            self._freed.pop(0)
+            self.reuse -= REUSE_WEIGHT * self.reuse
+
+    def weights(self, remaining: Sequence[int], step: int) -> list[float]:
+        """What a drafted token of each row is worth at decode step ``step``, by the tokens each row may still
+        produce: 1 for the rows that may finish last, the reuse share (at least LATENCY_FLOOR) for the others."""
+        self._expire(step)
+        top = max(remaining, default=0)
+        other = max(self.reuse, LATENCY_FLOOR)
+        return [1.0 if r >= top else other for r in remaining]
+
     # -- deciding -------------------------------------------------------------------------------------------
     def estimate(self, tokens: int) -> float | None:
         """Seconds for a pass feeding ``tokens``: measured, or interpolated between measured neighbours (so a batch
         shrinking by one request costs no measurement per width); None outside the measured range. The curve
         need not rise with every token (BLAS picks kernels by shape), so no bound is taken from a larger pass.
         """
-        if tokens in self.cost:
-            return self.cost[tokens]
-        below = max((m for m in self.cost if m < tokens), default=None)
-        above = min((m for m in self.cost if m > tokens), default=None)
-        if below is None or above is None:
-            return None
-        lo, hi = self.cost[below], self.cost[above]
-        return lo + (hi - lo) * (tokens - below) / (above - below)
+        return self._estimator()(tokens)
 
     def pool_rates(self, k: int, state: Hashable | None = None) -> list[float]:
         """The engine-wide acceptance rate per draft position 0..k-1 (of drafts made in ``state``, if given)."""
@@ -117,14 +159,16 @@ class DraftPacer:
         """
         return _shrunk(offered, accepted, k, self.pool_rates(k, state))
 
-    def choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]], probe: bool = False) -> int:
+    def choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]], probe: bool = False,
+               weights: Sequence[float] | None = None) -> int:
         """The width for this step: the best by the model, or now and then one whose cost needs measuring.
 
         Measuring runs the step's real pass at that width, and only for a width that could beat the best at its
         cheapest possible cost, so it costs at most the difference to the best. ``probe``: the proposer is costly
-        and learnt about only when it drafts (see ``PROBE_IDLE``).
+        and learnt about only when it drafts (see ``PROBE_IDLE``). ``weights``: what a drafted token of each row is
+        worth (see ``DraftPacer.weights``; None: 1 each).
         """
-        width = self._choose(ks, row_rates)
+        width = self._choose(ks, row_rates, weights)
         return self._probe(width, merit=not self.measuring) if probe and max(ks, default=0) else width
 
     def _probe(self, width: int, merit: bool) -> int:
@@ -143,66 +187,132 @@ class DraftPacer:
         self.probe_idle = min(2 * self.probe_idle, PROBE_IDLE_MAX)
         return 1
 
-    def _choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]]) -> int:
+    def _choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]],
+                weights: Sequence[float] | None = None) -> int:
         self.steps += 1
         self.measuring = False
-        batch = len(ks)
         widest = max(ks, default=0)
         if widest == 0:
             return 0
-
-        gains = [sum(1.0 + sum(rates[: min(k, w)]) for k, rates in zip(ks, row_rates, strict=True))
+        weights = weights or [1.0] * len(ks)
+        gains = [sum(1.0 + wt * sum(rates[: min(k, w)]) for k, rates, wt in zip(ks, row_rates, weights, strict=True))
                  for w in range(widest + 1)]
-
-        def value(w: int, secs: float) -> float:
-            return gains[w] / (secs + w * self.draft_cost) if secs + w * self.draft_cost > 0 else float("inf")
-
-        def beats(w: int, secs: float, best_w: int, best_value: float) -> bool:
-            # A width that drafts must beat plain decoding by MARGIN, and any other width outright.
-            return value(w, secs) > best_value * (1.0 + MARGIN * (best_w == 0 < w))
-
-        best_w, best_value = 0, -1.0
-        for w in range(widest + 1):
-            secs = self.estimate(batch * (w + 1))
-            if secs is not None and beats(w, secs, best_w, best_value):
-                best_w, best_value = w, value(w, secs)
-        self.retime_gap.pop(batch * (best_w + 1), None)  # the best is timed every step it runs anyway
+        batch = len(ks)
+        if self.packed:
+            tokens = [batch + sum(min(k, w) for k in ks) for w in range(widest + 1)]
+        else:
+            tokens = [batch * (w + 1) for w in range(widest + 1)]
         # A wider pass costs no less than a plain one and a drafter's cost scales with the batch, so a width can pay
         # only if its gain beats plain's by the drafter's cost ratio: no timing a useless drafter at a new batch.
-        def can_pay(w: int) -> bool:
-            return w == 0 or gains[w] > gains[0] * (1.0 + w * self.draft_ratio)
+        pays = [w == 0 or gains[w] > gains[0] * (1.0 + w * self.draft_ratio) for w in range(widest + 1)]
+        drafting = [w * self.draft_cost for w in range(widest + 1)]
+        return self._pick(tokens, gains, drafting, pays, retime_near=False)
 
-        promising = [w for w in range(widest + 1)
-                     if can_pay(w) and beats(w, self._floor(batch * (w + 1)), best_w, best_value)]
-        explore = self._to_measure(batch, promising)
+    def choose_rows(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]],
+                    weights: Sequence[float] | None = None) -> list[int]:
+        """Per-row widths for drafts already made (``ks[i]`` found for row i), for a target that packs: the
+        ``m`` draft positions worth most over all rows (acceptance rate times the row's weight, see ``choose``),
+        ``m`` chosen as ``choose`` chooses a width."""
+        self.steps += 1
+        self.measuring = False
+        weights = weights or [1.0] * len(ks)
+        # Rates never rise with the position, so the m worth most are a prefix of every row's drafts.
+        ranked = sorted(((rates[j] * wt, j, i) for i, (k, rates, wt) in enumerate(zip(ks, row_rates, weights, strict=True))
+                         for j in range(k)), key=lambda c: (-c[0], c[1]))
+        batch = len(ks)
+        gains = [float(batch)]
+        for rate, _, _ in ranked:
+            gains.append(gains[-1] + rate)
+        tokens = [batch + m for m in range(len(ranked) + 1)]
+        # The drafts are made: drafting costs nothing more whatever is verified.
+        m = self._pick(tokens, gains, [0.0] * len(tokens), [True] * len(tokens), retime_near=True)
+        widths = [0] * batch
+        for _, _, i in ranked[:m]:
+            widths[i] += 1
+        return widths
+
+    def _pick(self, tokens: Sequence[int], gains: Sequence[float], drafting: Sequence[float], pays: Sequence[bool],
+              retime_near: bool) -> int:
+        """Of options (option 0: no drafts) feeding ``tokens[o]`` for an expected ``gains[o]`` tokens after
+        ``drafting[o]`` seconds of drafting: the best by the model, or now and then one whose cost needs measuring."""
+        estimate = self._estimator()
+
+        def value(o: int, secs: float) -> float:
+            t = secs + drafting[o]
+            return gains[o] / t if t > 0 else float("inf")
+
+        def beats(o: int, secs: float, best_o: int, best_value: float) -> bool:
+            # Drafting must beat plain decoding by MARGIN, and any other option outright.
+            return value(o, secs) > best_value * (1.0 + MARGIN * (best_o == 0 < o))
+
+        est = [estimate(t) for t in tokens]
+        best_o, best_value = 0, -1.0
+        for o, secs in enumerate(est):
+            if secs is not None and beats(o, secs, best_o, best_value):
+                best_o, best_value = o, value(o, secs)
+        self.retime_gap.pop(tokens[best_o], None)  # the best is timed every step it runs anyway
+        floor = self._floors(tokens)
+        promising = [o for o in range(len(tokens)) if pays[o] and beats(o, floor[o], best_o, best_value)]
+        if retime_near:
+            promising = [o for o in promising
+                         if est[o] is None or value(o, est[o]) >= (1.0 - RETIME_NEAR) * best_value]
+        explore = self._to_measure(tokens, est, promising, untimed=not retime_near)
         if explore is not None:
             self.explored_at, self.measuring = self.steps, True
             return explore
-        return best_w
+        return best_o
 
-    def _floor(self, tokens: int) -> float:
-        """A low guess at what a pass feeding ``tokens`` may cost, to decide what is worth timing: the cheapest size
-        below, not the nearest (one slow timing under load would hide every size above it for good); 0 below the
-        smallest size timed, so that one stays a candidate for re-timing too."""
-        return min((c for m, c in self.cost.items() if m < tokens), default=0.0)
+    def _estimator(self):  # noqa: ANN202 - (tokens) -> seconds | None
+        """``estimate`` over the cost table as it is now, by bisection (a per-row choice asks it for every size)."""
+        sizes = sorted(self.cost)
+        costs = [self.cost[m] for m in sizes]
 
-    def _to_measure(self, batch: int, promising: Sequence[int]) -> int | None:
-        """Of ``promising`` widths: one whose cost cannot be estimated (the widest, so one pass brackets the rest);
-        else now and then one only interpolated (a step-shaped curve can hide a cheap width), or the one timed
-        longest ago whose own wait (``retime_gap``) is over (load may have inflated its timing)."""
-        outside = [w for w in promising if self.estimate(batch * (w + 1)) is None]
+        def estimate(tokens: int) -> float | None:
+            i = bisect.bisect_left(sizes, tokens)
+            if i < len(sizes) and sizes[i] == tokens:
+                return costs[i]
+            if i == 0 or i == len(sizes):
+                return None
+            lo, hi = costs[i - 1], costs[i]
+            return lo + (hi - lo) * (tokens - sizes[i - 1]) / (sizes[i] - sizes[i - 1])
+
+        return estimate
+
+    def _floors(self, tokens: Sequence[int]) -> list[float]:
+        """A low guess at what a pass feeding each of ``tokens`` may cost, to decide what is worth timing: the
+        cheapest size below, not the nearest (one slow timing under load would hide every size above it for good);
+        0 below the smallest size timed, so that one stays a candidate for re-timing too."""
+        sizes = sorted(self.cost)
+        lows, low = [], float("inf")
+        for m in sizes:
+            low = min(low, self.cost[m])
+            lows.append(low)
+        out = []
+        for t in tokens:
+            i = bisect.bisect_left(sizes, t)
+            out.append(lows[i - 1] if i > 0 else 0.0)
+        return out
+
+    def _to_measure(self, tokens: Sequence[int], est: Sequence[float | None], promising: Sequence[int],
+                    untimed: bool = True) -> int | None:
+        """Of ``promising`` options: one whose cost cannot be estimated (the largest, so one pass brackets the
+        rest); else now and then (``untimed``) one only interpolated (a step-shaped curve can hide a cheap size), or
+        the one timed longest ago whose own wait (``retime_gap``) is over (load may have inflated its timing)."""
+        outside = [o for o in promising if est[o] is None]
         if outside:
             return outside[-1]
         since = self.steps - self.explored_at
-        untimed = [w for w in promising if batch * (w + 1) not in self.timed_at]
-        if untimed:
-            return untimed[0] if since >= MEASURE_UNTIMED_EVERY else None
-        due = [batch * (w + 1) for w in promising]
-        due = [m for m in due if self.steps - self.timed_at[m] >= self.retime_gap.get(m, REMEASURE_EVERY)]
-        if due and since >= REMEASURE_EVERY:
-            size = min(due, key=self.timed_at.__getitem__)
-            self.retime_gap[size] = min(2 * self.retime_gap.get(size, REMEASURE_EVERY), REMEASURE_MAX)
-            return size // batch - 1
+        fresh = [o for o in promising if tokens[o] not in self.timed_at]
+        if untimed and fresh:
+            return fresh[0] if since >= MEASURE_UNTIMED_EVERY else None
+        if since < REMEASURE_EVERY:
+            return None
+        due = [o for o in promising if tokens[o] in self.timed_at
+               and self.steps - self.timed_at[tokens[o]] >= self.retime_gap.get(tokens[o], REMEASURE_EVERY)]
+        if due:
+            o = min(due, key=lambda x: self.timed_at[tokens[x]])
+            self.retime_gap[tokens[o]] = min(2 * self.retime_gap.get(tokens[o], REMEASURE_EVERY), REMEASURE_MAX)
+            return o
         return None
 
 

@@ -208,6 +208,60 @@ def test_logits_bit_identical_with_holes(model32, monkeypatch):
     assert isinstance(kv_lean.cache, GrowCache) and kv_lean.length == kv_hf.length
 
 
+def test_padding_columns_are_not_computed_and_change_no_logit(model32):
+    # A verification step where rows carry 3, 0 and 1 drafts (4 columns): 7 of its 12 columns are real.
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 128, (3, 9), generator=g)
+    verify_step = torch.randint(0, 128, (3, 4), generator=g)
+    fed = torch.tensor([[True] * 4, [True, False, False, False], [True, True, False, False]])
+    lean_model = LeanDecoder(model32)
+    rows_seen = []
+    real_linear = decoder._linear
+
+    def counting(x, *args, **kwargs):
+        rows_seen.append(x.shape[0])
+        return real_linear(x, *args, **kwargs)
+
+    out = {}
+    for packed in (False, True):
+        kv = KVState(lean_model, 3, CPU)
+        with torch.inference_mode():
+            kv.forward(prompt)
+            rows_seen.clear()
+            decoder._linear = counting
+            try:
+                logits = kv.forward(verify_step, fed=fed if packed else None)
+            finally:
+                decoder._linear = real_linear
+            kv.rollback(torch.tensor([2, 1, 2]))  # each row keeps its accepted columns, all of them fed
+            after = kv.forward(torch.randint(0, 128, (3, 1), generator=torch.Generator().manual_seed(5)))
+        out[packed] = (logits, after, set(rows_seen))
+    (full, after_full, rows_full), (packed, after_packed, rows_packed) = out[False], out[True]
+    assert rows_full == {12} and rows_packed == {7}
+    torch.testing.assert_close(packed[fed], full[fed], rtol=1e-5, atol=1e-5)
+    assert torch.equal(packed[fed].argmax(-1), full[fed].argmax(-1))
+    assert not packed[~fed].any()  # padding gets zero logits, never read
+    torch.testing.assert_close(after_packed, after_full, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_verification_over_a_cache_with_holes(model32):
+    # Left-padded rows of different lengths (a cache with holes), then verification where one of three rows
+    # carries drafts: its later columns attend over its own keys only; every fed logit matches the full pass.
+    g = torch.Generator().manual_seed(6)
+    prompt = torch.randint(0, 128, (3, 9), generator=g)
+    pad = torch.tensor([[True] * 9, [False] * 4 + [True] * 5, [False] * 7 + [True] * 2])
+    verify_step = torch.randint(0, 128, (3, 5), generator=g)
+    for fed in (torch.tensor([[True] + [False] * 4, [True] * 5, [True] + [False] * 4]),
+                torch.tensor([[True] + [False] * 4] * 3)):
+        got = {}
+        for packed in (False, True):
+            kv = KVState(LeanDecoder(model32), 3, CPU)
+            with torch.inference_mode():
+                kv.forward(prompt, pad)
+                got[packed] = kv.forward(verify_step, fed=fed if packed else None)
+        torch.testing.assert_close(got[True][fed], got[False][fed], rtol=1e-5, atol=1e-5)
+
+
 def test_cache_grows_and_rolls_back_across_reallocations(monkeypatch):
     # A tiny growth step makes every few tokens a reallocation, with rollbacks, joins and departures between.
     monkeypatch.setattr(decoder, "_GROW", 3)

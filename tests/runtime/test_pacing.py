@@ -320,7 +320,8 @@ def test_free_drafts_are_scored_past_the_width_sent_to_the_target():
         return nxt, 2
 
     eng = SpeculativeEngine(target, proposer_factory=lambda: _Scripted(oracle), k=3, eos_token_ids=[], paced=True)
-    eng.pacer.choose = lambda ks, rates: min(1, max(ks, default=0))
+    assert eng.pacer.packed  # the lean decoder computes only real tokens: the pacer chooses per row
+    eng.pacer.choose_rows = lambda ks, rates, weights=None: [min(1, k) for k in ks]
     out = eng.generate([prompt], GenerationParams(max_new_tokens=n_new))[0]
     assert out.tokens == ref[len(prompt) :]
     assert len(out.stats.drafted_per_position) == 1  # what was sent to the target: width 1
@@ -366,15 +367,15 @@ def test_free_drafts_are_paced_by_how_long_a_match_found_them():
     _timed(pacer, {1: 1.0, 2: 1.3, 3: 1.35})  # sure drafts pay, weak ones do not
     pacer.observe_pass = lambda tokens, seconds: None  # keep that cost table
     batch = eng.start()
-    choose = pacer.choose
+    choose = pacer.choose_rows
     sent: list[tuple[int, int]] = []  # (match length, width sent) per step
 
-    def recording(ks, rates):
-        width = choose(ks, rates)
-        sent.append((batch.proposer.match, width))
-        return width
+    def recording(ks, rates, weights=None):
+        widths = choose(ks, rates, weights)
+        sent.append((batch.proposer.match, widths[0]))
+        return widths
 
-    pacer.choose = recording
+    pacer.choose_rows = recording
     rid = batch.add(prompt, GenerationParams(max_new_tokens=n_new))
     for _ in batch:
         pass
@@ -385,3 +386,65 @@ def test_free_drafts_are_paced_by_how_long_a_match_found_them():
     assert weak and sure
     assert sum(w > 0 for w in weak) <= 2  # weak drafts are (almost) never sent
     assert sum(w == 2 for w in sure) >= 0.8 * len(sure)  # sure ones go at full width
+
+
+def _compute_bound(tokens: int) -> float:
+    """A CPU at a large batch: a fixed part, then every token fed costs about as much as the next."""
+    return 0.02 + 0.0025 * tokens
+
+
+def test_at_a_compute_bound_batch_only_sure_drafts_are_verified():
+    # 16 rows: 4 copying text (their drafts nearly always accepted), 12 with weak matches.
+    sizes = [1, 2, 4, 8, 16, 17, 24, 32, 48, 64, 80, 96, 128, 144]
+    sure, weak = [0.97, 0.95, 0.93, 0.9], [0.2, 0.08, 0.03, 0.01]
+    rates = [sure] * 4 + [weak] * 12
+    packed = _timed(DraftPacer(packed=True), {t: _compute_bound(t) for t in sizes})
+    widths = packed.choose_rows([4] * 16, rates)
+    assert widths == [4] * 4 + [0] * 12
+    # A uniform width pays for every row's padding, and no width beats plain decoding there: speculation is off.
+    padded = _timed(DraftPacer(), {t: _compute_bound(t) for t in sizes})
+    assert padded.choose([4] * 16, rates) == 0
+    # Nothing sure: the pass stays plain.
+    assert packed.choose_rows([4] * 16, [weak] * 16) == [0] * 16
+    # A memory-bound pass (flat in the tokens fed) verifies every draft that has any chance.
+    flat = _timed(DraftPacer(packed=True), {t: 1.0 + 0.0001 * t for t in sizes})
+    assert flat.choose_rows([4, 2, 0], [sure, weak[:2], []]) == [4, 2, 0]
+
+
+def test_per_row_choices_re_time_only_sizes_near_the_best():
+    p = _timed(DraftPacer(packed=True), {t: _compute_bound(t) for t in (8, 12, 16, 20, 30, 40)})
+    rates = [[0.97, 0.95, 0.93, 0.9]] + [[0.2, 0.08, 0.03, 0.01]] * 7
+    chosen = set()
+    for _ in range(20 * pacing.REMEASURE_EVERY):
+        widths = p.choose_rows([4] * 8, rates)
+        chosen.add(sum(widths))
+        p.observe_pass(8 + sum(widths), _compute_bound(8 + sum(widths)))
+    # The sure row's drafts (4 tokens) run; re-timing spends no pass on sizes far from the best (12 or more
+    # drafts, most of them weak), although they were timed once and their wait runs out.
+    assert 4 in chosen and max(chosen) <= 7
+
+
+def test_drafts_of_rows_ahead_pay_only_while_freed_slots_get_taken():
+    sizes = [1, 2, 4, 8, 16, 17, 24, 32, 48, 64, 80, 96]  # every pass size here is within what was timed
+    sure = [0.97, 0.95, 0.93, 0.9]
+    p = _timed(DraftPacer(packed=True), {t: _compute_bound(t) for t in sizes})
+    # Closed-loop traffic: each finished request's slot is taken within a step by the next one.
+    for step in range(0, 200, 10):
+        p.observe_finish(step)
+        p.observe_arrival(step + 1)
+    remaining = [40] * 4 + [60] * 12  # the 4 copying rows are ahead of the 12 others
+    weights = p.weights(remaining, 300)
+    assert weights[:4] == [pytest.approx(1.0, abs=0.01)] * 4 and weights[4:] == [1.0] * 12
+    assert p.choose_rows([4] * 16, [sure] * 4 + [[0.0] * 4] * 12, weights) == [4] * 4 + [0] * 12
+    # A draining wave: requests finish and nobody takes their slots (the next ones reach an empty batch).
+    for step in range(300, 340, 2):
+        p.observe_finish(step)
+    p.observe_arrival(400, 16, running=False)
+    weights = p.weights(remaining, 401)
+    assert weights[:4] == [pacing.LATENCY_FLOOR] * 4
+    # Speeding up rows that finish before the others only adds tokens to a compute-bound pass.
+    assert p.choose_rows([4] * 16, [sure] * 4 + [[0.0] * 4] * 12, weights) == [0] * 16
+    # The rows that finish last still draft, and at a memory-bound pass the others do too (they finish sooner).
+    assert p.choose_rows([4] * 16, [[0.0] * 4] * 4 + [sure] * 12, weights) == [0] * 4 + [4] * 12
+    flat = _timed(DraftPacer(packed=True), {t: 1.0 + 0.0001 * t for t in sizes})
+    assert flat.choose_rows([4] * 16, [sure] * 4 + [[0.0] * 4] * 12, weights) == [4] * 4 + [0] * 12
