@@ -217,7 +217,10 @@ class KVState:
             return
         la, lb = self.length, other.length
         width = max(la, lb)
-        if width:
+        merged = getattr(type(self.cache), "merged", None)
+        if width and merged is not None and type(other.cache) is type(self.cache) and la and lb:
+            self.cache = merged(self.cache, other.cache)  # a lean decoder's cache pads and stacks in one copy
+        elif width:
             a = _kv_lists(self.cache) if la else None
             b = _kv_lists(other.cache) if lb else None
             template = a if a is not None else b

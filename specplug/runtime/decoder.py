@@ -200,8 +200,35 @@ class GrowCache:
             layer.length = min(layer.length, length)
 
     def batch_select_indices(self, rows: torch.Tensor) -> None:
+        """Keep ``rows``, in that order. Where they keep every row in place but fill the places of departed ones
+        with rows from past the new end (as ``DecodeBatch`` orders them), only those rows' filled columns move,
+        in place; otherwise every row is copied."""
+        keep = rows.tolist()
+        n = len(keep)
+        moved = [(dst, src) for dst, src in enumerate(keep) if dst != src]
+        if all(src >= n for _, src in moved):
+            for layer in self.layers:
+                for dst, src in moved:
+                    layer.buf[dst, :, : layer.length] = layer.buf[src, :, : layer.length]
+                layer.buf = layer.buf[:n]
+            return
         for layer in self.layers:
             layer.buf = layer.buf[rows]
+
+    @classmethod
+    def merged(cls, top: GrowCache, bottom: GrowCache) -> GrowCache:
+        """``top``'s rows then ``bottom``'s, each right-aligned to the longer of the two (zeros on the left): one
+        copy of each filled part into a new buffer."""
+        out = cls()
+        for a, b in zip(top.layers, bottom.layers, strict=True):
+            width = max(a.length, b.length)
+            ra = a.buf.shape[0]
+            buf = a.buf.new_empty(ra + b.buf.shape[0], a.buf.shape[1], width + _GROW, a.buf.shape[3])
+            for part, layer in ((buf[:ra], a), (buf[ra:], b)):
+                part[:, :, : width - layer.length].zero_()  # padding is masked, and must not be NaN
+                part[:, :, width - layer.length : width] = layer.buf[:, :, : layer.length]
+            out.layers.append(_Layer(buf, a.kv_heads, width))
+        return out
 
     @classmethod
     def from_kv(cls, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> GrowCache:

@@ -624,7 +624,11 @@ class DecodeBatch:
         gone = set(idx)
         for i in idx:
             self._finish(self.rows[i])
-        keep = [i for i in range(len(self.rows)) if i not in gone]
+        # Rows in place stay; the places of departed ones go to the last rows, so that a cache moves only those
+        # rows (see GrowCache.batch_select_indices) instead of copying every one.
+        n = len(self.rows) - len(gone)
+        tail = [i for i in range(n, len(self.rows)) if i not in gone]
+        keep = [tail.pop() if i in gone else i for i in range(n)]
         self.rows = [self.rows[i] for i in keep]
         if self.rows:
             sel = torch.tensor(keep, dtype=torch.long)
