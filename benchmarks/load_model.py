@@ -8,10 +8,11 @@ Serves the packaged SmolLM2-135M with the embedded server (specplug.runtime.serv
 (from ~/.cache/specplug/stackenvs/vllm; skipped with a message when that venv is absent), each without and with
 n-gram speculation. Per server and arm it:
 
-1. calibrates the arm from one short closed-loop profile (`vllm bench serve --max-concurrency c` at a few c):
-   prefill_ms from TTFT p50 at concurrency 1, the acceptance length from the server's spec-decode counters, and
-   step_ms(batch) as a least-squares line through TPOT x acceptance length x (1 - the share of time prefills
-   took), which is what the model divides by; capacity is the server's cap on running requests;
+1. calibrates the arm from one short closed-loop profile (`vllm bench serve --max-concurrency c` at a few c, the
+   capacity among them): prefill_ms from TTFT p50 at concurrency 1, the acceptance length from the server's
+   spec-decode counters, and step_ms(batch) piecewise linear through TPOT x acceptance length x (1 - the share of
+   time prefills took) at each c, which is what the model divides by; capacity is the server's cap on running
+   requests;
 2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
    rate and (per server) the crossover rate above which speculation stops lowering TPOT;
 3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,12 +240,8 @@ def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
         busy = min(m.requests_per_s * prefill / 1000.0, 0.9)  # the share of time prefills took in this profile
         xs.append(float(c))
         ys.append((m.tpot_ms_p50 or 0.0) * acc * (1.0 - busy))
-    slope, icpt = _line(xs, ys)
-    icpt = max(icpt, 0.05 * ys[0])
-    slope = max(slope, 0.0)
-
-    def step_ms(b: int) -> float:
-        return icpt + slope * b
+    step_ms = _through(xs, ys)
+    slope = (step_ms(s.capacity) - step_ms(1)) / max(1, s.capacity - 1)
 
     def per_step(_b: int) -> float:
         return acc
@@ -256,13 +254,25 @@ def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
     return arm, info
 
 
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    if len(xs) < 2:
-        return 0.0, ys[0]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
-    return slope, my - slope * mx
+def _through(xs: list[float], ys: list[float]) -> Callable[[int], float]:
+    """Step cost by batch, piecewise linear through the profile's points (batch, ms): a speculative pass turns
+    compute-bound within the capacity, where a line through the small batches would not follow it. Below the
+    first point its cost; past the last, the last segment's slope. A larger batch never costs less: each point is at
+    least the one before (a noisy small-batch profile can read high)."""
+    pts = []
+    for x, y in sorted(zip(xs, ys, strict=True)):
+        pts.append((x, max(y, pts[-1][1]) if pts else y))
+
+    def step_ms(b: int) -> float:
+        if len(pts) == 1 or b <= pts[0][0]:
+            return pts[0][1]
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+            if b <= x1:
+                return y0 + (y1 - y0) * (b - x0) / (x1 - x0)
+        (x0, y0), (x1, y1) = pts[-2], pts[-1]
+        return y1 + max(0.0, (y1 - y0) / (x1 - x0)) * (b - x1)
+
+    return step_ms
 
 
 def run_arm(server: str, method: str, s: Setup, rates: list[float] | None) -> tuple[ArmResult, list[float]]:
@@ -428,7 +438,8 @@ def main() -> int:
     work = Path(args.keep or tempfile.mkdtemp(prefix="load-model-"))
     work.mkdir(parents=True, exist_ok=True)
     s = Setup(quick=args.quick, output_len=24 if args.quick else 48, capacity=args.capacity, k=args.k,
-              threads=args.threads, profile_concurrency=[1, 4] if args.quick else [1, 2, 4],
+              threads=args.threads,
+              profile_concurrency=sorted({1, 4, args.capacity} if args.quick else {1, 2, 4, args.capacity}),
               rate_window_s=20.0 if args.quick else 40.0, work=work, repeats=max(1, args.repeats))
     if not (VLLM_ENV / "bin" / "vllm").exists():
         print(f"vllm bench serve is not available ({VLLM_ENV} is absent): it drives every server here. Build it "

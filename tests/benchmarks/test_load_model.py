@@ -81,6 +81,9 @@ def test_a_loss_counts_only_beyond_the_repeats_spread(lm):
     assert lm._within_one_step(None, 2.4, 5.2, rates) and not lm._within_one_step(None, 1.0, 3.7, rates)
 
 
-def test_the_step_cost_line_is_least_squares(lm):
-    assert lm._line([1.0, 2.0, 4.0], [12.0, 14.0, 18.0]) == pytest.approx((2.0, 10.0))
-    assert lm._line([1.0], [7.0]) == (0.0, 7.0)
+def test_the_step_cost_follows_every_profile_point(lm):
+    # A speculative pass turning compute-bound: 40 ms at 1, 60 at 4, 150 at 8 (a line through 1 and 4 says 87).
+    step = lm._through([1.0, 4.0, 8.0], [40.0, 60.0, 150.0])
+    assert step(1) == 40.0 and step(8) == 150.0 and step(6) == pytest.approx(105.0)
+    assert step(10) == pytest.approx(195.0)  # past the last point, the last segment's slope
+    assert lm._through([1.0], [7.0])(5) == 7.0
