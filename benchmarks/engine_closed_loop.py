@@ -48,41 +48,12 @@ def main() -> int:
     ap.add_argument("--hog", type=float, default=0.0, help="share of a core a neighbouring process keeps busy")
     args = ap.parse_args()
 
-    from server_ab import MODEL_DIR, PROMPTS
-    from transformers import AutoTokenizer
-
-    from specplug.runtime.engine import GenerationParams
-    from specplug.runtime.models import build_engine
-
     torch.set_num_threads(args.threads)
-    tok = AutoTokenizer.from_pretrained(str(MODEL_DIR))
-    prompts = []
-    for p in PROMPTS:
-        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
-        prompts.append(ids if isinstance(ids, list) else ids["input_ids"])
-    params = GenerationParams(max_new_tokens=64, ignore_eos=True)
-    engines = {}
-    for method in ("none", "ngram"):
-        engine = build_engine(str(MODEL_DIR), method=method, k=8, dtype="float32", ngram_min=2, ngram_max=4,
-                              paced=True, prefix_cache_mb=256)
-        if engine.pacer is not None:
-            engine.calibrate(16)
-        job = engine.target.huge_pages_now() if hasattr(engine.target, "huge_pages_now") else None
-        if job is not None:
-            job.join()  # moving weights into huge pages takes seconds: not inside a measured round
-        engines[method] = engine
+    prompts, params = load_prompts()
+    engines = build_engines()
 
-    def one_round(engine, c: int) -> tuple[float, list[list[int]]]:
-        batch, todo, live, out = engine.start(), list(range(len(prompts))), set(), {}
-        t = time.perf_counter()
-        while todo or live:
-            while todo and len(live) < c:
-                live.add(batch.add(prompts[todo.pop(0)], params))
-            for o in batch.step():
-                if o.finished:
-                    live.discard(o.request_id)
-                    out[o.request_id] = batch.result(o.request_id).tokens
-        return len(prompts) * params.max_new_tokens / (time.perf_counter() - t), [out[k] for k in sorted(out)]
+    def one_round(engine, c: int) -> tuple[float, list[list[int]]]:  # noqa: ANN001
+        return run_round(engine, prompts, params, c)
 
     for engine in engines.values():
         one_round(engine, 4)
@@ -105,6 +76,59 @@ def main() -> int:
         if hog is not None:
             hog.kill()
     return 0
+
+
+def load_prompts() -> tuple[list[list[int]], object]:
+    """server_ab's 16 prompts with the model's chat template applied, and their GenerationParams (64 tokens,
+    greedy, ignore_eos)."""
+    from server_ab import MODEL_DIR, PROMPTS
+    from transformers import AutoTokenizer
+
+    from specplug.runtime.engine import GenerationParams
+
+    tok = AutoTokenizer.from_pretrained(str(MODEL_DIR))
+    prompts = []
+    for p in PROMPTS:
+        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
+        prompts.append(ids if isinstance(ids, list) else ids["input_ids"])
+    return prompts, GenerationParams(max_new_tokens=64, ignore_eos=True)
+
+
+def build_engines(on_pacer=None) -> dict:  # noqa: ANN001
+    """{"none": plain engine, "ngram": paced n-gram (k=8, matches of 2-4)}, both with the prefix cache on, the
+    n-gram one calibrated; ``on_pacer(pacer)`` is called on the pacer before it is calibrated."""
+    from server_ab import MODEL_DIR
+
+    from specplug.runtime.models import build_engine
+
+    engines = {}
+    for method in ("none", "ngram"):
+        engine = build_engine(str(MODEL_DIR), method=method, k=8, dtype="float32", ngram_min=2, ngram_max=4,
+                              paced=True, prefix_cache_mb=256)
+        if engine.pacer is not None:
+            if on_pacer is not None:
+                on_pacer(engine.pacer)
+            engine.calibrate(16)
+        job = engine.target.huge_pages_now() if hasattr(engine.target, "huge_pages_now") else None
+        if job is not None:
+            job.join()  # moving weights into huge pages takes seconds: not inside a measured round
+        engines[method] = engine
+    return engines
+
+
+def run_round(engine, prompts: list[list[int]], params, c: int) -> tuple[float, list[list[int]]]:  # noqa: ANN001
+    """All prompts through one engine, ``c`` in flight, the next joining as one finishes: (output tokens/s, the
+    texts' token ids in prompt order)."""
+    batch, todo, live, out = engine.start(), list(range(len(prompts))), set(), {}
+    t = time.perf_counter()
+    while todo or live:
+        while todo and len(live) < c:
+            live.add(batch.add(prompts[todo.pop(0)], params))
+        for o in batch.step():
+            if o.finished:
+                live.discard(o.request_id)
+                out[o.request_id] = batch.result(o.request_id).tokens
+    return len(prompts) * params.max_new_tokens / (time.perf_counter() - t), [out[k] for k in sorted(out)]
 
 
 if __name__ == "__main__":
