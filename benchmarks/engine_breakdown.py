@@ -47,36 +47,33 @@ def main() -> int:
         outs = plain_step(self)
         seconds = time.perf_counter() - t
         pacer = self.engine.pacer
-        kind = ("admit" if queued else "decode") + ("*" if pacer is not None and pacer.measuring else "")
+        # An admission runs no pacer: its ``measuring`` is the previous decode pass's.
+        timing = not queued and pacer is not None and pacer.measuring
+        kind = ("admit" if queued else "decode") + ("*" if timing else "")
         steps_log.append((kind, rows, seconds))
         if not queued:
             fed.append(rows if pacer is None else last_fed[0])
         return outs
 
-    def watch(pacer) -> None:  # noqa: ANN001
-        observe = pacer.observe_pass
-
-        def observed(tokens: int, seconds: float) -> None:
-            last_fed[0] = tokens
-            observe(tokens, seconds)
-
-        pacer.observe_pass = observed
-
     DecodeBatch.step = step  # type: ignore[method-assign]
-    engines = build_engines(on_pacer=watch)
-
-    def one_round(engine, c: int) -> float:  # noqa: ANN001
-        return run_round(engine, prompts, params, c)[0]
-
+    engines = build_engines()
     for engine in engines.values():
-        one_round(engine, 4)
+        if engine.pacer is not None:
+            observe = engine.pacer.observe_pass
+
+            def observed(tokens: int, seconds: float, observe=observe) -> None:  # noqa: ANN001
+                last_fed[0] = tokens
+                observe(tokens, seconds)
+
+            engine.pacer.observe_pass = observed  # type: ignore[method-assign]
+        run_round(engine, prompts, params, 4)
     for c in [int(x) for x in args.concurrency.split(",")]:
         for _ in range(args.repeats):
             for method, engine in engines.items():
                 steps_log.clear()
                 fed.clear()
                 before = dict(engine.spec_steps)
-                rate = one_round(engine, c)
+                rate = run_round(engine, prompts, params, c)[0]
                 kinds: dict[str, list[float]] = collections.defaultdict(list)
                 by_batch: dict[int, list[float]] = collections.defaultdict(list)
                 for kind, rows, seconds in steps_log:

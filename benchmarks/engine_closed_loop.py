@@ -52,11 +52,8 @@ def main() -> int:
     prompts, params = load_prompts()
     engines = build_engines()
 
-    def one_round(engine, c: int) -> tuple[float, list[list[int]]]:  # noqa: ANN001
-        return run_round(engine, prompts, params, c)
-
     for engine in engines.values():
-        one_round(engine, 4)
+        run_round(engine, prompts, params, 4)
     hog = subprocess.Popen([sys.executable, "-c", HOG, str(args.hog)]) if args.hog > 0 else None
     try:
         for c in [int(x) for x in args.concurrency.split(",")]:
@@ -65,7 +62,7 @@ def main() -> int:
             for _ in range(args.repeats):
                 for method, engine in engines.items():
                     before = dict(engine.spec_steps)
-                    rate, texts[method] = one_round(engine, c)
+                    rate, texts[method] = run_round(engine, prompts, params, c)
                     rates[method].append(rate)
             steps = {k: engines["ngram"].spec_steps[k] - before.get(k, 0) for k in engines["ngram"].spec_steps}
             ratio = statistics.median(rates["ngram"]) / statistics.median(rates["none"])
@@ -94,9 +91,9 @@ def load_prompts() -> tuple[list[list[int]], object]:
     return prompts, GenerationParams(max_new_tokens=64, ignore_eos=True)
 
 
-def build_engines(on_pacer=None) -> dict:  # noqa: ANN001
+def build_engines() -> dict:
     """{"none": plain engine, "ngram": paced n-gram (k=8, matches of 2-4)}, both with the prefix cache on, the
-    n-gram one calibrated; ``on_pacer(pacer)`` is called on the pacer before it is calibrated."""
+    n-gram one calibrated."""
     from server_ab import MODEL_DIR
 
     from specplug.runtime.models import build_engine
@@ -106,8 +103,6 @@ def build_engines(on_pacer=None) -> dict:  # noqa: ANN001
         engine = build_engine(str(MODEL_DIR), method=method, k=8, dtype="float32", ngram_min=2, ngram_max=4,
                               paced=True, prefix_cache_mb=256)
         if engine.pacer is not None:
-            if on_pacer is not None:
-                on_pacer(engine.pacer)
             engine.calibrate(16)
         job = engine.target.huge_pages_now() if hasattr(engine.target, "huge_pages_now") else None
         if job is not None:
