@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,8 +117,37 @@ def load_backend(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str
     """Model, tokenizer and engine for the server's arguments: (backend, tokenizer, info for /v1/models).
 
     Loading goes through :func:`specplug.runtime.models.build_engine`, the same path as ``specplug
-    generate``, so the server decodes with the same weights, dtype and proposer settings.
+    generate``, so the server decodes with the same weights, dtype and proposer settings. It runs in a thread of
+    its own that ends before the engine thread starts: see :func:`_off_the_calling_thread`.
     """
+    return _off_the_calling_thread(_load, args)
+
+
+def _off_the_calling_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a short-lived thread; its result, or its exception raised here.
+
+    OpenMP keeps a pool of workers for every thread that ran a parallel region, until that thread ends. With the
+    main thread's pool alive beside the engine thread's, libgomp counts more workers than cores and wakes them
+    through the kernel instead of spinning: each step of a small model then takes about twice as long. Loading
+    and calibrating (parallel regions) in a thread that ends leaves the engine thread the only pool.
+    """
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread below)
+            out["error"] = exc
+
+    worker = threading.Thread(target=run, name="specplug-load")
+    worker.start()
+    worker.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _load(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str, Any]]:
     from specplug.runtime.models import build_engine, ngram_match
 
     lo, hi = ngram_match(args.pace, args.prompt_lookup_min, args.prompt_lookup_max)
