@@ -9,10 +9,13 @@ Serves the packaged SmolLM2-135M with the embedded server (specplug.runtime.serv
 n-gram speculation. Per server and arm it:
 
 1. calibrates the arm from one short closed-loop profile (`vllm bench serve --max-concurrency c` at a few c, the
-   capacity among them): prefill_ms from TTFT p50 at concurrency 1, the acceptance length from the server's
-   spec-decode counters, and step_ms(batch) piecewise linear through TPOT x acceptance length x (1 - the share of
-   time prefills took) at each c, which is what the model divides by; capacity is the server's cap on running
-   requests;
+   capacity among them). Both servers stream one chunk per decode step, so step_ms(batch) runs piecewise linear
+   through the median gap between chunks at each c, and tokens_per_step(batch) through the output tokens per chunk
+   (1 without speculation; with it, steps that found no draft count too). prefill_ms is TTFT p50 at concurrency 1,
+   and a joining request holds up the others for that less one chunk gap (stall_ms: the request's own handling and
+   first chunk are not the batch's time). Capacity is the server's cap on running requests. The closed-loop TPOT
+   is not used: its requests start and end in waves, so it holds far fewer prefill stalls than Poisson arrivals;
+   the spec-decode counters' acceptance length is printed, not used (it leaves out steps without a draft);
 2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
    rate and (per server) the crossover rate above which speculation stops lowering TPOT;
 3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and
@@ -105,6 +108,8 @@ class Measured:
     requests_per_s: float
     arrival_rate: float | None = None  # the Poisson arrivals' realised rate (a short run strays from the nominal)
     acceptance_length: float | None = None
+    itl_ms_p50: float | None = None  # the median gap between streamed chunks: one decode step
+    tokens_per_chunk: float | None = None  # mean over requests of output tokens per streamed chunk
 
 
 @dataclass
@@ -190,7 +195,19 @@ def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency
     return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
                     ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
                     requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res),
-                    acceptance_length=acceptance_between(before, after))
+                    acceptance_length=acceptance_between(before, after), **chunk_figures(res))
+
+
+def chunk_figures(res: dict) -> dict[str, float]:
+    """The median gap between streamed chunks (ms) and the mean output tokens per chunk, from the detailed result."""
+    gaps = [g for gs in res.get("itls") or [] for g in gs or []]
+    per = [n / (1 + len(gs or [])) for n, gs in zip(res.get("output_lens") or [], res.get("itls") or [], strict=False) if n]
+    out = {}
+    if gaps:
+        out["itl_ms_p50"] = 1000.0 * statistics.median(gaps)
+    if per:
+        out["tokens_per_chunk"] = statistics.fmean(per)
+    return out
 
 
 def arrival_rate(res: dict) -> float | None:
@@ -232,36 +249,32 @@ def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
     for c in s.profile_concurrency:
         m = bench(base, s, max(4, 2 * c) if s.quick else max(6, 3 * c), concurrency=c, tag=f"{tag}-profile-c{c}")
         pts.append((c, m))
-    prefill = pts[0][1].ttft_ms_p50 or 0.0
-    accs = [m.acceptance_length for _, m in pts if m.acceptance_length]
-    acc = statistics.fmean(accs) if accs else 1.0
-    xs, ys = [], []
-    for c, m in pts:
-        busy = min(m.requests_per_s * prefill / 1000.0, 0.9)  # the share of time prefills took in this profile
-        xs.append(float(c))
-        ys.append((m.tpot_ms_p50 or 0.0) * acc * (1.0 - busy))
-    step_ms = _through(xs, ys)
+    first = pts[0][1]
+    prefill = first.ttft_ms_p50 or 0.0
+    stall = max(0.0, prefill - (first.itl_ms_p50 or 0.0))
+    xs = [float(c) for c, _ in pts]
+    step_ms = _through(xs, [m.itl_ms_p50 or m.tpot_ms_p50 or 0.0 for _, m in pts])
+    per_step = _through(xs, [m.tokens_per_chunk or 1.0 for _, m in pts], rising=False)
     slope = (step_ms(s.capacity) - step_ms(1)) / max(1, s.capacity - 1)
-
-    def per_step(_b: int) -> float:
-        return acc
-
-    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity)
+    accs = [m.acceptance_length for _, m in pts if m.acceptance_length]
+    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity, stall_ms=stall)
     info = {"step_ms_at_1": round(step_ms(1), 2), "step_ms_per_request": round(slope, 3), "prefill_ms": round(prefill, 1),
-            "acceptance_length": round(acc, 3), "capacity": s.capacity,
-            "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "ttft_ms_p50": m.ttft_ms_p50,
-                         "requests_per_s": round(m.requests_per_s, 3)} for c, m in pts]}
+            "stall_ms": round(stall, 1), "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts],
+            "acceptance_length": round(statistics.fmean(accs), 3) if accs else None, "capacity": s.capacity,
+            "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "itl_ms_p50": m.itl_ms_p50,
+                         "ttft_ms_p50": m.ttft_ms_p50, "requests_per_s": round(m.requests_per_s, 3)} for c, m in pts]}
     return arm, info
 
 
-def _through(xs: list[float], ys: list[float]) -> Callable[[int], float]:
-    """Step cost by batch, piecewise linear through the profile's points (batch, ms): a speculative pass turns
+def _through(xs: list[float], ys: list[float], rising: bool = True) -> Callable[[int], float]:
+    """A figure by batch, piecewise linear through the profile's points (batch, value): a speculative pass turns
     compute-bound within the capacity, where a line through the small batches would not follow it. Below the
-    first point its cost; past the last, the last segment's slope. A larger batch never costs less: each point is at
-    least the one before (a noisy small-batch profile can read high)."""
-    pts = []
+    first point its value; past the last, the last segment's slope (rising: at least flat). With ``rising`` (a step's
+    cost) a larger batch never costs less: each point is at least the one before (a noisy small-batch profile can
+    read high)."""
+    pts: list[tuple[float, float]] = []
     for x, y in sorted(zip(xs, ys, strict=True)):
-        pts.append((x, max(y, pts[-1][1]) if pts else y))
+        pts.append((x, max(y, pts[-1][1]) if pts and rising else y))
 
     def step_ms(b: int) -> float:
         if len(pts) == 1 or b <= pts[0][0]:
@@ -270,7 +283,8 @@ def _through(xs: list[float], ys: list[float]) -> Callable[[int], float]:
             if b <= x1:
                 return y0 + (y1 - y0) * (b - x0) / (x1 - x0)
         (x0, y0), (x1, y1) = pts[-2], pts[-1]
-        return y1 + max(0.0, (y1 - y0) / (x1 - x0)) * (b - x1)
+        slope = (y1 - y0) / (x1 - x0)
+        return y1 + (max(0.0, slope) if rising else 0.0) * (b - x1)
 
     return step_ms
 

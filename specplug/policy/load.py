@@ -2,11 +2,15 @@
 request rate, for one arm (no speculation, or a speculative plan) given what one decode step costs.
 
 The steady state is a fixed point of Little's law: a request spends ``output_len`` tokens x TPOT decoding, so the
-running batch is ``rate x output_len x TPOT(batch)``, where TPOT is the step time over the tokens a step yields per
-request, stretched by the share of GPU time prefills take. The batch stops at the arm's capacity (what its KV
-cache and the stack's request cap hold); above the rate that fills it, requests queue (the saturation rate).
-Percentiles: the number of requests in decode is Poisson (an M/G/infinity system) below capacity, and the wait
-for a free slot follows Sakasegawa's M/M/c approximation near it. Pure Python: the CLI imports it.
+running batch (its time average, ``L``) is ``rate x output_len x TPOT``, where TPOT is the step time over the
+tokens a step yields per request, stretched by the share of GPU time prefills take. The number of requests in
+decode is Poisson (an M/G/infinity system) far below capacity, and a request decodes beside the others present:
+by Poisson arrivals seeing time averages, its batch is 1 + Poisson(L), not L (at a low rate a request is often
+alone, yet it pays for the one that joins it), and every slot's near the capacity (see ``seen_batches``), so
+TPOT averages the step over that batch. The batch stops at the
+arm's capacity (what its KV cache and the stack's request cap hold); above the rate that fills it, requests queue
+(the saturation rate). The wait for a free slot follows Sakasegawa's M/M/c approximation near it. Pure Python:
+the CLI imports it.
 """
 
 from __future__ import annotations
@@ -25,19 +29,64 @@ class Arm:
     """One server configuration: ``step_ms(batch)`` is one decode step at that running batch (fractional batches
     interpolate), ``tokens_per_step(batch)`` the output tokens a step yields per request (1 without speculation,
     the acceptance length with it), ``prefill_ms`` one request's prefill, ``capacity`` the most requests it runs
-    at once."""
+    at once; ``stall_ms`` what one joining request's prefill holds up the requests decoding (None: its whole
+    prefill, as where prefills and decode steps take turns)."""
 
     step_ms: Callable[[int], float]
     tokens_per_step: Callable[[int], float]
     prefill_ms: float
     capacity: int
+    stall_ms: float | None = None
+
+    @property
+    def stall(self) -> float:
+        """Milliseconds one joining request holds up the requests decoding."""
+        return self.prefill_ms if self.stall_ms is None else self.stall_ms
 
     def tpot_ms(self, batch: float, rate: float) -> float:
         """Time per output token at ``batch`` running requests while prefills arrive at ``rate`` per second."""
-        busy = rate * self.prefill_ms / 1000.0  # share of GPU time prefills take
+        busy = rate * self.stall / 1000.0  # share of time prefills hold up decoding
         if busy >= 1.0:
             return math.inf
         return _interp(self.step_ms, batch) / _interp(self.tokens_per_step, batch) / (1.0 - busy)
+
+
+    def request_tpot_ms(self, load: float, rate: float) -> float:
+        """A request's time per output token while ``load`` requests decode on average: the step averaged over the
+        batch it decodes in, itself and the others present (see the module doc)."""
+        return sum(p * self.tpot_ms(b, rate) for b, p in seen_batches(load, self.capacity))
+
+
+# Above this mean the count of other requests is summed by 5-point Gauss-Hermite quadrature over its normal
+# approximation: exact sums over a wide window would cost hundreds of step evaluations per fixed-point iteration.
+_EXACT_UP_TO = 25.0
+_HERMITE = ((0.0, 8.0 / 15.0), (1.355626, 0.222076), (-1.355626, 0.222076), (2.856970, 0.011257),
+            (-2.856970, 0.011257))
+
+
+def seen_batches(load: float, capacity: int) -> list[tuple[float, float]]:
+    """(batch, probability) pairs for the batch a request decodes in when ``load`` requests decode on average:
+    itself and the others present. Each of the other ``capacity - 1`` slots is taken with probability
+    ``load / capacity``: Poisson(load) while the batch is far from full, and every slot taken once it is full."""
+    cap = max(1, capacity)
+    p = min(1.0, max(0.0, load) / cap)
+    if p <= 0.0 or cap == 1:
+        return [(1.0, 1.0)]
+    if p >= 1.0:
+        return [(float(cap), 1.0)]
+    n, q = cap - 1, 1.0 - p
+    mean, sd = n * p, math.sqrt(n * p * q)
+    if mean > _EXACT_UP_TO:
+        return [(min(float(cap), max(1.0, 1.0 + mean + sd * x)), w) for x, w in _HERMITE]
+    out, pk, tail = [], q**n, 1.0
+    top = min(n, int(mean + 8.0 * sd + 8.0))
+    for k in range(top + 1):
+        out.append((1.0 + k, pk))
+        tail -= pk
+        pk *= (n - k) / (k + 1) * p / q
+    if top < n and tail > 0.0:
+        out.append((2.0 + top, tail))
+    return out
 
 
 def _interp(f: Callable[[int], float], x: float) -> float:
@@ -69,7 +118,7 @@ def running_batch(arm: Arm, rate: float, output_len: int) -> float:
         return 0.0
 
     def excess(b: float) -> float:
-        return rate * output_len * arm.tpot_ms(max(b, 1.0), rate) / 1000.0 - b
+        return rate * output_len * arm.request_tpot_ms(b, rate) / 1000.0 - b
 
     if excess(arm.capacity) >= 0:
         return float(arm.capacity)
@@ -83,7 +132,7 @@ def running_batch(arm: Arm, rate: float, output_len: int) -> float:
 def saturation_rate(arm: Arm, output_len: int) -> float:
     """The request rate at which the arm's running batch reaches its capacity: above it requests queue."""
     full = arm.step_ms(arm.capacity) / arm.tokens_per_step(arm.capacity)
-    return arm.capacity / (output_len * full / 1000.0 + arm.capacity * arm.prefill_ms / 1000.0)
+    return arm.capacity / (output_len * full / 1000.0 + arm.capacity * arm.stall / 1000.0)
 
 
 def _wait_quantile_ms(arm: Arm, rate: float, output_len: int, q: float) -> float | None:
@@ -105,9 +154,10 @@ def predict(arm: Arm, rate: float, output_len: int) -> LoadPoint:
     admitted = min(rate, sat)  # past saturation the rest wait in the queue
     b = running_batch(arm, admitted, output_len)
     bb = max(b, 1.0)
-    tpot = arm.tpot_ms(bb, admitted)
-    b90 = min(float(arm.capacity), bb + _Z90 * math.sqrt(bb))
-    tpot90 = arm.tpot_ms(b90, admitted)
+    tpot = arm.request_tpot_ms(b, admitted)
+    # The 90th percentile request decodes beside that many more others than the mean.
+    b90 = min(float(arm.capacity), 1.0 + b + _Z90 * math.sqrt(b))
+    tpot90 = max(tpot, arm.tpot_ms(b90, admitted))
     step = _interp(arm.step_ms, bb)
     w50, w90 = _wait_quantile_ms(arm, rate, output_len, 0.5), _wait_quantile_ms(arm, rate, output_len, 0.9)
     # A new request waits for the step in flight (half a step at the median), then its prefill runs.

@@ -87,3 +87,17 @@ def test_the_step_cost_follows_every_profile_point(lm):
     assert step(1) == 40.0 and step(8) == 150.0 and step(6) == pytest.approx(105.0)
     assert step(10) == pytest.approx(195.0)  # past the last point, the last segment's slope
     assert lm._through([1.0], [7.0])(5) == 7.0
+
+
+def test_a_step_is_the_gap_between_chunks_and_tokens_per_step_their_size(lm):
+    # Two speculative requests: 24 tokens in 12 chunks 80 ms apart, and 24 in 8 chunks 90 ms apart.
+    res = {"itls": [[0.080] * 11, [0.090] * 7], "output_lens": [24, 24]}
+    got = lm.chunk_figures(res)
+    assert got["itl_ms_p50"] == pytest.approx(80.0)
+    assert got["tokens_per_chunk"] == pytest.approx((2.0 + 3.0) / 2)
+    assert lm.chunk_figures({"itls": [], "output_lens": []}) == {}
+
+
+def test_tokens_per_step_may_fall_with_the_batch_and_stay_flat_past_the_profile(lm):
+    per = lm._through([1.0, 4.0, 8.0], [1.6, 1.3, 1.2], rising=False)
+    assert per(1) == 1.6 and per(4) == pytest.approx(1.3) and per(16) == pytest.approx(1.2)
