@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates x 2 repeats: about 35 minutes
     .venv/bin/python benchmarks/load_model.py --servers embedded   # one server, 5 rates
     .venv/bin/python benchmarks/load_model.py --json out.json      # the rows as JSON too
+    .venv/bin/python benchmarks/load_model.py --quick --replay DIR # report again from a --keep folder, no servers
 
 Serves the packaged SmolLM2-135M with the embedded server (specplug.runtime.server) and with vLLM's CPU build
 (from ~/.cache/specplug/stackenvs/vllm; skipped with a message when that venv is absent), each without and with
@@ -12,8 +13,8 @@ n-gram speculation. Per server and arm it:
    capacity among them). Both servers stream one chunk per decode step, so step_ms(batch) runs piecewise linear
    through the median gap between chunks at each c, and tokens_per_step(batch) through the output tokens per chunk
    (1 without speculation; with it, steps that found no draft count too). prefill_ms is TTFT p50 at concurrency 1,
-   and a joining request holds up the others for that less one chunk gap (stall_ms: the request's own handling and
-   first chunk are not the batch's time). Capacity is the server's cap on running requests. The closed-loop TPOT
+   and a joining request holds up the others that long. Capacity is the server's cap on running requests. The
+   closed-loop TPOT
    is not used: its requests start and end in waves, so it holds far fewer prefill stalls than Poisson arrivals;
    the spec-decode counters' acceptance length is printed, not used (it leaves out steps without a draft);
 2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
@@ -94,6 +95,7 @@ class Setup:
     rate_window_s: float
     work: Path
     repeats: int = 2
+    replay: bool = False  # read the client's saved results in ``work`` instead of starting servers
 
 
 @dataclass
@@ -179,6 +181,13 @@ def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency
           tag: str, seed: int = 0) -> Measured:
     """One `vllm bench serve` run: Poisson arrivals at ``rate``, or a closed loop of ``concurrency`` streams."""
     out = s.work / f"{tag}.json"
+    if s.replay:
+        if not out.exists():
+            raise SystemExit(f"--replay: {out} is missing (a --keep folder of a run with the same options holds it)")
+        res = json.loads(out.read_text())
+        return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
+                        ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
+                        requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res), **chunk_figures(res))
     argv = [str(VLLM_ENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
             "--base-url", base, "--model", MODEL_NAME, "--tokenizer", str(MODEL_DIR), "--dataset-name", "sharegpt",
             "--dataset-path", str(dataset(s)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
@@ -251,15 +260,14 @@ def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
         pts.append((c, m))
     first = pts[0][1]
     prefill = first.ttft_ms_p50 or 0.0
-    stall = max(0.0, prefill - (first.itl_ms_p50 or 0.0))
     xs = [float(c) for c, _ in pts]
     step_ms = _through(xs, [m.itl_ms_p50 or m.tpot_ms_p50 or 0.0 for _, m in pts])
     per_step = _through(xs, [m.tokens_per_chunk or 1.0 for _, m in pts], rising=False)
     slope = (step_ms(s.capacity) - step_ms(1)) / max(1, s.capacity - 1)
     accs = [m.acceptance_length for _, m in pts if m.acceptance_length]
-    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity, stall_ms=stall)
+    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity)
     info = {"step_ms_at_1": round(step_ms(1), 2), "step_ms_per_request": round(slope, 3), "prefill_ms": round(prefill, 1),
-            "stall_ms": round(stall, 1), "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts],
+            "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts],
             "acceptance_length": round(statistics.fmean(accs), 3) if accs else None, "capacity": s.capacity,
             "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "itl_ms_p50": m.itl_ms_p50,
                          "ttft_ms_p50": m.ttft_ms_p50, "requests_per_s": round(m.requests_per_s, 3)} for c, m in pts]}
@@ -292,11 +300,15 @@ def _through(xs: list[float], ys: list[float], rising: bool = True) -> Callable[
 def run_arm(server: str, method: str, s: Setup, rates: list[float] | None) -> tuple[ArmResult, list[float]]:
     """Calibrate, then (with ``rates`` chosen, or chosen here from this arm's saturation) measure every rate."""
     res = ArmResult(server=server, arm="none" if method == "none" else f"{method} k={s.k}")
-    proc, base, log = start(server, method, s)
+    proc, base = start(server, method, s)[:2] if not s.replay else (None, "")
     try:
-        bench(base, s, 2, concurrency=1, tag=f"{server}-{method}-warmup")  # first passes allocate and compile
+        if not s.replay:
+            bench(base, s, 2, concurrency=1, tag=f"{server}-{method}-warmup")  # first passes allocate and compile
         arm, info = calibrate(base, s, f"{server}-{method}")
         res.arm_model, res.calibration = arm, info
+        if rates is None and s.replay:  # the rates the run measured, read from its result files' names
+            rates = sorted({float(f.name.split("-r", 1)[1].split("-s", 1)[0])
+                            for f in s.work.glob(f"{server}-{method}-r*-s0.json")})
         if rates is None:
             sat = saturation_rate(arm, s.output_len)
             fr = RATE_FRACTIONS["quick" if s.quick else "full"]
@@ -314,7 +326,8 @@ def run_arm(server: str, method: str, s: Setup, rates: list[float] | None) -> tu
                   f"{m.tpot_ms_p50 or 0:.1f} ms measured ({spread}), tokens/s {p.output_tokens_per_s:.1f} vs "
                   f"{m.tokens_per_s:.1f}", flush=True)
     finally:
-        stop(proc)
+        if proc is not None:
+            stop(proc)
     return res, rates
 
 
@@ -448,21 +461,27 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2, help="Runs per rate and arm (one arrival seed each).")
     p.add_argument("--json", default=None, help="Also write the results here.")
     p.add_argument("--keep", default=None, help="Folder for logs and the client's result files (default: a temp dir).")
+    p.add_argument("--replay", default=None, metavar="DIR",
+                   help="Report again from a --keep folder's saved results (same options), without servers.")
     args = p.parse_args()
-    work = Path(args.keep or tempfile.mkdtemp(prefix="load-model-"))
+    work = Path(args.replay or args.keep or tempfile.mkdtemp(prefix="load-model-"))
     work.mkdir(parents=True, exist_ok=True)
     s = Setup(quick=args.quick, output_len=24 if args.quick else 48, capacity=args.capacity, k=args.k,
               threads=args.threads,
               profile_concurrency=sorted({1, 4, args.capacity} if args.quick else {1, 2, 4, args.capacity}),
-              rate_window_s=20.0 if args.quick else 40.0, work=work, repeats=max(1, args.repeats))
-    if not (VLLM_ENV / "bin" / "vllm").exists():
+              rate_window_s=20.0 if args.quick else 40.0, work=work, repeats=max(1, args.repeats),
+              replay=bool(args.replay))
+    if not s.replay and not (VLLM_ENV / "bin" / "vllm").exists():
         print(f"vllm bench serve is not available ({VLLM_ENV} is absent): it drives every server here. Build it "
               "with scripts/stack_envs.sh vllm.")
         return 1
     print(f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()}; logs in {work}", flush=True)
     out = []
     for server in [x.strip() for x in args.servers.split(",") if x.strip()]:
-        if server == "vllm" and not (VLLM_ENV / ".specplug-pin").exists():
+        if s.replay and not any(work.glob(f"{server}-none-profile-c*.json")):
+            print(f"Skipping {server}: no saved results for it in {work}.")
+            continue
+        if not s.replay and server == "vllm" and not (VLLM_ENV / ".specplug-pin").exists():
             print(f"Skipping vLLM: the pinned venv is not at {VLLM_ENV} (scripts/stack_envs.sh vllm).")
             continue
         print(f"{server}:", flush=True)

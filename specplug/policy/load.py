@@ -29,23 +29,16 @@ class Arm:
     """One server configuration: ``step_ms(batch)`` is one decode step at that running batch (fractional batches
     interpolate), ``tokens_per_step(batch)`` the output tokens a step yields per request (1 without speculation,
     the acceptance length with it), ``prefill_ms`` one request's prefill, ``capacity`` the most requests it runs
-    at once; ``stall_ms`` what one joining request's prefill holds up the requests decoding (None: its whole
-    prefill, as where prefills and decode steps take turns)."""
+    at once."""
 
     step_ms: Callable[[int], float]
     tokens_per_step: Callable[[int], float]
     prefill_ms: float
     capacity: int
-    stall_ms: float | None = None
-
-    @property
-    def stall(self) -> float:
-        """Milliseconds one joining request holds up the requests decoding."""
-        return self.prefill_ms if self.stall_ms is None else self.stall_ms
 
     def tpot_ms(self, batch: float, rate: float) -> float:
         """Time per output token at ``batch`` running requests while prefills arrive at ``rate`` per second."""
-        busy = rate * self.stall / 1000.0  # share of time prefills hold up decoding
+        busy = rate * self.prefill_ms / 1000.0  # share of GPU time prefills take
         if busy >= 1.0:
             return math.inf
         return _interp(self.step_ms, batch) / _interp(self.tokens_per_step, batch) / (1.0 - busy)
@@ -132,7 +125,7 @@ def running_batch(arm: Arm, rate: float, output_len: int) -> float:
 def saturation_rate(arm: Arm, output_len: int) -> float:
     """The request rate at which the arm's running batch reaches its capacity: above it requests queue."""
     full = arm.step_ms(arm.capacity) / arm.tokens_per_step(arm.capacity)
-    return arm.capacity / (output_len * full / 1000.0 + arm.capacity * arm.stall / 1000.0)
+    return arm.capacity / (output_len * full / 1000.0 + arm.capacity * arm.prefill_ms / 1000.0)
 
 
 def _wait_quantile_ms(arm: Arm, rate: float, output_len: int, q: float) -> float | None:
