@@ -61,9 +61,9 @@ def main() -> int:
         if engine.pacer is not None:
             observe = engine.pacer.observe_pass
 
-            def observed(tokens: int, seconds: float, observe=observe) -> None:  # noqa: ANN001
+            def observed(tokens: int, seconds: float, rows: int | None = None, observe=observe) -> None:  # noqa: ANN001
                 last_fed[0] = tokens
-                observe(tokens, seconds)
+                observe(tokens, seconds, rows)
 
             engine.pacer.observe_pass = observed  # type: ignore[method-assign]
         run_round(engine, prompts, params, 4)

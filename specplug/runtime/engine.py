@@ -245,6 +245,7 @@ SPEC_STEPS = ("on", "no_draft", "not_paying", "at_length")
 # Pass widths (drafts per row) and batch sizes ``calibrate`` times at start, up to k and the largest batch.
 CALIBRATE_WIDTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
 CALIBRATE_BATCHES = (1, 2, 4, 8, 16, 32)
+CALIBRATE_RAGGED = (1, 2, 4)  # drafted tokens spread one per row, timed where the target packs
 CALIBRATE_CONTEXT = 96  # tokens in each calibration row's cache: a short chat's context
 
 
@@ -294,8 +295,9 @@ class SpeculativeEngine:
     @torch.inference_mode()
     def calibrate(self, max_batch: int) -> dict[int, float]:
         """Time target passes on this machine before serving: each batch size in ``CALIBRATE_BATCHES`` up to
-        ``max_batch`` at each width in ``CALIBRATE_WIDTHS`` up to the longest draft, twice (the pacer does not believe a size's
-        first timing). The pacer then starts from this device's costs instead of learning them by exploring on
+        ``max_batch`` at each width in ``CALIBRATE_WIDTHS`` up to the longest draft, and (for a target that packs) with
+        ``CALIBRATE_RAGGED`` rows drafting one token, twice each (the pacer does not believe a size's first timing).
+        The pacer then starts from this device's costs instead of learning them by exploring on
         live traffic, which at a large batch costs real seconds. Returns {tokens fed: seconds}; {} without a pacer.
         """
         if self.pacer is None:
@@ -305,13 +307,22 @@ class SpeculativeEngine:
         for batch in [b for b in CALIBRATE_BATCHES if b <= max(1, max_batch)]:
             kv = KVState(self.target, batch, self.device)
             kv.forward(torch.randint(0, vocab, (batch, CALIBRATE_CONTEXT), generator=gen).to(self.device), last_only=True)
-            for width in [w for w in CALIBRATE_WIDTHS if w <= (self.k_max if self.adaptive else self.k)]:
+            longest = self.k_max if self.adaptive else self.k
+            shapes = [(width, batch * width) for width in CALIBRATE_WIDTHS if width <= longest]
+            if self.pacer.packed and self.k:
+                # A few rows with one draft each: the first draft tokens of a pass cost more than the next ones.
+                shapes += [(1, m) for m in CALIBRATE_RAGGED if m < batch]
+            for width, drafts in shapes:
                 feed = torch.randint(0, vocab, (batch, width + 1), generator=gen).to(self.device)
+                fed = None
+                if drafts < batch * width:
+                    fed = torch.arange(width + 1, device=self.device).unsqueeze(0) <= (
+                        torch.arange(batch, device=self.device) < drafts).long().unsqueeze(1)
                 for _ in range(2):
                     t = time.perf_counter()
-                    logits = kv.forward(feed)
+                    logits = kv.forward(feed, fed=fed)
                     logits.argmax(-1).tolist()  # as a step ends: a device sync
-                    self.pacer.observe_pass(batch * (width + 1), time.perf_counter() - t)
+                    self.pacer.observe_pass(batch + drafts, time.perf_counter() - t, batch)
                     kv.rollback(torch.zeros(batch, dtype=torch.long, device=self.device))
         return dict(sorted(self.pacer.cost.items()))
 
@@ -492,7 +503,7 @@ class DecodeBatch:
         if pacer is not None:
             t2 = time.perf_counter()
             fed_tokens = len(rows) + sum(dn_l) if pacer.packed else len(rows) * (1 + dtokens.shape[1])
-            pacer.observe_pass(fed_tokens, t2 - t1)
+            pacer.observe_pass(fed_tokens, t2 - t1, len(rows))
             if not draft.backlog:
                 pacer.observe_draft(max(ks, default=0), drafting, len(rows))
             if not free:  # a free proposer's drafts are scored as tokens are emitted (_score_found)

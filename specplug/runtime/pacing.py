@@ -63,6 +63,10 @@ class DraftPacer:
         # Whether the target computes only a pass's real tokens (not the padding of rows with fewer drafts).
         self.packed = packed
         self.cost: dict[int, float] = {}  # tokens fed per pass -> seconds (moving average)
+        # A target that packs: rows -> tokens fed -> seconds. The same tokens cost more spread over more rows, and
+        # a pass's first draft token more than the next (the pass leaves the one-token-per-row kernels).
+        self.shaped: dict[int, dict[int, float]] = {}
+        self._shaped_warm: set[tuple[int, int]] = set()
         self.warmed: set[int] = set()  # pass sizes run once already (see observe_pass)
         self.timed_at: dict[int, int] = {}  # tokens fed per pass -> step of its latest timing
         self.retime_gap: dict[int, int] = {}  # tokens fed per pass -> steps its next re-timing waits
@@ -82,9 +86,16 @@ class DraftPacer:
         self._freed: list[int] = []  # decode steps at which finished requests freed slots not yet taken
 
     # -- learning -------------------------------------------------------------------------------------------
-    def observe_pass(self, tokens: int, seconds: float) -> None:
-        """A pass feeding ``tokens`` took ``seconds``. The first pass of each size pays one-time costs (lazy
-        kernel loading, per-shape kernel choice) and is not believed; until a second timing the size is unmeasured."""
+    def observe_pass(self, tokens: int, seconds: float, rows: int | None = None) -> None:
+        """A pass feeding ``tokens`` (over ``rows`` rows, where known) took ``seconds``. The first pass of each size
+        pays one-time costs (lazy kernel loading, per-shape kernel choice) and is not believed; until a second
+        timing the size is unmeasured."""
+        if rows and self.packed:
+            if (rows, tokens) in self._shaped_warm:
+                table = self.shaped.setdefault(rows, {})
+                table[tokens] = _average(table.get(tokens), seconds)
+            else:
+                self._shaped_warm.add((rows, tokens))
         if tokens not in self.warmed:
             self.warmed.add(tokens)
             return
@@ -99,7 +110,7 @@ class DraftPacer:
             return
         per_column = seconds / columns
         self.draft_cost = _average(self.draft_cost or None, per_column)
-        if plain := self.estimate(rows):
+        if plain := self.estimate(rows, rows):
             self.draft_ratio = _average(self.draft_ratio or None, per_column / plain)
 
     def observe_acceptance(self, offered: int, accepted: int, state: Hashable | None = None) -> None:
@@ -135,12 +146,13 @@ class DraftPacer:
         return [1.0 if r >= top else other for r in remaining]
 
     # -- deciding -------------------------------------------------------------------------------------------
-    def estimate(self, tokens: int) -> float | None:
+    def estimate(self, tokens: int, rows: int | None = None) -> float | None:
         """Seconds for a pass feeding ``tokens``: measured, or interpolated between measured neighbours (so a batch
         shrinking by one request costs no measurement per width); None outside the measured range. The curve
         need not rise with every token (BLAS picks kernels by shape), so no bound is taken from a larger pass.
+        With ``rows`` (a target that packs), passes timed over that many rows are believed first.
         """
-        return self._estimator()(tokens)
+        return self._estimator(rows)(tokens)
 
     def pool_rates(self, k: int, state: Hashable | None = None) -> list[float]:
         """The engine-wide acceptance rate per draft position 0..k-1 (of drafts made in ``state``, if given)."""
@@ -206,7 +218,7 @@ class DraftPacer:
         # only if its gain beats plain's by the drafter's cost ratio: no timing a useless drafter at a new batch.
         pays = [w == 0 or gains[w] > gains[0] * (1.0 + w * self.draft_ratio) for w in range(widest + 1)]
         drafting = [w * self.draft_cost for w in range(widest + 1)]
-        return self._pick(tokens, gains, drafting, pays, retime_near=False)
+        return self._pick(tokens, gains, drafting, pays, retime_near=False, rows=batch)
 
     def choose_rows(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]],
                     weights: Sequence[float] | None = None) -> list[int]:
@@ -225,17 +237,18 @@ class DraftPacer:
             gains.append(gains[-1] + rate)
         tokens = [batch + m for m in range(len(ranked) + 1)]
         # The drafts are made: drafting costs nothing more whatever is verified.
-        m = self._pick(tokens, gains, [0.0] * len(tokens), [True] * len(tokens), retime_near=True)
+        m = self._pick(tokens, gains, [0.0] * len(tokens), [True] * len(tokens), retime_near=True, rows=batch)
         widths = [0] * batch
         for _, _, i in ranked[:m]:
             widths[i] += 1
         return widths
 
     def _pick(self, tokens: Sequence[int], gains: Sequence[float], drafting: Sequence[float], pays: Sequence[bool],
-              retime_near: bool) -> int:
+              retime_near: bool, rows: int | None = None) -> int:
         """Of options (option 0: no drafts) feeding ``tokens[o]`` for an expected ``gains[o]`` tokens after
-        ``drafting[o]`` seconds of drafting: the best by the model, or now and then one whose cost needs measuring."""
-        estimate = self._estimator()
+        ``drafting[o]`` seconds of drafting over ``rows`` rows: the best by the model, or now and then one whose cost
+        needs measuring."""
+        estimate = self._estimator(rows)
 
         def value(o: int, secs: float) -> float:
             t = secs + drafting[o]
@@ -262,19 +275,17 @@ class DraftPacer:
             return explore
         return best_o
 
-    def _estimator(self):  # noqa: ANN202 - (tokens) -> seconds | None
-        """``estimate`` over the cost table as it is now, by bisection (a per-row choice asks it for every size)."""
-        sizes = sorted(self.cost)
-        costs = [self.cost[m] for m in sizes]
+    def _estimator(self, rows: int | None = None):  # noqa: ANN202 - (tokens) -> seconds | None
+        """``estimate`` over the cost tables as they are now, by bisection (a per-row choice asks it for every size).
+        With ``rows``: within the sizes timed over that many rows, those timings; elsewhere the table by tokens."""
+        by_tokens = _interpolator(self.cost)
+        table = self.shaped.get(rows or 0) if self.packed else None
+        if not table or len(table) < 2:
+            return by_tokens
+        own, lo, hi = _interpolator(table), min(table), max(table)
 
         def estimate(tokens: int) -> float | None:
-            i = bisect.bisect_left(sizes, tokens)
-            if i < len(sizes) and sizes[i] == tokens:
-                return costs[i]
-            if i == 0 or i == len(sizes):
-                return None
-            lo, hi = costs[i - 1], costs[i]
-            return lo + (hi - lo) * (tokens - sizes[i - 1]) / (sizes[i] - sizes[i - 1])
+            return own(tokens) if lo <= tokens <= hi else by_tokens(tokens)
 
         return estimate
 
@@ -314,6 +325,24 @@ class DraftPacer:
             self.retime_gap[tokens[o]] = min(2 * self.retime_gap.get(tokens[o], REMEASURE_EVERY), REMEASURE_MAX)
             return o
         return None
+
+
+def _interpolator(cost: dict[int, float]):  # noqa: ANN202 - (tokens) -> seconds | None
+    """Seconds by tokens fed over a table of timed sizes: a timed size's own, linear between timed neighbours, None
+    outside them."""
+    sizes = sorted(cost)
+    costs = [cost[m] for m in sizes]
+
+    def estimate(tokens: int) -> float | None:
+        i = bisect.bisect_left(sizes, tokens)
+        if i < len(sizes) and sizes[i] == tokens:
+            return costs[i]
+        if i == 0 or i == len(sizes):
+            return None
+        lo, hi = costs[i - 1], costs[i]
+        return lo + (hi - lo) * (tokens - sizes[i - 1]) / (sizes[i] - sizes[i - 1])
+
+    return estimate
 
 
 def record(offered: list[int], accepted: list[int], n_offered: int, n_accepted: int) -> None:

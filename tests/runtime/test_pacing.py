@@ -365,7 +365,7 @@ def test_free_drafts_are_paced_by_how_long_a_match_found_them():
     eng = SpeculativeEngine(target, proposer_factory=lambda: _Scripted(matcher), k=2, eos_token_ids=[], paced=True)
     pacer = eng.pacer
     _timed(pacer, {1: 1.0, 2: 1.3, 3: 1.35})  # sure drafts pay, weak ones do not
-    pacer.observe_pass = lambda tokens, seconds: None  # keep that cost table
+    pacer.observe_pass = lambda tokens, seconds, rows=None: None  # keep that cost table
     batch = eng.start()
     choose = pacer.choose_rows
     sent: list[tuple[int, int]] = []  # (match length, width sent) per step
@@ -448,3 +448,25 @@ def test_drafts_of_rows_ahead_pay_only_while_freed_slots_get_taken():
     assert p.choose_rows([4] * 16, [[0.0] * 4] * 4 + [sure] * 12, weights) == [0] * 4 + [4] * 12
     flat = _timed(DraftPacer(packed=True), {t: 1.0 + 0.0001 * t for t in sizes})
     assert flat.choose_rows([4] * 16, [sure] * 4 + [[0.0] * 4] * 12, weights) == [4] * 4 + [0] * 12
+
+
+def test_a_packing_target_prices_a_pass_by_its_rows_not_only_its_tokens():
+    # Passes over 8 rows stay cheap as drafts are added; over 16 rows the first draft tokens cost a jump.
+    timings = [(8, 16, 0.060), (8, 24, 0.062), (16, 16, 0.084), (16, 24, 0.130)]
+
+    def pacer(with_rows: bool) -> DraftPacer:
+        p = DraftPacer(packed=True)
+        for rows, tokens, secs in timings:
+            for _ in range(2):
+                p.observe_pass(tokens, secs, rows if with_rows else None)
+        return p
+
+    shaped = pacer(with_rows=True)
+    assert shaped.estimate(16, rows=16) == pytest.approx(0.084)
+    assert shaped.estimate(20, rows=16) == pytest.approx(0.107)
+    assert shaped.estimate(20, rows=8) == pytest.approx(0.061)
+    # 16 rows, two of them with a sure draft: 1.8 more tokens per pass do not pay for 16 -> 18 tokens over 16 rows.
+    ks, rates = [1, 1] + [0] * 14, [[0.9], [0.9]] + [[]] * 14
+    assert sum(shaped.choose_rows(ks, rates)) == 0
+    # Priced by tokens alone, the 8-row passes make the same drafts look cheap.
+    assert sum(pacer(with_rows=False).choose_rows(ks, rates)) == 2
