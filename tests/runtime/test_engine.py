@@ -368,6 +368,10 @@ def test_calibration_times_this_machine_and_speculation_turns_off_where_it_would
     for tokens in range(1, 41):  # every pass that drafts costs 50 times a plain one: drafting cannot pay
         eng.pacer.cost[tokens] = 1.0 if tokens <= 4 else 50.0
         eng.pacer.timed_at[tokens] = 10**9  # recently timed: no re-measuring in this test
+    assert eng.pacer.shaped, "a packing target's costs are kept by rows as well"
+    for rows, table in eng.pacer.shaped.items():  # and so priced by rows
+        for tokens in range(rows, 41):
+            table[tokens] = 1.0 if tokens == rows else 50.0
     got = eng.generate(PROMPTS, params)
     assert [r.tokens for r in got] == reference
     assert eng.spec_steps["on"] == 0 and eng.spec_steps["not_paying"] > 0
