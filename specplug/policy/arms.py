@@ -64,8 +64,9 @@ def _arm_load(p: L.LoadPoint) -> ArmLoad:
 
 
 BASIS = ("continuous-batching steady state (Little's law over the cost model's step times, prefill sharing the GPU; "
-         "p90 at a Poisson running batch; queueing by the M/M/c approximation near capacity): not yet checked "
-         "against measured servers for this model; measure with 'specplug tune --request-rate'")
+         "each request decodes beside the others present, a Poisson count; queueing by the M/M/c approximation near "
+         "capacity): not yet checked against measured servers for this model; measure with "
+         "'specplug tune --request-rate'")
 
 
 def predict_load(
