@@ -277,9 +277,9 @@ def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
 def _through(xs: list[float], ys: list[float], rising: bool = True) -> Callable[[int], float]:
     """A figure by batch, piecewise linear through the profile's points (batch, value): a speculative pass turns
     compute-bound within the capacity, where a line through the small batches would not follow it. Below the
-    first point its value; past the last, the last segment's slope (rising: at least flat). With ``rising`` (a step's
-    cost) a larger batch never costs less: each point is at least the one before (a noisy small-batch profile can
-    read high)."""
+    first point its value; past the last, the last segment's slope (at least flat) with ``rising``, flat without. With
+    ``rising`` (a step's cost) a larger batch never costs less: each point is at least the one before (a noisy
+    small-batch profile can read high)."""
     pts: list[tuple[float, float]] = []
     for x, y in sorted(zip(xs, ys, strict=True)):
         pts.append((x, max(y, pts[-1][1]) if pts and rising else y))
@@ -343,7 +343,8 @@ def mean_of(reps: list[Measured]) -> Measured:
                     tokens_per_s=statistics.fmean(m.tokens_per_s for m in reps),
                     requests_per_s=statistics.fmean(m.requests_per_s for m in reps),
                     arrival_rate=avg([m.arrival_rate for m in reps]),
-                    acceptance_length=avg([m.acceptance_length for m in reps]))
+                    acceptance_length=avg([m.acceptance_length for m in reps]),
+                    itl_ms_p50=avg([m.itl_ms_p50 for m in reps]), tokens_per_chunk=avg([m.tokens_per_chunk for m in reps]))
 
 
 def measured_saturation(rows: list[dict], output_len: int) -> tuple[float | None, float | None]:
@@ -462,7 +463,8 @@ def main() -> int:
     p.add_argument("--json", default=None, help="Also write the results here.")
     p.add_argument("--keep", default=None, help="Folder for logs and the client's result files (default: a temp dir).")
     p.add_argument("--replay", default=None, metavar="DIR",
-                   help="Report again from a --keep folder's saved results (same options), without servers.")
+                   help="Report again from a --keep folder's saved results (same options), without servers "
+                        "(the servers' spec-decode counters were not saved: no acceptance length).")
     args = p.parse_args()
     work = Path(args.replay or args.keep or tempfile.mkdtemp(prefix="load-model-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,8 @@ running batch (its time average, ``L``) is ``rate x output_len x TPOT``, where T
 tokens a step yields per request, stretched by the share of GPU time prefills take. The number of requests in
 decode is Poisson (an M/G/infinity system) far below capacity, and a request decodes beside the others present:
 by Poisson arrivals seeing time averages, its batch is 1 + Poisson(L), not L (at a low rate a request is often
-alone, yet it pays for the one that joins it), and every slot's near the capacity (see ``seen_batches``), so
-TPOT averages the step over that batch. The batch stops at the
+alone, yet it pays for the one that joins it), and near the capacity every slot is taken (see ``seen_batches``),
+so TPOT averages the step over that batch. The batch stops at the
 arm's capacity (what its KV cache and the stack's request cap hold); above the rate that fills it, requests queue
 (the saturation rate). The wait for a free slot follows Sakasegawa's M/M/c approximation near it. Pure Python:
 the CLI imports it.
@@ -55,12 +55,13 @@ class Arm:
 _EXACT_UP_TO = 25.0
 _HERMITE = ((0.0, 8.0 / 15.0), (1.355626, 0.222076), (-1.355626, 0.222076), (2.856970, 0.011257),
             (-2.856970, 0.011257))
+_HERMITE_SUM = sum(w for _, w in _HERMITE)  # the rounded weights, made to sum to 1
 
 
 def seen_batches(load: float, capacity: int) -> list[tuple[float, float]]:
     """(batch, probability) pairs for the batch a request decodes in when ``load`` requests decode on average:
     itself and the others present. Each of the other ``capacity - 1`` slots is taken with probability
-    ``load / capacity``: Poisson(load) while the batch is far from full, and every slot taken once it is full."""
+    ``load / capacity``: about Poisson(load) while the batch is far from full, and every slot taken once it is full."""
     cap = max(1, capacity)
     p = min(1.0, max(0.0, load) / cap)
     if p <= 0.0 or cap == 1:
@@ -70,13 +71,14 @@ def seen_batches(load: float, capacity: int) -> list[tuple[float, float]]:
     n, q = cap - 1, 1.0 - p
     mean, sd = n * p, math.sqrt(n * p * q)
     if mean > _EXACT_UP_TO:
-        return [(min(float(cap), max(1.0, 1.0 + mean + sd * x)), w) for x, w in _HERMITE]
-    out, pk, tail = [], q**n, 1.0
+        return [(min(float(cap), max(1.0, 1.0 + mean + sd * x)), w / _HERMITE_SUM) for x, w in _HERMITE]
+    out, tail = [], 1.0
     top = min(n, int(mean + 8.0 * sd + 8.0))
-    for k in range(top + 1):
+    lp, lq, ln = math.log(p), math.log(q), math.lgamma(n + 1)
+    for k in range(top + 1):  # in logs: q**n underflows when nearly every slot is taken
+        pk = math.exp(ln - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lp + (n - k) * lq)
         out.append((1.0 + k, pk))
         tail -= pk
-        pk *= (n - k) / (k + 1) * p / q
     if top < n and tail > 0.0:
         out.append((2.0 + top, tail))
     return out

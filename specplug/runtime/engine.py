@@ -298,7 +298,8 @@ class SpeculativeEngine:
         ``max_batch`` at each width in ``CALIBRATE_WIDTHS`` up to the longest draft, and (for a target that packs) with
         ``CALIBRATE_RAGGED`` rows drafting one token, twice each (the pacer does not believe a size's first timing).
         The pacer then starts from this device's costs instead of learning them by exploring on
-        live traffic, which at a large batch costs real seconds. Returns {tokens fed: seconds}; {} without a pacer.
+        live traffic, which at a large batch costs real seconds. Returns the table by tokens fed, whatever the rows
+        ({tokens fed: seconds}); {} without a pacer.
         """
         if self.pacer is None:
             return {}

@@ -9,7 +9,7 @@ The pacer picks the width ``w`` (drafts per row, at most each row's k) that maxi
 ``a_row[j]`` is the row's rate of getting draft position j accepted (see ``DraftPacer.rates``); ``cost(m)`` the
 learnt seconds of a target pass feeding ``m`` tokens; ``draft_cost`` the proposer's seconds per drafted column;
 ``tokens(w)`` is ``B * (w + 1)`` for a target that computes padding, and the real tokens ``B + sum min(k_row, w)``
-for one that packs them (``DraftPacer.packed``).
+for one that packs them (``DraftPacer.packed``); for those, passes timed over the same ``B`` rows price it first.
 
 Drafts already made (a free proposer's) are chosen per row by ``choose_rows``, where the target packs: each draft
 position is worth its acceptance rate, and a pass of ``B + m`` tokens keeps the ``m`` likeliest, every row's a

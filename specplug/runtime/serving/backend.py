@@ -139,7 +139,7 @@ def _off_the_calling_thread(fn: Callable[..., Any], *args: Any) -> Any:
         except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread below)
             out["error"] = exc
 
-    worker = threading.Thread(target=run, name="specplug-load")
+    worker = threading.Thread(target=run, name="specplug-load", daemon=True)  # Ctrl-C while loading exits at once
     worker.start()
     worker.join()
     if "error" in out:
