@@ -14,9 +14,9 @@ n-gram speculation. Per server and arm it:
    through the median gap between chunks at each c, and tokens_per_step(batch) through the output tokens per chunk
    (1 without speculation; with it, steps that found no draft count too). prefill_ms is TTFT p50 at concurrency 1,
    and a joining request holds up the others that long. Capacity is the server's cap on running requests. The
-   closed-loop TPOT
-   is not used: its requests start and end in waves, so it holds far fewer prefill stalls than Poisson arrivals;
-   the spec-decode counters' acceptance length is printed, not used (it leaves out steps without a draft);
+   closed-loop TPOT is not used: its requests start and end in waves, so it holds far fewer prefill stalls than
+   Poisson arrivals; the spec-decode counters' acceptance length is printed, not used (it leaves out steps without
+   a draft);
 2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
    rate and (per server) the crossover rate above which speculation stops lowering TPOT;
 3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and
@@ -184,10 +184,7 @@ def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency
     if s.replay:
         if not out.exists():
             raise SystemExit(f"--replay: {out} is missing (a --keep folder of a run with the same options holds it)")
-        res = json.loads(out.read_text())
-        return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
-                        ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
-                        requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res), **chunk_figures(res))
+        return measured(json.loads(out.read_text()))
     argv = [str(VLLM_ENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
             "--base-url", base, "--model", MODEL_NAME, "--tokenizer", str(MODEL_DIR), "--dataset-name", "sharegpt",
             "--dataset-path", str(dataset(s)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
@@ -200,11 +197,15 @@ def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency
     if proc.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed ({proc.returncode}):\n{proc.stdout[-1500:]}{proc.stderr[-2500:]}")
     after = counters(base)
-    res = json.loads(out.read_text())
+    return measured(json.loads(out.read_text()), acceptance_between(before, after))
+
+
+def measured(res: dict, acceptance_length: float | None = None) -> Measured:
+    """One run's figures from the client's detailed result file."""
     return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
                     ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
                     requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res),
-                    acceptance_length=acceptance_between(before, after), **chunk_figures(res))
+                    acceptance_length=acceptance_length, **chunk_figures(res))
 
 
 def chunk_figures(res: dict) -> dict[str, float]:
@@ -467,6 +468,9 @@ def main() -> int:
                         "(the servers' spec-decode counters were not saved: no acceptance length).")
     args = p.parse_args()
     work = Path(args.replay or args.keep or tempfile.mkdtemp(prefix="load-model-"))
+    if args.replay and not work.is_dir():
+        print(f"--replay: {work} is not a folder (give a --keep folder of an earlier run)")
+        return 1
     work.mkdir(parents=True, exist_ok=True)
     s = Setup(quick=args.quick, output_len=24 if args.quick else 48, capacity=args.capacity, k=args.k,
               threads=args.threads,

@@ -7,10 +7,9 @@ tokens a step yields per request, stretched by the share of GPU time prefills ta
 decode is Poisson (an M/G/infinity system) far below capacity, and a request decodes beside the others present:
 by Poisson arrivals seeing time averages, its batch is 1 + Poisson(L), not L (at a low rate a request is often
 alone, yet it pays for the one that joins it), and near the capacity every slot is taken (see ``seen_batches``),
-so TPOT averages the step over that batch. The batch stops at the
-arm's capacity (what its KV cache and the stack's request cap hold); above the rate that fills it, requests queue
-(the saturation rate). The wait for a free slot follows Sakasegawa's M/M/c approximation near it. Pure Python:
-the CLI imports it.
+so TPOT averages the step over that batch. The batch stops at the arm's capacity (what its KV cache and the
+stack's request cap hold); above the rate that fills it, requests queue (the saturation rate). The wait for a free
+slot follows Sakasegawa's M/M/c approximation near it. Pure Python: the CLI imports it.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ class Arm:
         if busy >= 1.0:
             return math.inf
         return _interp(self.step_ms, batch) / _interp(self.tokens_per_step, batch) / (1.0 - busy)
-
 
     def request_tpot_ms(self, load: float, rate: float) -> float:
         """A request's time per output token while ``load`` requests decode on average: the step averaged over the

@@ -279,7 +279,7 @@ class DraftPacer:
         """``estimate`` over the cost tables as they are now, by bisection (a per-row choice asks it for every size).
         With ``rows``: within the sizes timed over that many rows, those timings; elsewhere the table by tokens."""
         by_tokens = _interpolator(self.cost)
-        table = self.shaped.get(rows or 0) if self.packed else None
+        table = self.shaped.get(rows) if rows else None  # filled only where the target packs
         if not table or len(table) < 2:
             return by_tokens
         own, lo, hi = _interpolator(table), min(table), max(table)
