@@ -219,6 +219,8 @@ class TRTLLMAdapter(BaseAdapter):
     parallel_drafting: ClassVar[dict[str, tuple[Window, ...]]] = {"pard": CONTROLS["pard"]}
     trees = True  # Eagle/Eagle3 dynamic trees (dynamic_tree_max_topK)
     shards_heads = True
+    # In-flight batching runs new requests' context phase in the same iteration as the others' generation phase.
+    prefill_mixing = (Window("in-flight batching", source="trtllm-serve's executor"),)
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
     oldest = "0.17.0"
     image = StackImage("nvcr.io/nvidia/tensorrt-llm/release", "{version}", "/root/.cache/huggingface")

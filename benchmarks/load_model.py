@@ -12,8 +12,10 @@ n-gram speculation. Per server and arm it:
 1. calibrates the arm from one short closed-loop profile (`vllm bench serve --max-concurrency c` at a few c, the
    capacity among them). Both servers stream one chunk per decode step, so step_ms(batch) runs piecewise linear
    through the median gap between chunks at each c, and tokens_per_step(batch) through the output tokens per chunk
-   (1 without speculation; with it, steps that found no draft count too). prefill_ms is TTFT p50 at concurrency 1,
-   and a joining request holds up the others that long. Capacity is the server's cap on running requests. The
+   (1 without speculation; with it, steps that found no draft count too). prefill_ms is TTFT p50 at concurrency 1.
+   How long a joining request holds up the others follows how the stack schedules prefills (its capabilities'
+   mixes_prefill): all of it where a prefill is a pass of its own (the embedded server), its excess over a step
+   where it rides in the running batch's step (vLLM's V1 scheduler). Capacity is the server's cap on running requests. The
    closed-loop TPOT is not used: its requests start and end in waves, so it holds far fewer prefill stalls than
    Poisson arrivals; the spec-decode counters' acceptance length is printed, not used (it leaves out steps without
    a draft);
@@ -59,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specplug.policy.load import Arm, crossover_rate, predict, saturation_rate  # noqa: E402
+from specplug.stackcaps import declared  # noqa: E402
 
 MODEL_NAME = "smollm2-135m"
 MODEL_DIR = Path.home() / ".cache" / "specplug" / "models" / MODEL_NAME
@@ -148,6 +151,14 @@ def start(server: str, method: str, s: Setup) -> tuple[subprocess.Popen, str, Pa
     log = s.work / f"{server}-{method}.log"
     proc, base = start_server(argv, env, REPO, log, f"{server} ({method})", port)
     return proc, base, log
+
+
+def stack_version(server: str) -> str | None:
+    """The vLLM version in the pinned venv (its distribution's metadata folder); None for the embedded server."""
+    if server != "vllm":
+        return None
+    found = sorted(VLLM_ENV.glob("lib/python*/site-packages/vllm*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info").split("-")[1].split("+")[0] if found else None
 
 
 def counters(base: str) -> dict[str, float]:
@@ -253,8 +264,9 @@ def steady_tokens_per_s(res: dict) -> float:
     return count / (t1 - t0)
 
 
-def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
-    """The arm's step cost, acceptance and prefill from a short closed-loop profile."""
+def calibrate(base: str, s: Setup, tag: str, mixed: bool) -> tuple[Arm, dict]:
+    """The arm's step cost, acceptance and prefill from a short closed-loop profile; ``mixed``: the stack runs a
+    joining prefill inside the running batch's step (its capabilities)."""
     pts = []
     for c in s.profile_concurrency:
         m = bench(base, s, max(4, 2 * c) if s.quick else max(6, 3 * c), concurrency=c, tag=f"{tag}-profile-c{c}")
@@ -266,8 +278,9 @@ def calibrate(base: str, s: Setup, tag: str) -> tuple[Arm, dict]:
     per_step = _through(xs, [m.tokens_per_chunk or 1.0 for _, m in pts], rising=False)
     slope = (step_ms(s.capacity) - step_ms(1)) / max(1, s.capacity - 1)
     accs = [m.acceptance_length for _, m in pts if m.acceptance_length]
-    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity)
+    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity, mixed_prefill=mixed)
     info = {"step_ms_at_1": round(step_ms(1), 2), "step_ms_per_request": round(slope, 3), "prefill_ms": round(prefill, 1),
+            "stall_ms": round(arm.stall_ms, 1), "mixed_prefill": mixed,
             "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts],
             "acceptance_length": round(statistics.fmean(accs), 3) if accs else None, "capacity": s.capacity,
             "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "itl_ms_p50": m.itl_ms_p50,
@@ -305,7 +318,7 @@ def run_arm(server: str, method: str, s: Setup, rates: list[float] | None) -> tu
     try:
         if not s.replay:
             bench(base, s, 2, concurrency=1, tag=f"{server}-{method}-warmup")  # first passes allocate and compile
-        arm, info = calibrate(base, s, f"{server}-{method}")
+        arm, info = calibrate(base, s, f"{server}-{method}", declared(server, stack_version(server)).mixes_prefill)
         res.arm_model, res.calibration = arm, info
         if rates is None and s.replay:  # the rates the run measured, read from its result files' names
             rates = sorted({float(f.name.split("-r", 1)[1].split("-s", 1)[0])

@@ -60,6 +60,9 @@ class StackCapabilities:
     # the research code of EAGLE, Medusa and Spec-Bench loads with): the GPUs run one after another, so a forward pass
     # costs one GPU's time over all the weights, with no all-reduce, instead of a tensor-parallel share.
     layer_split: bool = False
+    # Runs a joining request's prefill inside the running batch's decode step at this version (its adapter's
+    # prefill_mixing); else a prefill is a pass of its own that the running requests wait for.
+    mixes_prefill: bool = False
 
     def max_batch_on(self, gpu: str, memory_gib: float) -> int | None:
         """Requests decoded together by default on ``gpu`` of ``memory_gib`` GiB (None: as many as memory holds)."""

@@ -48,6 +48,7 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         compat_table(adapter).rows,
         compat_table(adapter).flags,
         vocab_bridge(adapter, version),
+        mixes_prefill=mixes_prefill(adapter, version),
     )
 
 
@@ -55,6 +56,12 @@ def vocab_bridge(adapter: object, version: str | None) -> str | None:
     """An adapter's way to draft across vocabularies at ``version`` (a plugin written before the method: none)."""
     bridge = getattr(adapter, "vocab_bridge", None)
     return bridge(version) if callable(bridge) else None
+
+
+def mixes_prefill(adapter: object, version: str | None) -> bool:
+    """Whether an adapter's stack mixes prefills into decode steps at ``version`` (a plugin without the method: no)."""
+    mixes = getattr(adapter, "mixes_prefill", None)
+    return bool(mixes(version)) if callable(mixes) else False
 
 
 def compat_table(adapter: object) -> CompatTable:

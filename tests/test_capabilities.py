@@ -79,3 +79,12 @@ def test_estimate_costs_a_stack_with_the_profile_its_adapter_declares(fork_regis
     default = estimator.estimate("llama-3.1-8b", "eagle3", stack="vllmfork",
                                  caps=dataclasses.replace(fork, cost_profile=DEFAULT_COST_PROFILE), **kw)
     assert forked.speedup == own.speedup != default.speedup
+
+
+def test_how_each_stack_schedules_prefills_reaches_the_policy():
+    declared = stackcaps.declared
+    assert declared("vllm", "0.32.0").mixes_prefill
+    assert not declared("vllm", "0.7.3").mixes_prefill  # the V0 engine ran prefills as steps of their own
+    assert declared("trtllm", "1.0.0").mixes_prefill
+    assert not declared("sglang", "0.5.23").mixes_prefill  # mixed chunks are opt-in
+    assert not declared("embedded").mixes_prefill

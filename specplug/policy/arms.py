@@ -29,7 +29,7 @@ def baseline_arm(c: E.Context, input_len: int, capacity: int) -> L.Arm:
     def step(b: int) -> float:
         return perf.forward_ms(c.target, c.device, c.factors, c.tp, b, b, c.ctx) + c.factors.step_overhead_ms
 
-    return L.Arm(step, lambda b: 1.0, prefill_ms(c, None, input_len), max(capacity, 1))
+    return L.Arm(step, lambda b: 1.0, prefill_ms(c, None, input_len), max(capacity, 1), c.mixes_prefill)
 
 
 def speculative_arm(
@@ -53,7 +53,8 @@ def speculative_arm(
         o = E.score(c, d, alpha, b, pool)
         return o.cost.spec_ms, o.acceptance_length
 
-    return L.Arm(lambda b: outcome(b)[0], lambda b: outcome(b)[1], prefill_ms(c, d, input_len), max(capacity, 1))
+    return L.Arm(lambda b: outcome(b)[0], lambda b: outcome(b)[1], prefill_ms(c, d, input_len), max(capacity, 1),
+                 c.mixes_prefill)
 
 
 def _arm_load(p: L.LoadPoint) -> ArmLoad:

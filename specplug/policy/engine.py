@@ -135,6 +135,7 @@ class Context:
     traffic: TrafficProfile | None = None
     trees: bool = False  # the stack drafts token trees (its capabilities)
     parallel_drafting: frozenset[str] = frozenset()  # drafter formats it drafts in one forward (its capabilities)
+    mixes_prefill: bool = False  # a joining prefill rides in the running batch's step (its capabilities)
     notes: list[str] = field(default_factory=list)
 
     def model_ids(self) -> set[str]:

@@ -3,7 +3,9 @@ request rate, for one arm (no speculation, or a speculative plan) given what one
 
 The steady state is a fixed point of Little's law: a request spends ``output_len`` tokens x TPOT decoding, so the
 running batch (its time average, ``L``) is ``rate x output_len x TPOT``, where TPOT is the step time over the
-tokens a step yields per request, stretched by the share of GPU time prefills take. The number of requests in
+tokens a step yields per request, stretched by the share of GPU time prefills take from it (a stack that runs prefills
+as passes of their own stalls the running requests for the whole pass; one that mixes a prefill into the running
+batch's step, for its extra cost over a plain step). The number of requests in
 decode is Poisson (an M/G/infinity system) far below capacity, and a request decodes beside the others present:
 by Poisson arrivals seeing time averages, its batch is 1 + Poisson(L), not L (at a low rate a request is often
 alone, yet it pays for the one that joins it), and near the capacity every slot is taken (see ``seen_batches``),
@@ -27,17 +29,28 @@ _Z90 = 1.2816
 class Arm:
     """One server configuration: ``step_ms(batch)`` is one decode step at that running batch (fractional batches
     interpolate), ``tokens_per_step(batch)`` the output tokens a step yields per request (1 without speculation,
-    the acceptance length with it), ``prefill_ms`` one request's prefill, ``capacity`` the most requests it runs
-    at once."""
+    the acceptance length with it), ``prefill_ms`` one request's prefill alone (a pass yielding its first token),
+    ``capacity`` the most requests it runs at once, ``mixed_prefill`` whether the stack runs a joining request's
+    prefill inside the running batch's decode step (chunked prefill, in-flight batching) instead of as a pass of
+    its own."""
 
     step_ms: Callable[[int], float]
     tokens_per_step: Callable[[int], float]
     prefill_ms: float
     capacity: int
+    mixed_prefill: bool = False
+
+    @property
+    def stall_ms(self) -> float:
+        """How long one arriving request's prefill holds up the running requests: the whole pass where it runs on
+        its own; where it rides in a decode step, that step's cost over a plain one (the step yields tokens too)."""
+        if not self.mixed_prefill:
+            return self.prefill_ms
+        return max(0.0, self.prefill_ms - self.step_ms(1))
 
     def tpot_ms(self, batch: float, rate: float) -> float:
         """Time per output token at ``batch`` running requests while prefills arrive at ``rate`` per second."""
-        busy = rate * self.prefill_ms / 1000.0  # share of GPU time prefills take
+        busy = rate * self.stall_ms / 1000.0  # share of GPU time prefills take
         if busy >= 1.0:
             return math.inf
         return _interp(self.step_ms, batch) / _interp(self.tokens_per_step, batch) / (1.0 - busy)
@@ -125,7 +138,7 @@ def running_batch(arm: Arm, rate: float, output_len: int) -> float:
 def saturation_rate(arm: Arm, output_len: int) -> float:
     """The request rate at which the arm's running batch reaches its capacity: above it requests queue."""
     full = arm.step_ms(arm.capacity) / arm.tokens_per_step(arm.capacity)
-    return arm.capacity / (output_len * full / 1000.0 + arm.capacity * arm.prefill_ms / 1000.0)
+    return arm.capacity / (output_len * full / 1000.0 + arm.capacity * arm.stall_ms / 1000.0)
 
 
 def _wait_quantile_ms(arm: Arm, rate: float, output_len: int, q: float) -> float | None:
@@ -153,9 +166,11 @@ def predict(arm: Arm, rate: float, output_len: int) -> LoadPoint:
     tpot90 = max(tpot, arm.tpot_ms(b90, admitted))
     step = _interp(arm.step_ms, bb)
     w50, w90 = _wait_quantile_ms(arm, rate, output_len, 0.5), _wait_quantile_ms(arm, rate, output_len, 0.9)
-    # A new request waits for the step in flight (half a step at the median), then its prefill runs.
-    ttft50 = None if w50 is None else arm.prefill_ms + step / 2 + w50
-    ttft90 = None if w90 is None else arm.prefill_ms + step * 0.9 + w90
+    # A new request waits for the step in flight (half a step at the median), then its prefill runs: alone, or
+    # inside a step of the whole running batch.
+    prefill = arm.prefill_ms + (step - arm.step_ms(1) if arm.mixed_prefill else 0.0)
+    ttft50 = None if w50 is None else prefill + step / 2 + w50
+    ttft90 = None if w90 is None else prefill + step * 0.9 + w90
     tokens_s = admitted * output_len
     return LoadPoint(rate, b, tpot, tpot90, ttft50, ttft90, tokens_s, saturated)
 

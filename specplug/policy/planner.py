@@ -500,6 +500,7 @@ def cost_context(
         traffic=traffic,
         trees=caps.trees,
         parallel_drafting=caps.parallel_drafting,
+        mixes_prefill=caps.mixes_prefill,
     )
 
 

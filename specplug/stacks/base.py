@@ -80,6 +80,10 @@ class BaseAdapter:
     # model's own maximum), instead of capping requests at what fits.
     reserves_full_context: ClassVar[bool] = False
     runs_on_cpu: ClassVar[bool] = False  # serves on the host's CPU when the machine has no GPU
+    # Versions whose default scheduler runs a joining request's prefill inside the running batch's decode step
+    # (chunked prefill, in-flight batching; value: the stack's name for it). Elsewhere a prefill is a pass of its
+    # own, and the running requests wait all of it: the load model prices the two differently.
+    prefill_mixing: ClassVar[tuple[Window, ...]] = ()
     fallback_only: ClassVar[bool] = False  # never chosen as the default stack, only named (or as launch's fallback)
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).
@@ -141,6 +145,10 @@ class BaseAdapter:
         """Methods whose draft length switches per running batch size at ``version``: every offered method where the
         stack's schedule is method-blind (``supports_schedule``), none otherwise; adapters override for a subset."""
         return frozenset(self.supported_methods(version)) if self.supports_schedule(version) else frozenset()
+
+    def mixes_prefill(self, version: str | None) -> bool:
+        """Whether a joining request's prefill rides in the running batch's decode step at ``version``."""
+        return spelling({"prefill": self.prefill_mixing}, "prefill", version) is not None
 
     def parallel_draft_formats(self, version: str | None) -> frozenset[str]:
         """Drafter formats drafted all k tokens at once at ``version`` (read from ``parallel_drafting``)."""

@@ -4,6 +4,7 @@ the calibration's step-cost line, and the measured saturation and crossover rate
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -101,3 +102,19 @@ def test_a_step_is_the_gap_between_chunks_and_tokens_per_step_their_size(lm):
 def test_tokens_per_step_may_fall_with_the_batch_and_stay_flat_past_the_profile(lm):
     per = lm._through([1.0, 4.0, 8.0], [1.6, 1.3, 1.2], rising=False)
     assert per(1) == 1.6 and per(4) == pytest.approx(1.3) and per(16) == pytest.approx(1.2)
+
+
+def test_a_joining_prefill_stalls_the_others_as_the_stack_schedules_it(lm, tmp_path):
+    # A profile at c=1 and c=4: TTFT 150 ms alone, one step every 40 ms (50 at c=4).
+    for c, gap in ((1, 0.040), (4, 0.050)):
+        res = {**_result([0.0, 0.1], 0.150, gap, 24), "completed": 2, "request_throughput": 1.0,
+               "median_ttft_ms": 150.0, "median_tpot_ms": gap * 1000, "output_lens": [24, 24]}
+        (tmp_path / f"x-profile-c{c}.json").write_text(json.dumps(res))
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path, replay=True)
+    own, info = lm.calibrate("", s, "x", mixed=False)
+    mixed, mixed_info = lm.calibrate("", s, "x", mixed=True)
+    assert own.stall_ms == pytest.approx(150.0) and info["mixed_prefill"] is False
+    assert mixed.stall_ms == pytest.approx(110.0) and mixed_info["stall_ms"] == pytest.approx(110.0)
+    assert lm.predict(mixed, 3.0, 24).tpot_ms_p50 < lm.predict(own, 3.0, 24).tpot_ms_p50
+    assert lm.declared("vllm", "0.32.0").mixes_prefill and not lm.declared("embedded").mixes_prefill

@@ -75,3 +75,20 @@ def test_prefill_takes_its_share_of_the_gpu() -> None:
     light, heavy = linear_arm(10.0, 0.05, prefill_ms=1.0), linear_arm(10.0, 0.05, prefill_ms=100.0)
     assert L.predict(heavy, 4.0, 256).tpot_ms_p50 > L.predict(light, 4.0, 256).tpot_ms_p50 * 1.5
     assert L.saturation_rate(heavy, 256) < L.saturation_rate(light, 256)
+
+
+def test_a_prefill_mixed_into_the_step_stalls_the_others_for_its_excess_only() -> None:
+    own = linear_arm(40.0, 2.0, prefill_ms=100.0)
+    mixed = L.Arm(own.step_ms, own.tokens_per_step, 100.0, own.capacity, mixed_prefill=True)
+    assert own.stall_ms == 100.0
+    assert mixed.stall_ms == pytest.approx(100.0 - 42.0)  # the step it rides in yields tokens too
+    assert L.predict(mixed, 2.0, 64).tpot_ms_p50 < L.predict(own, 2.0, 64).tpot_ms_p50
+    assert L.saturation_rate(mixed, 64) > L.saturation_rate(own, 64)
+    # Its first token comes out of a step of the whole running batch: alone, both wait the same prefill.
+    lone = L.predict(mixed, 0.01, 64)
+    assert lone.ttft_ms_p50 == pytest.approx(L.predict(own, 0.01, 64).ttft_ms_p50, rel=0.02)
+    assert L.predict(mixed, 2.0, 64).ttft_ms_p50 > lone.ttft_ms_p50
+
+
+def test_a_prefill_cheaper_than_a_step_stalls_nothing() -> None:
+    assert L.Arm(lambda b: 50.0, lambda b: 1.0, 30.0, 8, mixed_prefill=True).stall_ms == 0.0
