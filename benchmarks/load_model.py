@@ -180,17 +180,20 @@ def acceptance_between(before: dict[str, float], after: dict[str, float]) -> flo
     return 1.0 + acc / drafts if drafts > 0 else None
 
 
-def dataset(s: Setup) -> Path:
-    path = s.work / "prompts.json"
+def dataset(s: Setup, size: int = 256) -> Path:
+    """The client's prompt file: ``size`` rows, each prompt in turn (a run of ``size`` requests, in whatever order the
+    client shuffles them, sends every prompt equally often when ``size`` is a multiple of their count)."""
+    path = s.work / ("prompts.json" if size == 256 else f"prompts-{size}.json")
     rows = [{"id": str(i), "conversations": [{"from": "human", "value": PROMPTS[i % len(PROMPTS)]},
-                                             {"from": "gpt", "value": "ok"}]} for i in range(256)]
+                                             {"from": "gpt", "value": "ok"}]} for i in range(size)]
     path.write_text(json.dumps(rows))
     return path
 
 
 def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency: int | None = None,
-          tag: str, seed: int = 0) -> Measured:
-    """One `vllm bench serve` run: Poisson arrivals at ``rate``, or a closed loop of ``concurrency`` streams."""
+          tag: str, seed: int = 0, every_prompt: bool = False) -> Measured:
+    """One `vllm bench serve` run: Poisson arrivals at ``rate``, or a closed loop of ``concurrency`` streams;
+    ``every_prompt``: from a file of exactly ``n`` rows, so that each prompt is sent equally often."""
     out = s.work / f"{tag}.json"
     if s.replay:
         if not out.exists():
@@ -198,7 +201,7 @@ def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency
         return measured(json.loads(out.read_text()))
     argv = [str(VLLM_ENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
             "--base-url", base, "--model", MODEL_NAME, "--tokenizer", str(MODEL_DIR), "--dataset-name", "sharegpt",
-            "--dataset-path", str(dataset(s)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
+            "--dataset-path", str(dataset(s, n if every_prompt else 256)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
             "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm", "--save-result", "--save-detailed",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--result-dir", str(out.parent), "--result-filename", out.name]
     argv += ["--request-rate", f"{rate:.4f}"] if rate else ["--request-rate", "inf", "--max-concurrency", str(concurrency)]
@@ -269,7 +272,10 @@ def calibrate(base: str, s: Setup, tag: str, mixed: bool) -> tuple[Arm, dict]:
     joining prefill inside the running batch's step (its capabilities)."""
     pts = []
     for c in s.profile_concurrency:
-        m = bench(base, s, max(4, 2 * c) if s.quick else max(6, 3 * c), concurrency=c, tag=f"{tag}-profile-c{c}")
+        # Every point sends each prompt equally often: acceptance and prefill vary by prompt, and a point that saw
+        # other prompts than the next would read as a step cost or tokens per step that vary with the batch.
+        n = -(-(max(4, 2 * c) if s.quick else max(6, 3 * c)) // len(PROMPTS)) * len(PROMPTS)
+        m = bench(base, s, n, concurrency=c, tag=f"{tag}-profile-c{c}", every_prompt=True)
         pts.append((c, m))
     first = pts[0][1]
     prefill = first.ttft_ms_p50 or 0.0

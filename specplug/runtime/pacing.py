@@ -52,6 +52,11 @@ LATENCY_FLOOR = 0.25
 # Per-row choices re-time only sizes whose estimated value is within this share of the best: they vary by the token,
 # so nearly every size gets timed as batches come and go, and re-timing a poor one costs a poor step.
 RETIME_NEAR = 0.1
+# Passes run to time a size (not because it was the best) may cost at most this share of all pass time beyond what
+# the best would have cost: at a batch where drafting rarely pays, each costs well over the plain pass it replaces,
+# and without a budget their count grows with the traffic, not with what there is left to learn.
+EXPLORE_BUDGET = 0.01
+EXPLORE_FREE = 8  # the first such passes are not counted: learning a new device's curve takes a few
 PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior behind each observed rate
 PRIOR_RATE = 0.5  # before anything is observed: the first draft position is accepted half the time
 
@@ -73,6 +78,10 @@ class DraftPacer:
         self.steps = 0
         self.explored_at = 0  # step of the latest width chosen to be measured
         self.measuring = False  # the latest choice was made to measure its cost
+        self.pass_seconds = 0.0  # every pass timed (see EXPLORE_BUDGET)
+        self.explore_seconds = 0.0  # what passes run to measure cost beyond the best option's estimate
+        self.explored = 0  # passes run to measure cost
+        self._best_estimate: float | None = None  # that estimate, for the latest choice made to measure
         self.idle = 0  # steps since a costly proposer last drafted (see PROBE_IDLE)
         self.probe_idle = PROBE_IDLE
         self.probing = 0  # steps left in the current probe
@@ -90,6 +99,12 @@ class DraftPacer:
         """A pass feeding ``tokens`` (over ``rows`` rows, where known) took ``seconds``. The first pass of each size
         pays one-time costs (lazy kernel loading, per-shape kernel choice) and is not believed; until a second
         timing the size is unmeasured."""
+        self.pass_seconds += seconds
+        if self.measuring and self._best_estimate is not None:
+            self.explored += 1
+            if self.explored > EXPLORE_FREE:
+                self.explore_seconds += max(0.0, seconds - self._best_estimate)
+            self._best_estimate = None  # one pass per choice
         if rows and self.packed:
             if (rows, tokens) in self._shaped_warm:
                 table = self.shaped.setdefault(rows, {})
@@ -269,9 +284,11 @@ class DraftPacer:
         if retime_near:
             promising = [o for o in promising
                          if est[o] is None or value(o, est[o]) >= (1.0 - RETIME_NEAR) * best_value]
-        explore = self._to_measure(tokens, est, promising, untimed=not retime_near)
+        affordable = self.explore_seconds <= EXPLORE_BUDGET * self.pass_seconds
+        explore = self._to_measure(tokens, est, promising, untimed=not retime_near) if affordable else None
         if explore is not None:
             self.explored_at, self.measuring = self.steps, True
+            self._best_estimate = est[best_o]
             return explore
         return best_o
 

@@ -118,3 +118,11 @@ def test_a_joining_prefill_stalls_the_others_as_the_stack_schedules_it(lm, tmp_p
     assert mixed.stall_ms == pytest.approx(110.0) and mixed_info["stall_ms"] == pytest.approx(110.0)
     assert lm.predict(mixed, 3.0, 24).tpot_ms_p50 < lm.predict(own, 3.0, 24).tpot_ms_p50
     assert lm.declared("vllm", "0.32.0").mixes_prefill and not lm.declared("embedded").mixes_prefill
+
+
+def test_every_profile_point_sends_each_prompt_equally_often(lm, tmp_path):
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4, 8],
+                 rate_window_s=20.0, work=tmp_path)
+    rows = json.loads(lm.dataset(s, 2 * len(lm.PROMPTS)).read_text())
+    sent = [r["conversations"][0]["value"] for r in rows]
+    assert sorted(sent) == sorted(lm.PROMPTS * 2)

@@ -470,3 +470,29 @@ def test_a_packing_target_prices_a_pass_by_its_rows_not_only_its_tokens():
     assert sum(shaped.choose_rows(ks, rates)) == 0
     # Priced by tokens alone, the 8-row passes make the same drafts look cheap.
     assert sum(pacer(with_rows=False).choose_rows(ks, rates)) == 2
+
+
+def test_passes_run_to_time_a_size_cost_at_most_a_small_share_of_the_time(monkeypatch):
+    # A batch where drafting never pays (each token fed adds half a plain pass, a draft is accepted 30% of the time),
+    # yet a free proposer keeps finding drafts of lengths not timed yet: each could pay at the cost of a plain pass,
+    # so each would be run once to time it, at many times a plain pass.
+    def cost(tokens: int) -> float:
+        return 1.0 + 0.5 * (tokens - 1)
+
+    def run() -> tuple[float, float]:
+        p = _pacer({1: cost(1), 2: cost(2)})
+        total = wasted = 0.0
+        for step in range(300):
+            k = 2 + step % 30
+            w = p.choose([k], [[0.3] * k])
+            total += cost(w + 1)
+            wasted += cost(w + 1) - cost(1) if p.measuring else 0.0
+            p.observe_pass(w + 1, cost(w + 1))
+        return wasted, total
+
+    wasted, total = run()
+    # The budget, after the first few passes it leaves free, overshot by one pass at most.
+    assert wasted <= pacing.EXPLORE_BUDGET * total + (pacing.EXPLORE_FREE + 1) * cost(31)
+    monkeypatch.setattr(pacing, "EXPLORE_BUDGET", float("inf"))
+    unbounded, total = run()
+    assert unbounded > 0.2 * total  # what the same traffic cost without it
