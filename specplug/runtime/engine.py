@@ -440,10 +440,11 @@ class DecodeBatch:
         width = 0
         limits = list(ks)
         step_no = self.engine.decode_steps = self.engine.decode_steps + 1
-        remaining = [r.params.max_new_tokens - r.stats.new_tokens for r in rows]
+        weights = None
+        if paced:
+            weights = pacer.weights([r.params.max_new_tokens - r.stats.new_tokens for r in rows], step_no)
         if paced and any(ks) and not free:
             rates = [pacer.rates(*r.counts(None), k) for r, k in zip(rows, ks, strict=True)]
-            weights = pacer.weights(remaining, step_no, [rt[0] if rt else 0.0 for rt in rates])
             width = pacer.choose(ks, rates, probe=True, weights=weights)
             ks = [min(k, width) for k in ks]
 
@@ -465,7 +466,6 @@ class DecodeBatch:
             found = [_Found(t[:n], (r.run, m)) for r, t, n, m in zip(rows, full, draft.n.tolist(), match, strict=True)]
             if paced:
                 rates = [pacer.rates(*r.counts(f.state), len(f.tokens), f.state) for r, f in zip(rows, found, strict=True)]
-                weights = pacer.weights(remaining, step_no, [rt[0] if rt else 0.0 for rt in rates])
                 lens = [len(f.tokens) for f in found]
                 if pacer.packed:  # each row verifies only its drafts worth their tokens
                     widths = pacer.choose_rows(lens, rates, weights)

@@ -152,23 +152,13 @@ class DraftPacer:
             self._freed.pop(0)
             self.reuse -= REUSE_WEIGHT * self.reuse
 
-    def weights(self, remaining: Sequence[int], step: int, first_rates: Sequence[float] | None = None) -> list[float]:
+    def weights(self, remaining: Sequence[int], step: int) -> list[float]:
         """What a drafted token of each row is worth at decode step ``step``, by the tokens each row may still
-        produce: the reuse share (at least LATENCY_FLOOR) for rows that finish before others, and up to 1 for the
-        rows that may finish last. Where several tie for last, a draining batch ends a step sooner only if every one
-        of them gets a draft through: with ``first_rates`` (each row's rate for its first draft; 0 without one), a
-        tied row's draft is worth the chance that the others' first drafts are accepted too."""
+        produce: 1 for the rows that may finish last, the reuse share (at least LATENCY_FLOOR) for the others."""
         self._expire(step)
         top = max(remaining, default=0)
         other = max(self.reuse, LATENCY_FLOOR)
-        last = [i for i, r in enumerate(remaining) if r >= top]
-        together = [1.0] * len(last)
-        if first_rates is not None and len(last) > 1:
-            together = _products_of_others([first_rates[i] for i in last])
-        out = [other] * len(remaining)
-        for i, t in zip(last, together, strict=True):
-            out[i] = max(other, t)
-        return out
+        return [1.0 if r >= top else other for r in remaining]
 
     # -- deciding -------------------------------------------------------------------------------------------
     def estimate(self, tokens: int, rows: int | None = None) -> float | None:
@@ -370,19 +360,6 @@ def _interpolator(cost: dict[int, float]):  # noqa: ANN202 - (tokens) -> seconds
         return lo + (hi - lo) * (tokens - sizes[i - 1]) / (sizes[i] - sizes[i - 1])
 
     return estimate
-
-
-def _products_of_others(xs: Sequence[float]) -> list[float]:
-    """For each item, the product of all the others (prefix and suffix products: zeros need no care)."""
-    before, acc = [], 1.0
-    for x in xs:
-        before.append(acc)
-        acc *= x
-    out, acc = [0.0] * len(xs), 1.0
-    for i in range(len(xs) - 1, -1, -1):
-        out[i] = before[i] * acc
-        acc *= xs[i]
-    return out
 
 
 def record(offered: list[int], accepted: list[int], n_offered: int, n_accepted: int) -> None:

@@ -496,32 +496,3 @@ def test_passes_run_to_time_a_size_cost_at_most_a_small_share_of_the_time(monkey
     monkeypatch.setattr(pacing, "EXPLORE_BUDGET", float("inf"))
     unbounded, total = run()
     assert unbounded > 0.2 * total  # what the same traffic cost without it
-
-
-def test_rows_tied_for_last_in_a_draining_batch_pay_only_if_all_of_them_get_drafts_through():
-    sizes = [1, 2, 4, 8, 16, 17, 24, 32, 48, 64, 80, 96]
-    sure = [0.97, 0.95, 0.93, 0.9]
-    p = _timed(DraftPacer(packed=True), {t: _compute_bound(t) for t in sizes})
-    for step in range(0, 40, 2):  # a wave drains: finished requests' slots stay free
-        p.observe_finish(step)
-    p.observe_arrival(100, 16, running=False)
-    remaining = [64] * 16  # a new wave: every row may finish last
-    # Half the rows (chat) find nothing worth drafting: the wave ends when they do, whatever the others draft.
-    first = [sure[0]] * 8 + [0.0] * 8
-    weights = p.weights(remaining, 101, first)
-    assert weights[:8] == [pacing.LATENCY_FLOOR] * 8
-    assert p.choose_rows([4] * 8 + [0] * 8, [sure] * 8 + [[]] * 8, weights) == [0] * 16
-    # Every row has sure drafts: the wave ends sooner if all 16 get through. Where a pass is memory-bound that pays;
-    # where each token fed costs about as much as the next, a pass ending the wave one step sooner 61% of the time
-    # does not pay for 64 more tokens.
-    weights = p.weights(remaining, 101, [sure[0]] * 16)
-    assert weights == [pytest.approx(sure[0] ** 15)] * 16
-    assert p.choose_rows([4] * 16, [sure] * 16, weights) == [0] * 16
-    flat = _timed(DraftPacer(packed=True), {t: 1.0 + 0.0001 * t for t in sizes})
-    assert flat.choose_rows([4] * 16, [sure] * 16, weights) == [4] * 16
-    # While freed slots are taken at once, a token is a token whichever row it is for.
-    q = DraftPacer(packed=True)
-    for step in range(0, 200, 10):
-        q.observe_finish(step)
-        q.observe_arrival(step + 1)
-    assert min(q.weights(remaining, 300, first)) > 0.85
