@@ -9,7 +9,8 @@ Both serve the same SmolLM2-135M folder (float32) with the same threads (2 by de
 (vLLM's own client, from the vllm venv) sends both the same 16 prompts (8 chat, 8 code edits) to
 /v1/chat/completions, so each server applies the model's chat template: 64 output tokens each with
 ``ignore_eos``, greedy. Per server and arm (plain; n-gram with k=8 and matches of 2-4 tokens, the embedded
-server pacing its drafts) the server starts once, serves a warm-up round, then two rounds at each concurrency.
+server pacing its drafts) the server starts once and serves a warm-up round; then two rounds at each concurrency,
+each arm's run beside the other's (alternately first and second), so that a machine slowing down weighs on both.
 Printed: output tokens/s per arm and concurrency (mean of the rounds, each round's in brackets), TTFT p50, each
 server's n-gram/plain ratio, and whether every greedy text was the same in every arm and round.
 
@@ -152,19 +153,27 @@ def bench(base: str, concurrency: int, work: Path, tag: str) -> Round:
     return Round(res["output_throughput"], res["median_ttft_ms"], list(res.get("generated_texts", [])))
 
 
-def run_arm(server: str, arm: str, args: argparse.Namespace, work: Path) -> Arm:
-    proc, base, log = start(server, arm, args.threads, work, Path(args.embedded_tree), not args.no_prefix_caching)
-    out = Arm(server, arm)
+def run_server(server: str, arms: list[str], args: argparse.Namespace, work: Path) -> list[Arm]:
+    """Every arm of ``server`` served at once (an idle one waits without computing), each warmed up; then each
+    round runs the arms back to back at each concurrency, in turn first and last (plain, n-gram, then n-gram,
+    plain): a machine slowing down over the run weighs on both arms alike, not on the one measured later."""
+    procs, out = [], []
     try:
-        bench(base, max(args.concurrency), work, f"{server}-{arm}-warmup")
+        for arm in arms:
+            proc, base, _ = start(server, arm, args.threads, work, Path(args.embedded_tree), not args.no_prefix_caching)
+            procs.append(proc)
+            out.append((Arm(server, arm), base))
+            bench(base, max(args.concurrency), work, f"{server}-{arm}-warmup")
         for r in range(args.rounds):
             for c in args.concurrency:
-                out.rounds.setdefault(c, []).append(bench(base, c, work, f"{server}-{arm}-c{c}-r{r}"))
-                print(f"  {server:8s} {arm:5s} c={c} round {r + 1}: {out.rounds[c][-1].tokens_per_s:6.1f} tok/s",
-                      flush=True)
+                for a, base in out if r % 2 == 0 else out[::-1]:
+                    a.rounds.setdefault(c, []).append(bench(base, c, work, f"{server}-{a.arm}-c{c}-r{r}"))
+                    print(f"  {server:8s} {a.arm:5s} c={c} round {r + 1}: {a.rounds[c][-1].tokens_per_s:6.1f} tok/s",
+                          flush=True)
     finally:
-        stop(proc)
-    return out
+        for proc in procs:
+            stop(proc)
+    return [a for a, _ in out]
 
 
 def table(arms: list[Arm], concurrency: list[int]) -> list[str]:
@@ -241,8 +250,7 @@ def main() -> int:
           f"threads per server {args.threads}; work folder {work}", flush=True)
     arms = []
     for server in servers:
-        for arm in args.arms.split(","):
-            arms.append(run_arm(server, arm, args, work))
+        arms += run_server(server, args.arms.split(","), args, work)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\n".join(table(arms, args.concurrency)))
     print(greedy_check(arms))
