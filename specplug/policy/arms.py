@@ -64,7 +64,8 @@ def _arm_load(p: L.LoadPoint) -> ArmLoad:
                    output_tokens_per_s=round(p.output_tokens_per_s, 1), saturated=p.saturated)
 
 
-BASIS = ("continuous-batching steady state (Little's law over the cost model's step times, prefill sharing the GPU; "
+BASIS = ("continuous-batching steady state (Little's law over the cost model's step times; a joining prefill holds up "
+         "the running requests for its whole pass, or for its excess over a step where the stack mixes it into steps; "
          "each request decodes beside the others present, a Poisson count; queueing by the M/M/c approximation near "
          "capacity): not yet checked against measured servers for this model; measure with "
          "'specplug tune --request-rate'")
