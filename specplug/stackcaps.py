@@ -59,7 +59,8 @@ def vocab_bridge(adapter: object, version: str | None) -> str | None:
 
 
 def mixes_prefill(adapter: object, version: str | None) -> bool:
-    """Whether an adapter's stack mixes prefills into decode steps at ``version`` (a plugin without the method: no)."""
+    """Whether an adapter's stack mixes prefills into decode steps at ``version`` (a plugin written before the
+    method: no)."""
     mixes = getattr(adapter, "mixes_prefill", None)
     return bool(mixes(version)) if callable(mixes) else False
 

@@ -120,6 +120,9 @@ class Adapter(Protocol):
     def parallel_draft_formats(self, version: str | None) -> frozenset[str]:
         """Drafter checkpoint formats (catalog ``format``) whose k draft tokens come from ONE forward at ``version``."""
 
+    def mixes_prefill(self, version: str | None) -> bool:
+        """Whether its default scheduler runs a joining request's prefill inside the running batch's decode step."""
+
     def schedule_methods(self, version: str | None) -> frozenset[str]:
         """Methods whose draft length the stack switches per running batch size at ``version`` (all offered ones
         when ``supports_schedule``; some only, e.g. SGLang's adaptive steps for the EAGLE family)."""
