@@ -208,8 +208,8 @@ class VLLMAdapter(BaseAdapter):
     # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.32.0): "To serve at least one request with the
     # model's max seq len ... Try ... decreasing `max_model_len`", raised at start.
     reserves_full_context = True
-    # The V1 engine (the default from 0.8.0) schedules prefill and decode tokens of all requests in one step under a
-    # shared token budget (vllm/v1/core/sched/scheduler.py); V0 ran prefills as steps of their own by default.
+    # The V1 engine (default from 0.8.0) schedules every request's prefill and decode tokens in one step under one
+    # token budget. Unpriced: 0.8-0.9 fell back to V0 (prefills apart) for V0-only features, e.g. draft models.
     prefill_mixing = (Window("chunked prefill", "0.8.0", source="V1 engine default, 0.8.0"),)
     # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (vllm/engine/arg_utils.py, 0.32.0): max_num_seqs is
     # 1024 on GPUs of 160 GiB or more, and of 70 GiB or more other than A100s; 256 elsewhere.

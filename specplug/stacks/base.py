@@ -32,6 +32,7 @@ from specplug.stacks.windows import (
     describe_windows,
     pick_floor,
     spelling,
+    version_in,
 )
 from specplug.versions import version_key
 
@@ -80,9 +81,8 @@ class BaseAdapter:
     # model's own maximum), instead of capping requests at what fits.
     reserves_full_context: ClassVar[bool] = False
     runs_on_cpu: ClassVar[bool] = False  # serves on the host's CPU when the machine has no GPU
-    # Versions whose default scheduler runs a joining request's prefill inside the running batch's decode step
-    # (chunked prefill, in-flight batching; value: the stack's name for it). Elsewhere a prefill is a pass of its
-    # own, and the running requests wait all of it: the load model prices the two differently.
+    # Versions whose default scheduler runs a joining prefill inside the running batch's decode step (value: the
+    # stack's name for it); elsewhere the running requests wait the whole prefill, and the load model says so.
     prefill_mixing: ClassVar[tuple[Window, ...]] = ()
     fallback_only: ClassVar[bool] = False  # never chosen as the default stack, only named (or as launch's fallback)
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
@@ -148,7 +148,7 @@ class BaseAdapter:
 
     def mixes_prefill(self, version: str | None) -> bool:
         """Whether a joining request's prefill rides in the running batch's decode step at ``version``."""
-        return spelling({"prefill": self.prefill_mixing}, "prefill", version) is not None
+        return any(version_in(version, w.since, w.until) for w in self.prefill_mixing)
 
     def parallel_draft_formats(self, version: str | None) -> frozenset[str]:
         """Drafter formats drafted all k tokens at once at ``version`` (read from ``parallel_drafting``)."""

@@ -112,12 +112,11 @@ def test_a_joining_prefill_stalls_the_others_as_the_stack_schedules_it(lm, tmp_p
         (tmp_path / f"x-profile-c{c}.json").write_text(json.dumps(res))
     s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
                  rate_window_s=20.0, work=tmp_path, replay=True)
-    own, info = lm.calibrate("", s, "x", mixed=False)
-    mixed, mixed_info = lm.calibrate("", s, "x", mixed=True)
-    assert own.stall_ms == pytest.approx(150.0) and info["mixed_prefill"] is False
+    own, info = lm.calibrate("", s, "x", mixes_prefill=False)
+    mixed, mixed_info = lm.calibrate("", s, "x", mixes_prefill=True)
+    assert own.stall_ms == pytest.approx(150.0) and info["mixes_prefill"] is False
     assert mixed.stall_ms == pytest.approx(110.0) and mixed_info["stall_ms"] == pytest.approx(110.0)
     assert lm.predict(mixed, 3.0, 24).tpot_ms_p50 < lm.predict(own, 3.0, 24).tpot_ms_p50
-    assert lm.declared("vllm", "0.32.0").mixes_prefill and not lm.declared("embedded").mixes_prefill
 
 
 def test_every_profile_point_sends_each_prompt_equally_often(lm, tmp_path):
@@ -126,3 +125,18 @@ def test_every_profile_point_sends_each_prompt_equally_often(lm, tmp_path):
     rows = json.loads(lm.dataset(s, 2 * len(lm.PROMPTS)).read_text())
     sent = [r["conversations"][0]["value"] for r in rows]
     assert sorted(sent) == sorted(lm.PROMPTS * 2)
+
+
+def test_every_profile_point_runs_a_whole_number_of_rounds_over_the_prompts(lm, tmp_path, monkeypatch):
+    sent = []
+
+    def bench(base, s, n, **kw):
+        sent.append((n, kw.get("every_prompt")))
+        return lm.Measured(completed=n, failed=0, tpot_ms_p50=40.0, ttft_ms_p50=100.0, tokens_per_s=1.0,
+                           requests_per_s=1.0, itl_ms_p50=40.0, tokens_per_chunk=1.0)
+
+    monkeypatch.setattr(lm, "bench", bench)
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4, 8],
+                 rate_window_s=20.0, work=tmp_path)
+    lm.calibrate("", s, "x", mixes_prefill=False)
+    assert [n for n, _ in sent] == [8, 8, 16] and all(every for _, every in sent)

@@ -79,16 +79,24 @@ def test_prefill_takes_its_share_of_the_gpu() -> None:
 
 def test_a_prefill_mixed_into_the_step_stalls_the_others_for_its_excess_only() -> None:
     own = linear_arm(40.0, 2.0, prefill_ms=100.0)
-    mixed = L.Arm(own.step_ms, own.tokens_per_step, 100.0, own.capacity, mixed_prefill=True)
+    mixed = L.Arm(own.step_ms, own.tokens_per_step, 100.0, own.capacity, mixes_prefill=True)
     assert own.stall_ms == 100.0
     assert mixed.stall_ms == pytest.approx(100.0 - 42.0)  # the step it rides in yields tokens too
     assert L.predict(mixed, 2.0, 64).tpot_ms_p50 < L.predict(own, 2.0, 64).tpot_ms_p50
     assert L.saturation_rate(mixed, 64) > L.saturation_rate(own, 64)
-    # Its first token comes out of a step of the whole running batch: alone, both wait the same prefill.
+    # Its first token comes out of a step of the whole running batch: alone, both wait the same prefill; beside
+    # others, the mixed one waits that whole step as well.
     lone = L.predict(mixed, 0.01, 64)
     assert lone.ttft_ms_p50 == pytest.approx(L.predict(own, 0.01, 64).ttft_ms_p50, rel=0.02)
-    assert L.predict(mixed, 2.0, 64).ttft_ms_p50 > lone.ttft_ms_p50
+    busy = L.predict(mixed, 2.0, 64)
+    step = L._interp(mixed.step_ms, max(busy.running_batch, 1.0))
+    assert busy.ttft_ms_p50 == pytest.approx(step + mixed.stall_ms + step / 2)
+    # A speculative arm's prefill rides in the verification pass, not beside its drafting.
+    spec = L.Arm(own.step_ms, own.tokens_per_step, 100.0, own.capacity, mixes_prefill=True, absorbed_ms=30.0)
+    assert spec.stall_ms == pytest.approx(70.0)
 
 
-def test_a_prefill_cheaper_than_a_step_stalls_nothing() -> None:
-    assert L.Arm(lambda b: 50.0, lambda b: 1.0, 30.0, 8, mixed_prefill=True).stall_ms == 0.0
+def test_a_prefill_cheaper_than_a_step_stalls_nothing_and_yields_its_token_with_the_step() -> None:
+    arm = L.Arm(lambda b: 50.0, lambda b: 1.0, 30.0, 8, mixes_prefill=True)
+    assert arm.stall_ms == 0.0
+    assert L.predict(arm, 0.01, 64).ttft_ms_p50 == pytest.approx(50.0 + 25.0)
