@@ -4,7 +4,7 @@
 
 The same engines, prompts and rounds as engine_closed_loop.py (16 prompts, 64 output tokens, greedy, ``c`` in
 flight). Per round it prints output tokens/s and the round's steps split into admissions (prefill passes) and
-decode passes, each with a ``*`` where the pacer ran it to time a pass size; the decode passes by running batch
+decode passes (``mixed``: a decode pass that also fed a joining prompt), each with a ``*`` where the pacer ran it to time a pass size; the decode passes by running batch
 (count x median ms); what speculation did (``spec_steps``); and the tokens the target computed in decode passes
 (plain computes one per row per pass). A ratio below 1 is then read as: more passes, dearer passes of the same
 batch, or more admissions. Needs the ``[runtime]`` extra.
@@ -43,15 +43,17 @@ def main() -> int:
 
     def step(self: DecodeBatch) -> list:
         rows, queued = len(self.rows), len(self._queue)
+        # A prompt joins in a pass of its own, or rides in the running rows' pass (mixed).
+        mixed = bool(self._joining) or (queued and self._interleaving())
         t = time.perf_counter()
         outs = plain_step(self)
         seconds = time.perf_counter() - t
         pacer = self.engine.pacer
         # An admission runs no pacer: its ``measuring`` is the previous decode pass's.
-        timing = not queued and pacer is not None and pacer.measuring
-        kind = ("admit" if queued else "decode") + ("*" if timing else "")
+        timing = (mixed or not queued) and pacer is not None and pacer.measuring
+        kind = ("mixed" if mixed else "admit" if queued else "decode") + ("*" if timing else "")
         steps_log.append((kind, rows, seconds))
-        if not queued:
+        if not queued and not mixed:
             fed.append(rows if pacer is None else last_fed[0])
         return outs
 

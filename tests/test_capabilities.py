@@ -87,4 +87,5 @@ def test_how_each_stack_schedules_prefills_reaches_the_policy():
     assert not declared("vllm", "0.7.3").mixes_prefill  # the V0 engine ran prefills as steps of their own
     assert declared("trtllm", "1.0.0").mixes_prefill
     assert not declared("sglang", "0.5.23").mixes_prefill  # mixed chunks are opt-in
-    assert not declared("embedded").mixes_prefill
+    assert declared("embedded").mixes_prefill  # a joining prompt rides in the decode pass, in chunks
+    assert not declared("tgi", "3.0.0").mixes_prefill

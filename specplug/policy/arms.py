@@ -69,11 +69,14 @@ def _arm_load(p: L.LoadPoint) -> ArmLoad:
                    output_tokens_per_s=round(p.output_tokens_per_s, 1), saturated=p.saturated)
 
 
-BASIS = ("continuous-batching steady state (Little's law over the cost model's step times; a joining prefill holds up "
-         "the running requests for its whole pass, or for its excess over a step where the stack mixes it into steps; "
-         "each request decodes beside the others present, a Poisson count; queueing by the M/M/c approximation near "
-         "capacity): not yet checked against measured servers for this model; measure with "
-         "'specplug tune --request-rate'")
+BASIS = ("continuous-batching steady state (Little's law over the cost model's step times; {stall}; each request "
+         "decodes beside the others present, a Poisson count; queueing by the M/M/c approximation near capacity): not "
+         "yet checked against measured servers for this model; measure with 'specplug tune --request-rate'")
+STALLS = {
+    False: "a joining prefill runs as a pass of its own on this stack, and the running requests wait for all of it",
+    True: "this stack mixes a joining prefill into the running batch's step, so the running requests wait only for "
+          "its excess over a step",
+}
 
 
 def predict_load(
@@ -96,7 +99,7 @@ def predict_load(
                                           speculative=round(L.saturation_rate(spec, output_len), 3)),
         max_request_rate_within_slo=within,
         sweep=sweep(base, spec, output_len),
-        basis=BASIS,
+        basis=BASIS.format(stall=STALLS[base.mixes_prefill]),
     )
 
 

@@ -77,6 +77,7 @@ class KVState:
         self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.holes = False
         self._last_n = 0
+        self._added: torch.Tensor | None = None  # real tokens per row of the last masked forward
 
     @property
     def length(self) -> int:
@@ -88,7 +89,8 @@ class KVState:
 
     def forward(
         self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
-        fed: torch.Tensor | None = None,
+        fed: torch.Tensor | None = None, logits_at: torch.Tensor | None = None,
+        parts: list[tuple[int, int]] | None = None,
     ) -> torch.Tensor:
         """Feed ``tokens`` ``(B, n)``; ``mask`` ``(B, n)`` marks real tokens (None: all real). Returns logits.
 
@@ -96,6 +98,9 @@ class KVState:
         vocabulary projection. ``fed`` ``(B, n)`` marks the real tokens whose logits are wanted; the others are
         padding that the next ``rollback`` drops (a row with fewer drafts than the widest). A model that packs
         (the lean decoder) computes neither those nor ``mask``'s padding; their logits are then zero.
+        ``logits_at`` (a model that packs only) asks for some fed columns' logits alone, packed to the left per row,
+        and ``parts`` (with ``fed``) cuts the rows into runs fed in fewer columns (see
+        :meth:`specplug.runtime.decoder.LeanDecoder.forward`).
         """
         b, n = tokens.shape
         start = self.length
@@ -123,6 +128,12 @@ class KVState:
                 skip = fed if skip is None else skip & fed
             if skip is not None:
                 extra["fed"] = skip
+            if logits_at is not None:
+                extra["logits_at"] = logits_at
+            if parts is not None:
+                extra["fed"], extra["parts"] = fed, parts
+        elif logits_at is not None or parts is not None:
+            raise ValueError("logits_at and parts need a model that packs (the lean decoder)")
         out = self.model(
             input_ids=tokens,
             position_ids=positions,
@@ -134,6 +145,7 @@ class KVState:
         )
         self.next_pos = self.next_pos + added
         self._last_n = n
+        self._added = None if mask is None else added
         return out.logits
 
     def _mask(self, start: int, n: int) -> torch.Tensor:
@@ -178,12 +190,13 @@ class KVState:
     def rollback(self, keep: torch.Tensor) -> None:
         """Of the columns the last ``forward`` added, keep the first ``keep[b]`` for row b; forget the rest.
 
-        Assumes those columns were all real tokens (verification feeds no padding).
+        Each row's real tokens come first in those columns (verification's drafts, a prompt's chunk), so that the
+        first ``keep[b]`` of them are real.
         """
         n = self._last_n
         start = self.length - n
-        drop = n - keep
-        self.next_pos = self.next_pos - drop
+        added = n if self._added is None else self._added
+        self.next_pos = self.next_pos - (added - keep)
         cols = torch.arange(n, device=self.device).unsqueeze(0)
         self.valid[:, start:] &= cols < keep.unsqueeze(1)
         max_keep = int(keep.max()) if keep.numel() else 0
@@ -192,6 +205,36 @@ class KVState:
         crop_cache(self.cache, start + max_keep)
         self.valid = self.valid[:, : start + max_keep]
         self._last_n = 0
+        self._added = None
+
+    def compact(self, rows: list[int], fed: list[int]) -> None:
+        """Move each of ``rows``' last ``fed`` real columns (what the last forward fed it: a prompt beside decoding
+        rows, which left those columns empty) left, to end where the other rows end, as far as the row's earlier
+        columns allow; then drop the columns no row uses. A prompt fed beside a running batch thus widens the cache
+        by no more than the batch's own step, as if it had been left-padded to the batch's length."""
+        if not rows:
+            return
+        last = self.length - 1 - self.valid.flip(1).long().argmax(1)  # each row's last real column
+        last = torch.where(self.valid.any(1), last, -1).tolist()
+        moving = set(rows)
+        end = max((last[r] + 1 for r in range(self.batch_size) if r not in moving), default=0)
+        kv = _kv_lists(self.cache)
+        new_end = end
+        for r, n in zip(rows, fed, strict=True):
+            src = last[r] + 1 - n
+            before = self.valid[r, :src].nonzero()
+            dst = max(int(before[-1]) + 1 if before.numel() else 0, end - n)
+            if dst < src:
+                for k, v in kv:
+                    k[r, :, dst : dst + n] = k[r, :, src : src + n].clone()
+                    v[r, :, dst : dst + n] = v[r, :, src : src + n].clone()
+                self.valid[r, src : src + n] = False
+                self.valid[r, dst : dst + n] = True
+                self.holes = True
+            new_end = max(new_end, min(dst, src) + n)
+        if new_end < self.length:
+            crop_cache(self.cache, new_end)
+            self.valid = self.valid[:, :new_end]
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (finished or cancelled sequences leave the batch)."""

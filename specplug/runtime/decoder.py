@@ -22,7 +22,7 @@ import ctypes
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -167,6 +167,8 @@ class GrowCache:
 
     Speaks the part of transformers' ``DynamicCache`` API that :class:`~specplug.runtime.cache.KVState` uses:
     ``update``, ``get_seq_length``, ``crop_to``, ``batch_select_indices`` and ``layers[i].keys/values``.
+    Buffers start zeroed, so a column no pass wrote is finite: a masked key's weight is then exactly zero (an
+    uninitialised NaN would poison the sum).
     """
 
     def __init__(self) -> None:
@@ -187,11 +189,11 @@ class GrowCache:
     def reserve(self, layers: int, end: int, b: int, heads: int, dim: int, like: torch.Tensor) -> list[_Layer]:
         """Make the first ``layers`` layers hold at least ``end`` columns (filled ones kept); returns the layers."""
         while len(self.layers) < layers:
-            self.layers.append(_Layer(like.new_empty(b, 2 * heads, end + _GROW, dim), heads, 0))
+            self.layers.append(_Layer(like.new_zeros(b, 2 * heads, end + _GROW, dim), heads, 0))
         for layer in self.layers[:layers]:
             old = layer.buf
             if end > old.shape[2]:
-                layer.buf = old.new_empty(old.shape[0], old.shape[1], max(2 * old.shape[2], end + _GROW), old.shape[3])
+                layer.buf = old.new_zeros(old.shape[0], old.shape[1], max(2 * old.shape[2], end + _GROW), old.shape[3])
                 layer.buf[:, :, : layer.length] = old[:, :, : layer.length]
         return self.layers
 
@@ -223,9 +225,8 @@ class GrowCache:
         for a, b in zip(top.layers, bottom.layers, strict=True):
             width = max(a.length, b.length)
             ra = a.buf.shape[0]
-            buf = a.buf.new_empty(ra + b.buf.shape[0], a.buf.shape[1], width + _GROW, a.buf.shape[3])
+            buf = a.buf.new_zeros(ra + b.buf.shape[0], a.buf.shape[1], width + _GROW, a.buf.shape[3])
             for part, layer in ((buf[:ra], a), (buf[ra:], b)):
-                part[:, :, : width - layer.length].zero_()  # padding is masked, and must not be NaN
                 part[:, :, width - layer.length : width] = layer.buf[:, :, : layer.length]
             out.layers.append(_Layer(buf, a.kv_heads, width))
         return out
@@ -411,6 +412,23 @@ def _subset_head(lm_head: Any, vocab: torch.Tensor) -> _SubsetHead:
     return cached[1]
 
 
+@dataclass(frozen=True)
+class _Run:
+    """Rows ``r0:r1`` of a pass, fed in their first ``width`` columns: ``idx`` their fed columns in that grid (None:
+    all), ``o0:o1`` their place in the packed hidden state, and their RoPE factors, mask and split."""
+
+    r0: int
+    r1: int
+    width: int
+    idx: torch.Tensor | None
+    o0: int
+    o1: int
+    cos: torch.Tensor
+    sin: torch.Tensor
+    mask: torch.Tensor | None
+    split: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None
+
+
 class LeanDecoder(torch.nn.Module):
     """Wraps a Llama-family ``*ForCausalLM`` (see :func:`unsupported_reason`); called like it by ``KVState``.
 
@@ -540,6 +558,69 @@ class LeanDecoder(torch.nn.Module):
             return rows, None, None if mask is None else mask[1:]
         return rows, mask[:, :, :1, : past + 1], mask.index_select(0, rows)[:, :, 1:]
 
+    def _runs(
+        self, parts: Sequence[tuple[int, int]], fed: torch.Tensor | None, past: int, mask: torch.Tensor | None,
+        cos: torch.Tensor, sin: torch.Tensor,
+    ) -> list[_Run]:
+        """The pass's runs of rows (see ``forward``'s ``parts``), each with what its attention needs."""
+        out, r0, o0 = [], 0, 0
+        for rows, width in parts:
+            r1 = r0 + rows
+            f = None if fed is None else fed[r0:r1, :width]
+            idx = None if f is None else f.reshape(-1).nonzero().squeeze(1)
+            m = mask
+            if mask is not None and len(parts) > 1:
+                m = mask[:width, : past + width] if mask.dim() == 2 else mask[r0:r1, :, :width, : past + width]
+            split = self._split(f, past, m) if idx is not None and width > 1 and past > 0 else None
+            o1 = o0 + (rows * width if idx is None else idx.numel())
+            out.append(_Run(r0, r1, width, idx, o0, o1, cos[r0:r1, :width], sin[r0:r1, :width], m, split))
+            r0, o0 = r1, o1
+        return out
+
+    def _attend(
+        self, qkv: torch.Tensor, run: _Run, buf: torch.Tensor, past: int, end: int, causal: bool, repeat: bool,
+    ) -> torch.Tensor:
+        """Attention of one run of rows: RoPE on its queries and keys, its keys and values into the cache, and its
+        attention output for its fed columns ``(fed, heads * D)``."""
+        heads, kv, dim = self.n_heads, self.n_kv, self.head_dim
+        gqa, groups, half = kv != heads, heads // kv, dim // 2
+        rows, width = run.r1 - run.r0, run.width
+        qkv = qkv[run.o0 : run.o1]
+        if run.idx is not None:
+            qkv = qkv.new_zeros(rows * width, qkv.shape[1]).index_copy_(0, run.idx, qkv)
+        qkv = qkv.view(rows, width, heads + 2 * kv, dim)
+        # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
+        # and one copy puts both into the cache. Same products and sum as out of place.
+        qk = qkv[:, :, : heads + kv]
+        # rotate_half without its sign (carried by sin): qk rolled by half, as roll builds it on a CPU.
+        turned = torch.cat((qk[..., half:], qk[..., :half]), -1).mul_(run.sin)
+        qk.mul_(run.cos).add_(turned)
+        buf = buf[run.r0 : run.r1] if rows != buf.shape[0] else buf
+        top = past + width
+        buf[:, :, past:top] = qkv[:, :, heads:].transpose(1, 2)
+        k, v = buf[:, :kv, :top], buf[:, kv:, :top]
+        if gqa and repeat:
+            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+        q = qkv[:, :, :heads].transpose(1, 2)
+        mask = run.mask
+        if run.split is None:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
+                                               enable_gqa=gqa and not repeat)
+        else:
+            # Every row's first column over the keys up to it; the later columns only of the rows that feed
+            # them (a verification step where few rows carry drafts), over those rows' keys alone.
+            later, mask0, mask_r = run.split
+            a = q.new_zeros(q.shape)
+            a[:, :, :1] = F.scaled_dot_product_attention(
+                q[:, :, :1], k[:, :, : past + 1], v[:, :, : past + 1], attn_mask=mask0, scale=self.scaling,
+                enable_gqa=gqa and not repeat)
+            if later.numel():
+                a[later, :, 1:] = F.scaled_dot_product_attention(
+                    q[later, :, 1:], k.index_select(0, later), v.index_select(0, later), attn_mask=mask_r,
+                    scale=self.scaling, enable_gqa=gqa and not repeat)
+        a = a.transpose(1, 2).reshape(rows * width, -1)
+        return a if run.idx is None else a.index_select(0, run.idx)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -549,6 +630,8 @@ class LeanDecoder(torch.nn.Module):
         use_cache: bool = True,
         logits_to_keep: int = 0,
         fed: torch.Tensor | None = None,
+        logits_at: torch.Tensor | None = None,
+        parts: Sequence[tuple[int, int]] | None = None,
         **_: Any,
     ) -> SimpleNamespace:
         """``input_ids`` ``(B, n)``; ``attention_mask`` ``(B, 1, n, C)`` (bool or additive) or None for causal.
@@ -557,6 +640,18 @@ class LeanDecoder(torch.nn.Module):
         attend to (a row's drafts shorter than the widest, a shorter prompt's left padding). Only fed columns go
         through the projections and the MLP, which are nearly all of a step's arithmetic; the others get zero
         keys and values and zero logits. With ``logits_to_keep`` the last column must be fed in every row.
+
+        ``logits_at`` ``(B, n)`` bool, fed columns only: the columns whose logits are wanted (a pass that also feeds
+        prompts wants none of a prompt's but its last). The logits are then ``(B, w, V)``, row b's wanted columns in
+        order at ``[b, :count_b]`` and zeros after, ``w`` the most any row wants: no vocabulary projection and no
+        ``(B, n, V)`` buffer for a long prompt's columns.
+
+        ``parts`` ``[(rows, width), ...]`` (with ``fed``) cuts the batch into runs of rows, in order, whose fed columns
+        all lie in their first ``width`` columns: each run's attention, keys and values span only those (running
+        rows' one-token steps beside a joining prompt's chunk), not ``n`` columns for every row. The cache still
+        grows by ``n`` columns; a run's columns past its width keep what the buffer held (zeros, or keys rolled back
+        before: finite either way), which its queries never see and later ones see only where the row's mask
+        says so.
         """
         b, n = input_ids.shape
         self._forwards += 1
@@ -589,14 +684,12 @@ class LeanDecoder(torch.nn.Module):
                 cols = torch.arange(end, device=dev)
                 rows = torch.arange(past, end, device=dev)
                 mask = cols.unsqueeze(0) <= rows.unsqueeze(1)
-        heads, kv, dim, inter = self.n_heads, self.n_kv, self.head_dim, self.inter
-        gqa, groups = kv != heads, heads // kv
+        kv, dim, inter = self.n_kv, self.head_dim, self.inter
         # CUDA's fused kernels take grouped heads only without a mask (as transformers decides); the CPU kernel
         # takes both, and repeating would copy the whole cache every layer.
         repeat = mask is not None and input_ids.is_cuda
         layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
-        nq = heads + kv
-        split = self._split(fed, past, mask) if idx is not None and n > 1 and past > 0 else None
+        runs = self._runs(parts or [(b, n)], fed, past, mask, cos, sin)
         # Which stored form of a weight kept more than one way (CPU_LAYOUT, CPU_PACKED) this pass multiplies by.
         alt, pack = m not in TORCH_LAYOUT_ROWS, m in PACKED_ROWS
         dnn = self.onednn and m >= ONEDNN_FROM_ROWS
@@ -605,47 +698,27 @@ class LeanDecoder(torch.nn.Module):
             packs = w.dnn if dnn else w.packs if pack else {}
             rhs = w.rhs[alt]
             qkv = _linear(x, rhs["qkv"], packs.get("qkv"), w.qkv_bias)
-            if idx is not None:
-                qkv = qkv.new_zeros(b * n, qkv.shape[1]).index_copy_(0, idx, qkv)
-            qkv = qkv.view(b, n, nq + kv, dim)
-            # RoPE on q and k together, in place, so that the turned keys and the values sit side by side in qkv
-            # and one copy puts both into the cache. Same products and sum as out of place.
-            qk = qkv[:, :, :nq]
-            # rotate_half without its sign (carried by sin): qk rolled by half, as roll builds it on a CPU.
-            turned = torch.cat((qk[..., half:], qk[..., :half]), -1).mul_(sin)
-            qk.mul_(cos).add_(turned)
-            buf = layer.buf
-            buf[:, :, past:end] = qkv[:, :, heads:].transpose(1, 2)
             layer.length = end
-            k, v = buf[:, :kv, :end], buf[:, kv:, :end]
-            if gqa and repeat:
-                k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-            q = qkv[:, :, :heads].transpose(1, 2)
-            if split is None:
-                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scaling,
-                                                   enable_gqa=gqa and not repeat)
-            else:
-                # Every row's first column over the keys up to it; the later columns only of the rows that feed
-                # them (a verification step where few rows carry drafts), over those rows' keys alone.
-                rows, mask0, mask_r = split
-                a = q.new_zeros(q.shape)
-                a[:, :, :1] = F.scaled_dot_product_attention(
-                    q[:, :, :1], k[:, :, : past + 1], v[:, :, : past + 1], attn_mask=mask0, scale=self.scaling,
-                    enable_gqa=gqa and not repeat)
-                if rows.numel():
-                    a[rows, :, 1:] = F.scaled_dot_product_attention(
-                        q[rows, :, 1:], k.index_select(0, rows), v.index_select(0, rows), attn_mask=mask_r,
-                        scale=self.scaling, enable_gqa=gqa and not repeat)
+            att = [self._attend(qkv, r, layer.buf, past, end, causal, repeat) for r in runs]
             # In place from here on: h is this forward's own tensor, and in-place ops skip an allocation each.
-            a = a.transpose(1, 2).reshape(b * n, -1)
-            h += _linear(a if idx is None else a.index_select(0, idx), rhs["o"], packs.get("o"), w.ob)
+            h += _linear(att[0] if len(att) == 1 else torch.cat(att), rhs["o"], packs.get("o"), w.ob)
             x = self._rms(h, w.post_norm, w.post_eps)
             gu = _linear(x, rhs["gate_up"], packs.get("gate_up"))
             g = F.silu(gu[:, :inter], inplace=True).mul_(gu[:, inter:])
             h += _linear(g, rhs["down"], packs.get("down"))
         h = self._rms(h, self.final_norm, self.final_eps)
         keep = n
-        if logits_to_keep:
+        place = None
+        if logits_at is not None:
+            want = logits_at.reshape(-1)
+            h = h.index_select(0, (want if idx is None else want.index_select(0, idx)).nonzero().squeeze(1))
+            keep = int(logits_at.sum(1).max()) if b else 0
+            # Each wanted column's place in the (B, keep) output: its row, then its rank among the row's wanted.
+            rank = logits_at.long().cumsum(1) - 1
+            place = (torch.arange(b, device=dev).unsqueeze(1) * keep + rank)[logits_at]
+            if not keep:  # a pass that only feeds a prompt's inner chunk
+                return SimpleNamespace(logits=h.new_zeros(b, 0, 0), cache=cache)
+        elif logits_to_keep:
             keep = min(logits_to_keep, n)
             if idx is None:
                 h = h.view(b, n, -1)[:, -keep:].reshape(b * keep, -1)
@@ -657,7 +730,9 @@ class LeanDecoder(torch.nn.Module):
         packed = self.lm_head_dnn if self.onednn and rows >= ONEDNN_FROM_ROWS else (
             self.lm_head_p if rows in PACKED_ROWS else None)
         logits = _linear(h, head, packed, self.lm_bias)
-        if idx is not None and not logits_to_keep:
+        if place is not None:
+            logits = logits.new_zeros(b * keep, logits.shape[1]).index_copy_(0, place, logits)
+        elif idx is not None and not logits_to_keep:
             logits = logits.new_zeros(b * n, logits.shape[1]).index_copy_(0, idx, logits)
         return SimpleNamespace(logits=logits.view(b, keep, -1), cache=cache)
 

@@ -3,7 +3,7 @@
 API (what a server drives)
 --------------------------
 ``SpeculativeEngine(target, tokenizer=None, proposer_factory=None, k=4, adaptive=False, k_max=None,
-device=None, eos_token_ids=None, lean=True, paced=False)``
+device=None, eos_token_ids=None, lean=True, paced=False, prefix_cache_bytes=0, prefill_chunk=PREFILL_CHUNK)``
     ``proposer_factory()`` returns a fresh :class:`~specplug.runtime.proposers.Proposer` per batch (None:
     plain decoding). Build one from names with :func:`specplug.runtime.models.build_engine`. ``lean`` runs
     Llama-family targets through :mod:`specplug.runtime.decoder` (same logits, less overhead). ``paced``
@@ -46,6 +46,10 @@ gives the same tokens alone and batched beside others (pacing then drafts a fixe
 How a step works: each row feeds [last token, its drafts] in one target forward (rows with fewer drafts
 carry padding that is rolled back), the verifier decides per row, the target cache keeps per row exactly the
 columns that row accepted (see :mod:`specplug.runtime.cache`), and the proposer rolls its own state back.
+Queued prompts join inside that same forward, up to ``prefill_chunk`` prompt tokens a step (a longer prompt
+joins over several steps), so the running requests do not wait for them; a joining row starts decoding from the
+step that fed its prompt's last token. With nothing running, or a target that does not pack (computes padding),
+queued prompts are prefilled in passes of their own instead.
 """
 
 from __future__ import annotations
@@ -201,6 +205,8 @@ class _Row:
     stats: RequestStats
     stream: TextStream | None = None  # ids -> text and stop strings, where the engine has a tokenizer
     gen: torch.Generator | None = None  # the request's own random numbers (set when it joins)
+    joined: float = 0.0  # when it joined (its prompt's first pass)
+    prefilled: int = 0  # prompt tokens in the target's cache (a prompt that joins over several passes)
     finish_reason: str | None = None
     grammar: Any = None  # the request's specplug.runtime.structured.GrammarState (set when it joins)
     found: list[_Found] = field(default_factory=list)  # a free proposer's drafts still being matched
@@ -217,6 +223,27 @@ class _Row:
     @property
     def generated(self) -> list[int]:
         return self.history[self.prompt_len :]
+
+
+@dataclass
+class _Turn:
+    """The running rows' part of a step, drafted and ready for the target pass: what it feeds (``feed``: each row's
+    last token then its drafts; ``fed``: which of those are real) and what verifying and settling it needs."""
+
+    rows: list[_Row]
+    ks: list[int]
+    warper: RowWarper
+    gens: RowGenerators
+    draft: Draft
+    dtokens: torch.Tensor
+    dn: torch.Tensor
+    drafting: float  # seconds the proposer took
+    found: list[_Found] | None
+    free: bool
+    guided: list[int]
+    feed: torch.Tensor
+    fed: torch.Tensor | None
+    dtok_l: list[list[int]] | None = None
 
 
 class _NoProposer:
@@ -247,6 +274,9 @@ CALIBRATE_WIDTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
 CALIBRATE_BATCHES = (1, 2, 4, 8, 16, 32)
 CALIBRATE_RAGGED = (1, 2, 4)  # drafted tokens spread one per row, timed where the target packs
 CALIBRATE_CONTEXT = 96  # tokens in each calibration row's cache: a short chat's context
+# Prompt tokens a step feeds beside the running rows' turn (chunked prefill): a joining prompt costs the others at
+# most this much per step, and a longer one joins over several steps.
+PREFILL_CHUNK = 512
 
 
 class SpeculativeEngine:
@@ -265,6 +295,7 @@ class SpeculativeEngine:
         lean: bool = True,
         paced: bool = False,
         prefix_cache_bytes: int = 0,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -289,6 +320,10 @@ class SpeculativeEngine:
                 eos = getattr(target.config, "eos_token_id", None)
             eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
         self.eos_token_ids = set(eos_token_ids)
+        # Joining prompts ride in the running batch's passes, at most this many tokens a pass (0: each prompt is a
+        # prefill pass of its own). Needs a target that computes only the columns it is told to (packs).
+        self.prefill_chunk = prefill_chunk
+        self.interleaves = prefill_chunk > 0 and packs(self.target)
         # The target's KV of prompt prefixes it has computed, shared by this engine's batches (0 bytes: none kept).
         self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
 
@@ -350,6 +385,7 @@ class DecodeBatch:
         self.kv = KVState(engine.target, 0, self.device)
         self.rows: list[_Row] = []
         self._queue: list[_Row] = []
+        self._joining: list[_Row] = []  # prompts part-fed into the cache, its rows after the running ones
         self._cancelled: set[int] = set()
         self._done: dict[int, _Row] = {}
         self._released: set[int] = set()  # requests whose results nobody will ask for once they finish
@@ -386,7 +422,7 @@ class DecodeBatch:
 
     @property
     def pending(self) -> list[int]:
-        return [r.rid for r in self._queue]
+        return [r.rid for r in self._joining + self._queue]
 
     def release(self, rid: int) -> None:
         """Forget request ``rid``'s result once it has finished (a long-lived batch would keep every one)."""
@@ -401,23 +437,53 @@ class DecodeBatch:
             self._done[row.rid] = row
 
     def result(self, rid: int) -> Result:
-        row = self._done.get(rid) or next((r for r in self.rows + self._queue if r.rid == rid), None)
+        row = self._done.get(rid) or next((r for r in self.rows + self._joining + self._queue if r.rid == rid), None)
         if row is None:
             raise KeyError(rid)
         text = row.stream.text if row.stream is not None else None
         return Result(list(row.generated), text, row.finish_reason, row.stats)
 
     def __iter__(self) -> Iterator[list[StepOutput]]:
-        while self.rows or self._queue:
+        while self.rows or self._joining or self._queue:
             yield self.step()
 
     # -- decoding -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
-        outs = self._admit_and_cancel()
-        if not self.rows or any(o.new_tokens for o in outs):
-            # A step that admitted requests returns their first tokens (from the prefill) right away.
+        outs = self._cancel()
+        if self._queue and not self._interleaving():
+            outs += self._admit()
+            if not self.rows or any(o.new_tokens for o in outs):
+                # A step that admitted requests returns their first tokens (from the prefill) right away.
+                return outs
+        joins = self._joins()
+        if not self.rows and not joins:
             return outs
+        turn = self._propose() if self.rows else None
+        t1 = time.perf_counter()
+        logits = self._mixed_forward(turn, joins) if joins else self.kv.forward(turn.feed, fed=turn.fed)
+        running = len(turn.rows) if turn is not None else 0
+        keep = [t for _, t in joins]
+        if turn is not None:
+            n_acc, nxt, lps = self._verify(turn, logits[:running])
+            keep_t = n_acc + 1
+            self.kv.rollback(torch.cat([keep_t, keep_t.new_tensor(keep)]) if keep else keep_t)
+            outs += self._settle(turn, n_acc, nxt, lps, t1, timed=not joins)
+        else:
+            self.kv.rollback(torch.tensor(keep, dtype=torch.long, device=self.device))
+        self.kv.compact([running + j for j in range(len(joins))], keep)
+        finished = [i for i, r in enumerate(self.rows) if r.finish_reason is not None]
+        if finished and self.engine.pacer is not None:
+            self.engine.pacer.observe_finish(self.engine.decode_steps, len(finished))
+        if joins:
+            outs += self._joined(joins, logits[running:])
+            finished = [i for i, r in enumerate(self.rows) if r.finish_reason is not None]
+        if finished:
+            self._drop(finished)
+        return outs
+
+    def _propose(self) -> _Turn:
+        """Draft for every running row, as far as the pacer finds it pays; what the target pass then feeds."""
         rows = self.rows
         if self._warper is None:
             self._warper = RowWarper([r.params.sampling for r in rows], self.device)
@@ -482,36 +548,51 @@ class DecodeBatch:
             self.engine.spec_steps[_spec_state(limits, cut, draft)] += 1
         dtokens = draft.tokens.to(self.device)
         dn = draft.n.to(self.device)
-        dn_l = draft.n.tolist()
         # Columns past a row's own drafts are padding: a target that packs computes none of them.
         fed = None
-        if dtokens.shape[1] and min(dn_l) < dtokens.shape[1]:
+        if dtokens.shape[1] and min(draft.n.tolist()) < dtokens.shape[1]:
             fed = torch.arange(dtokens.shape[1] + 1, device=self.device).unsqueeze(0) <= dn.unsqueeze(1)
-        t1 = time.perf_counter()
-        logits = self.kv.forward(torch.cat([last.unsqueeze(1), dtokens], dim=1), fed=fed)
-        dtok_l = draft.tokens.tolist() if any(dn_l) else None
+        feed = torch.cat([last.unsqueeze(1), dtokens], dim=1)
+        return _Turn(rows, ks, warper, gens, draft, dtokens, dn, drafting, found, free, guided, feed, fed)
+
+    def _verify(self, turn: _Turn, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]:
+        """Accepted drafts and the next token per running row, from the target's logits over its fed columns; and
+        the log-probabilities of the rows that asked for them."""
+        rows, draft, guided = turn.rows, turn.draft, turn.guided
+        dn_l = draft.n.tolist()
+        turn.dtok_l = draft.tokens.tolist() if any(dn_l) else None
         if guided:
-            self._mask(rows, guided, logits, [d[:n] for d, n in zip(dtok_l, dn_l, strict=True)] if dtok_l else None)
+            drafts = [d[:n] for d, n in zip(turn.dtok_l, dn_l, strict=True)] if turn.dtok_l else None
+            self._mask(rows, guided, logits, drafts)
         lps = self._logprobs(rows, logits)
         logits = self._hold_stops(rows, logits)
-        n_acc, nxt = verify(logits, dtokens, dn, draft.probs, warper, gens)
-        self.kv.rollback(n_acc + 1)
-        self.proposer.commit(n_acc, nxt)
+        n_acc, nxt = verify(logits, turn.dtokens, turn.dn, draft.probs, turn.warper, turn.gens)
+        return n_acc, nxt, lps
 
+    def _settle(
+        self, turn: _Turn, n_acc: torch.Tensor, nxt: torch.Tensor, lps: dict[int, torch.Tensor], t1: float, timed: bool,
+    ) -> list[StepOutput]:
+        """Commit a verified turn: the proposer's state, the pacer's observations (``timed``: the pass fed this turn
+        alone, so its time is this turn's), and each row's new tokens."""
+        rows, ks, draft, found, free = turn.rows, turn.ks, turn.draft, turn.found, turn.free
+        dn_l, dtok_l = draft.n.tolist(), turn.dtok_l
+        self.proposer.commit(n_acc, nxt)
         acc_l, nxt_l = n_acc.tolist(), nxt.tolist()  # (a device sync)
-        for i in guided:
+        for i in turn.guided:
             rows[i].grammar.settle(acc_l[i], nxt_l[i])
+        pacer = self.engine.pacer
         if pacer is not None:
             t2 = time.perf_counter()
-            fed_tokens = len(rows) + sum(dn_l) if pacer.packed else len(rows) * (1 + dtokens.shape[1])
-            pacer.observe_pass(fed_tokens, t2 - t1, len(rows))
+            if timed:
+                fed_tokens = len(rows) + sum(dn_l) if pacer.packed else len(rows) * (1 + turn.dtokens.shape[1])
+                pacer.observe_pass(fed_tokens, t2 - t1, len(rows))
             if not draft.backlog:
-                pacer.observe_draft(max(ks, default=0), drafting, len(rows))
+                pacer.observe_draft(max(ks, default=0), turn.drafting, len(rows))
             if not free:  # a free proposer's drafts are scored as tokens are emitted (_score_found)
                 for row, k, a in zip(rows, ks, acc_l, strict=True):
                     pacer.observe_acceptance(k, a)
                     record(*row.counts(None), k, a)
-        finished: list[int] = []
+        outs: list[StepOutput] = []
         now = time.perf_counter()
         for i, row in enumerate(rows):
             a, n = acc_l[i], dn_l[i]
@@ -526,12 +607,6 @@ class DecodeBatch:
             if pacer is not None and free:
                 self._score_found(row, found[i] if found else None, emitted)
             outs.append(self._emit(row, emitted, now, lps.get(i)))
-            if row.finish_reason is not None:
-                finished.append(i)
-        if finished:
-            if pacer is not None:
-                pacer.observe_finish(step_no, len(finished))
-            self._drop(finished)
         return outs
 
     def _guide(self, rows: list[_Row], guided: list[int]) -> Callable[[torch.Tensor | None], torch.Tensor]:
@@ -632,98 +707,223 @@ class DecodeBatch:
             lps = token_logprobs(logprobs, emitted, params.logprobs or 0) if emitted else []
         return StepOutput(row.rid, emitted, delta, reason is not None, reason, stop_id, lps)
 
-    def _drop(self, idx: list[int]) -> None:
-        gone = set(idx)
+    def _drop(self, idx: list[int], joining: list[int] | None = None) -> None:
+        """Running rows ``idx`` (and joining rows ``joining``) leave the batch, their cache rows with them."""
+        gone, gone_j = set(idx), set(joining or ())
         for i in idx:
             self._finish(self.rows[i])
+        for j in gone_j:
+            self._finish(self._joining[j])
         # Rows in place stay; the places of departed ones go to the last rows, so that a cache moves only those
-        # rows (see GrowCache.batch_select_indices) instead of copying every one.
-        n = len(self.rows) - len(gone)
-        tail = [i for i in range(n, len(self.rows)) if i not in gone]
+        # rows (see GrowCache.batch_select_indices) instead of copying every one. Joining rows stay after them.
+        running = len(self.rows)
+        n = running - len(gone)
+        tail = [i for i in range(n, running) if i not in gone]
         keep = [tail.pop() if i in gone else i for i in range(n)]
+        keep_j = [j for j in range(len(self._joining)) if j not in gone_j]
         self.rows = [self.rows[i] for i in keep]
-        if self.rows:
-            sel = torch.tensor(keep, dtype=torch.long)
-            self.kv.select(sel.to(self.device))
-            self.proposer.select(sel)
-            self._warper = self._warper.select(keep) if self._warper else None
+        self._joining = [self._joining[j] for j in keep_j]
+        self._warper = self._warper.select(keep) if self._warper and self.rows else None
+        if self.rows or self._joining:
+            self.kv.select(torch.tensor(keep + [running + j for j in keep_j], dtype=torch.long, device=self.device))
         else:
-            # Nothing left: start the next admissions from a clean cache and proposer.
+            # Nothing left: start the next admissions from a clean cache.
             self.kv = KVState(self.engine.target, 0, self.device)
+        if self.rows:
+            self.proposer.select(torch.tensor(keep, dtype=torch.long))
+        else:  # and a clean proposer
             self.proposer = self.engine.proposer_factory() if self.engine.proposer_factory else _NoProposer()
-            self._warper = None
 
-    def _admit_and_cancel(self) -> list[StepOutput]:
+    def _cancel(self) -> list[StepOutput]:
+        """Requests cancelled since the last step leave, wherever they are (queued, joining or running)."""
         with self._lock:
             cancelled, self._cancelled = self._cancelled, set()
-            queue, self._queue = self._queue, []
+            queued = [r for r in self._queue if r.rid in cancelled]
+            self._queue = [r for r in self._queue if r.rid not in cancelled]
+        gone = [i for i, r in enumerate(self.rows) if r.rid in cancelled]
+        gone_j = [j for j, r in enumerate(self._joining) if r.rid in cancelled]
         outs = []
-        for row in [r for r in queue if r.rid in cancelled]:
+        for row in queued:
             row.finish_reason = "cancelled"
             self._finish(row)
             outs.append(StepOutput(row.rid, [], "", True, "cancelled"))
-        queue = [r for r in queue if r.rid not in cancelled]
-        gone = [i for i, r in enumerate(self.rows) if r.rid in cancelled]
-        for i in gone:
-            self.rows[i].finish_reason = "cancelled"
-            outs.append(StepOutput(self.rows[i].rid, [], "", True, "cancelled"))
-        if gone:
-            self._drop(gone)
-        if queue:
-            if self.engine.pacer is not None:
-                self.engine.pacer.observe_arrival(self.engine.decode_steps, len(queue), running=bool(self.rows))
-            for r in queue:
-                r.gen = torch.Generator(device=self.device)
-                if r.params.sampling.seed is not None:
-                    r.gen.manual_seed(r.params.sampling.seed)
-                else:
-                    r.gen.seed()
-            t0 = time.perf_counter()
-            # The prompt goes in (after the prefix the target has already computed, where the prefix cache holds
-            # one) and its last position gives the first token, as a plain ``generate`` computes it. Consecutive
-            # prompts of one length go in together and others apart, so that no compute goes to padding a short
-            # prompt to a long one's length (and equal ones still share a pass).
-            new = KVState(self.engine.target, 0, self.device)
-            parts = []
-            prefix = self.engine.prefix
-            for run, cached, kvs in _prefill_runs(queue, prefix):
-                part = KVState(self.engine.target, len(run), self.device)
-                if kvs is not None:
-                    part.seed(kvs)
-                parts.append(_prefill(part, [r.history[c:] for r, c in zip(run, cached, strict=True)], self.device))
-                for i, (r, c) in enumerate(zip(run, cached, strict=True)):
-                    r.stats.cached_prompt_tokens = c
-                    if prefix is not None:
-                        prefix.count(len(r.history), c)
-                        prefix.insert(r.history, part.row_kv(i))
-                new.merge(part)
-            logits = torch.cat(parts)
-            guided = [i for i, r in enumerate(queue) if r.params.grammar is not None]
-            for i in guided:
-                queue[i].grammar = queue[i].params.grammar.start()
-            if guided:
-                self._mask(queue, guided, logits, None)
-            lps = self._logprobs(queue, logits)
-            logits = self._hold_stops(queue, logits)
-            warper = RowWarper([r.params.sampling for r in queue], self.device)
-            no_draft = torch.zeros(len(queue), 0, dtype=torch.long, device=self.device)
-            gens = RowGenerators([r.gen for r in queue])
-            _, first = verify(logits, no_draft, no_draft.new_zeros(len(queue)), None, warper, gens)
-            self.kv.merge(new)
-            now = time.perf_counter()
-            first_l = first.tolist()
-            for i in guided:
-                queue[i].grammar.settle(0, first_l[i])
-            for i, (r, t) in enumerate(zip(queue, first_l, strict=True)):
-                r.stats.prefill_s = now - t0
-                r.stats.target_passes += 1
-                outs.append(self._emit(r, [t], now, lps.get(i)))
-            self.proposer.start([list(r.history) for r in queue])
-            self.rows.extend(queue)
-            self._warper = None
-            finished = [i for i, r in enumerate(self.rows) if r.finish_reason is not None]
-            if finished:
-                self._drop(finished)
+        for row in [self.rows[i] for i in gone] + [self._joining[j] for j in gone_j]:
+            row.finish_reason = "cancelled"
+            outs.append(StepOutput(row.rid, [], "", True, "cancelled"))
+        if gone or gone_j:
+            self._drop(gone, gone_j)
+        return outs
+
+    def _admit(self) -> list[StepOutput]:
+        """Prefill every queued prompt in passes of their own (no running rows to mix them with, or a target that
+        cannot mix); return their first tokens."""
+        with self._lock:
+            queue, self._queue = self._queue, []
+        if not queue:
+            return []
+        if self.engine.pacer is not None:
+            self.engine.pacer.observe_arrival(self.engine.decode_steps, len(queue), running=bool(self.rows))
+        self._seed(queue)
+        # The prompt goes in (after the prefix the target has already computed, where the prefix cache holds
+        # one) and its last position gives the first token, as a plain ``generate`` computes it. Consecutive
+        # prompts of one length go in together and others apart, so that no compute goes to padding a short
+        # prompt to a long one's length (and equal ones still share a pass).
+        new = KVState(self.engine.target, 0, self.device)
+        parts = []
+        prefix = self.engine.prefix
+        for run, cached, kvs in _prefill_runs(queue, prefix):
+            part = KVState(self.engine.target, len(run), self.device)
+            if kvs is not None:
+                part.seed(kvs)
+            parts.append(_prefill(part, [r.history[c:] for r, c in zip(run, cached, strict=True)], self.device))
+            for i, (r, c) in enumerate(zip(run, cached, strict=True)):
+                r.stats.cached_prompt_tokens = c
+                r.prefilled = r.prompt_len
+                if prefix is not None:
+                    prefix.count(len(r.history), c)
+                    prefix.insert(r.history, part.row_kv(i))
+            new.merge(part)
+        self.kv.merge(new)
+        outs = self._first_tokens(queue, torch.cat(parts))
+        self.proposer.start([list(r.history) for r in queue])
+        self.rows.extend(queue)
+        self._warper = None
+        finished = [i for i, r in enumerate(self.rows) if r.finish_reason is not None]
+        if finished:
+            self._drop(finished)
+        return outs
+
+    # -- joining --------------------------------------------------------------------------------------------
+    def _interleaving(self) -> bool:
+        """Whether queued prompts go into the running batch's passes (chunked) instead of a prefill pass of their
+        own that every running request waits for."""
+        return self.engine.interleaves and bool(self.rows or self._joining)
+
+    def _joins(self) -> list[tuple[_Row, int]]:
+        """This pass's prompt chunks, first come first served within ``prefill_chunk`` tokens: the prompt part-fed
+        before, then queued requests, which join the cache here (after their cached prefix, if any). Only the last
+        may stay part-fed, so that requests finish joining in order and every joining row feeds each pass."""
+        if not self._interleaving():
+            return []
+        budget = self.engine.prefill_chunk
+        joins = []
+        for r in self._joining:
+            take = min(r.prompt_len - r.prefilled, budget)
+            joins.append((r, take))
+            budget -= take
+        if budget <= 0 or not self._queue:
+            return joins
+        with self._lock:
+            queue, self._queue = self._queue, []
+        prefix = self.engine.prefix
+        new: list[_Row] = []
+        kvs: list[Any] = []
+        while queue and budget > 0:
+            r = queue.pop(0)
+            cached, kv = prefix.lookup(r.history) if prefix is not None else (0, None)
+            if prefix is not None:
+                prefix.count(len(r.history), cached)
+            r.prefilled = r.stats.cached_prompt_tokens = cached
+            take = min(r.prompt_len - cached, budget)
+            joins.append((r, take))
+            budget -= take
+            new.append(r)
+            kvs.append(kv)
+        with self._lock:
+            self._queue = queue + self._queue
+        if self.engine.pacer is not None:
+            self.engine.pacer.observe_arrival(self.engine.decode_steps, len(new), running=bool(self.rows))
+        self._seed(new)
+        hits = [kv for kv in kvs if kv is not None]
+        part = KVState(self.engine.target, 0 if hits else len(new), self.device)
+        if hits:  # cached prefixes, left-padded; rows without one start with none
+            part.seed([kv if kv is not None else [(k[:, :, :0], v[:, :, :0]) for k, v in hits[0]] for kv in kvs])
+        self.kv.merge(part)
+        self._joining.extend(new)
+        return joins
+
+    def _mixed_forward(self, turn: _Turn | None, joins: list[tuple[_Row, int]]) -> torch.Tensor:
+        """One target pass over the running rows' turn and the joining rows' prompt chunks, each row's real tokens
+        first (the rest padding the target does not compute). Logits: the turn's fed columns, then per joining row
+        its prompt's last column where this chunk ends the prompt."""
+        running = len(turn.rows) if turn is not None else 0
+        wide = turn.feed.shape[1] if turn is not None else 0
+        width = max([wide] + [t for _, t in joins])
+        tokens = torch.zeros(running + len(joins), width, dtype=torch.long)
+        real = torch.zeros(running + len(joins), width, dtype=torch.bool)
+        for j, (r, take) in enumerate(joins):
+            tokens[running + j, :take] = torch.tensor(r.history[r.prefilled : r.prefilled + take])
+            real[running + j, :take] = True
+        tokens, real = tokens.to(self.device), real.to(self.device)
+        wanted = real.clone()
+        if turn is not None:
+            tokens[:running, :wide] = turn.feed
+            real[:running, :wide] = True if turn.fed is None else turn.fed
+            wanted[:running] = real[:running]
+        for j, (r, take) in enumerate(joins):
+            wanted[running + j] = False
+            if r.prefilled + take == r.prompt_len:
+                wanted[running + j, take - 1] = True
+        # The running rows' attention spans their own few columns, not the prompt chunk's width.
+        parts = [(running, wide), (len(joins), width)] if running and wide < width else None
+        logits = self.kv.forward(tokens, real, fed=real, logits_at=wanted, parts=parts)
+        if logits.shape[1] < wide:  # the turn's columns past every row's drafts
+            logits = torch.nn.functional.pad(logits, (0, 0, 0, wide - logits.shape[1]))
+        return logits
+
+    def _joined(self, joins: list[tuple[_Row, int]], logits: torch.Tensor) -> list[StepOutput]:
+        """After a pass that fed ``joins``: the rows whose prompt it completed (the first ones) get their first
+        token from ``logits`` and start decoding; their prompts' KV goes into the prefix cache."""
+        for r, take in joins:
+            r.prefilled += take
+        done = [r for r, _ in joins if r.prefilled == r.prompt_len]
+        if not done:
+            return []
+        prefix = self.engine.prefix
+        if prefix is not None:
+            for j, r in enumerate(done):
+                prefix.insert(r.history, self.kv.row_kv(len(self.rows) + j))
+        outs = self._first_tokens(done, logits[: len(done), :1])
+        self._joining = self._joining[len(done) :]
+        self.proposer.start([list(r.history) for r in done])
+        self.rows.extend(done)
+        self._warper = None
+        return outs
+
+    def _seed(self, rows: list[_Row]) -> None:
+        """Each joining request's own random numbers (seeded by its seed, else at random), and its start time."""
+        now = time.perf_counter()
+        for r in rows:
+            r.joined = now
+            r.gen = torch.Generator(device=self.device)
+            if r.params.sampling.seed is not None:
+                r.gen.manual_seed(r.params.sampling.seed)
+            else:
+                r.gen.seed()
+
+    def _first_tokens(self, rows: list[_Row], logits: torch.Tensor) -> list[StepOutput]:
+        """Sample each joining row's first token from its prompt's last logits ``(B, 1, V)``, as plain decoding
+        does (grammar, min_tokens and its own random numbers)."""
+        guided = [i for i, r in enumerate(rows) if r.params.grammar is not None]
+        for i in guided:
+            rows[i].grammar = rows[i].params.grammar.start()
+        if guided:
+            self._mask(rows, guided, logits, None)
+        lps = self._logprobs(rows, logits)
+        logits = self._hold_stops(rows, logits)
+        warper = RowWarper([r.params.sampling for r in rows], self.device)
+        no_draft = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
+        gens = RowGenerators([r.gen for r in rows])
+        _, first = verify(logits, no_draft, no_draft.new_zeros(len(rows)), None, warper, gens)
+        now = time.perf_counter()
+        first_l = first.tolist()
+        for i in guided:
+            rows[i].grammar.settle(0, first_l[i])
+        outs = []
+        for i, (r, t) in enumerate(zip(rows, first_l, strict=True)):
+            r.stats.prefill_s = now - r.joined
+            r.stats.target_passes += 1
+            outs.append(self._emit(r, [t], now, lps.get(i)))
         return outs
 
 

@@ -143,6 +143,7 @@ def build_engine(
     ngram_max: int | None = None,
     paced: bool = True,
     prefix_cache_mb: float = 0,
+    prefill_chunk: int | None = None,
 ) -> SpeculativeEngine:
     """Load the target (and drafter) and return a ready engine.
 
@@ -193,5 +194,6 @@ def build_engine(
         def factory() -> DraftModelProposer:
             return DraftModelProposer(draft, dev, vocab=vocab)
 
+    chunk = {} if prefill_chunk is None else {"prefill_chunk": prefill_chunk}  # None: the engine's own
     return SpeculativeEngine(target, tok, factory, k=k, adaptive=adaptive, device=dev, paced=paced,
-                             prefix_cache_bytes=int(prefix_cache_mb * 2**20))
+                             prefix_cache_bytes=int(prefix_cache_mb * 2**20), **chunk)

@@ -30,14 +30,22 @@ DEFAULT_KEEP_ALIVE_S = 75
 DEFAULT_PREFIX_CACHE_MB = 256.0
 
 
-def _positive(text: str) -> int:
+def _whole(text: str, least: int) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {v}")
+    if v < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {v}")
     return v
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _non_negative_int(text: str) -> int:
+    return _whole(text, 0)
 
 
 def _seconds(text: str) -> float:
@@ -94,6 +102,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--prefix-cache-mb", type=_non_negative, default=DEFAULT_PREFIX_CACHE_MB, metavar="MIB",
                    help="Target KV of prompt prefixes kept for later prompts that start the same way, as vLLM's "
                         f"prefix caching does (default {DEFAULT_PREFIX_CACHE_MB:g} MiB; 0 turns it off).")
+    s.add_argument("--prefill-chunk", type=_non_negative_int, default=None, metavar="TOKENS",
+                   help="Prompt tokens a decode step feeds beside the running requests (chunked prefill), so that a "
+                        "joining prompt holds them up by at most that much per step (default: the runtime's chunk); "
+                        "0 runs each prompt as a pass of its own that the running requests wait for.")
     s.add_argument("--max-queue", type=_positive, default=256, help="Waiting requests before 503 (default 256).")
     s.add_argument("--max-model-len", type=_positive, default=None, help="Prompt + output tokens (default: model's).")
     s.add_argument("--max-prompt-tokens", type=_positive, default=None, help="Longest prompt accepted.")

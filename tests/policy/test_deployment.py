@@ -141,3 +141,17 @@ def test_vllms_default_request_cap_follows_the_gpu(gpu: str, cap: int) -> None:
                                                          "hardware": {"gpu": gpu, "num_gpus": 1},
                                                          "serve": {"max_num_seqs": 64}}))
     assert q.capacity_requests_without_drafter == 64
+
+
+def test_sglangs_mixed_chunk_flag_makes_a_joining_prefill_ride_in_the_step() -> None:
+    from specplug.config import Config
+
+    def plan(extra: list[str]):
+        return specplug.recommend(config=Config.model_validate({
+            "model": "qwen3-8b", "stack": "sglang", "hardware": {"gpu": "h100", "num_gpus": 1},
+            "workload": {"request_rate": 8, "input_len": 2048, "output_len": 256}, "serve": {"extra_args": extra}}))
+
+    own, mixed = plan([]), plan(["--enable-mixed-chunk"])
+    assert "a pass of its own" in own.load.basis and "mixes a joining prefill" in mixed.load.basis
+    assert mixed.load.baseline.tpot_ms_p50 < own.load.baseline.tpot_ms_p50
+    assert "mixes a joining prefill" in specplug.recommend("qwen3-8b", gpu="h100", request_rate=8).load.basis  # vLLM

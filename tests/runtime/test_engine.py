@@ -540,3 +540,95 @@ def test_min_tokens_sampling_matches_exact_masked_probabilities(device):
         exp = exp / exp.sum() * obs.sum()
         assert stats.chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-3
         assert sum(r.stats.drafted for r in res) > sum(r.stats.accepted for r in res) > 0
+
+
+@pytest.mark.parametrize("name", ["none", "ngram", "draft-subset", "draft-unrelated"])
+@pytest.mark.parametrize("chunk", [512, 3])
+def test_a_joining_prompt_rides_in_the_running_batchs_passes_and_changes_no_token(target, reference, name, chunk):
+    eng = SpeculativeEngine(target, proposer_factory=_proposers(target)[name], k=3, eos_token_ids=[], paced=True,
+                            prefill_chunk=chunk)
+    batch = eng.start()
+    params = GenerationParams(max_new_tokens=N_NEW)
+    a = batch.add(PROMPTS[0], params)
+    batch.step()
+    c = batch.add(PROMPTS[3], params)  # 16 tokens: with chunk 3 it joins over six steps
+    joining_steps = 0
+    while True:
+        outs = {o.request_id: o for o in batch.step()}
+        joining_steps += 1
+        assert outs[a].new_tokens  # the running request advances on every step its neighbour joins in
+        if c in outs:
+            assert len(outs[c].new_tokens) == 1  # the first token, from the pass that fed the prompt's end
+            break
+    assert joining_steps == -(-len(PROMPTS[3]) // min(chunk, len(PROMPTS[3])))
+    for _ in batch:
+        pass
+    assert batch.result(a).tokens == reference[0] and batch.result(c).tokens == reference[3]
+
+
+def _one_running(target, chunk: int):
+    """A batch (n-gram, k=3) whose first request has run one step, with prompt chunks of ``chunk`` tokens."""
+    eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=3, eos_token_ids=[],
+                            prefill_chunk=chunk)
+    batch = eng.start()
+    a = batch.add(PROMPTS[0], GenerationParams(max_new_tokens=N_NEW))
+    batch.step()
+    return batch, a
+
+
+def test_without_interleaving_a_joining_prompt_is_a_pass_the_running_rows_wait_for(target, reference):
+    batch, a = _one_running(target, 0)
+    c = batch.add(PROMPTS[3], GenerationParams(max_new_tokens=N_NEW))
+    assert [o.request_id for o in batch.step()] == [c]
+    for _ in batch:
+        pass
+    assert batch.result(a).tokens == reference[0] and batch.result(c).tokens == reference[3]
+
+
+def test_a_request_cancelled_while_its_prompt_joins_leaves_and_the_others_decode_on(target, reference):
+    batch, a = _one_running(target, 4)
+    params = GenerationParams(max_new_tokens=N_NEW)
+    c = batch.add(PROMPTS[3], params)
+    d = batch.add(PROMPTS[1], params)  # waits for c's chunks, then joins behind it
+    batch.step()
+    assert c in batch.pending and d in batch.pending
+    batch.cancel(c)
+    finished = {}
+    for outs in batch:
+        finished.update({o.request_id: o.finish_reason for o in outs if o.finished})
+    assert finished == {c: "cancelled", a: "length", d: "length"}
+    assert batch.result(a).tokens == reference[0] and batch.result(d).tokens == reference[1]
+    assert batch.result(c).tokens == []
+
+
+def test_a_prompt_joining_mid_flight_reuses_a_cached_prefix(target, reference):
+    eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=3, eos_token_ids=[],
+                            prefix_cache_bytes=1 << 24)
+    long = PROMPTS[3] * 3  # 48 tokens: whole cache blocks to share
+    solo = eng.generate([long], GenerationParams(max_new_tokens=8))[0].tokens
+    batch = eng.start()
+    a = batch.add(PROMPTS[0], GenerationParams(max_new_tokens=N_NEW))
+    batch.step()
+    c = batch.add(long, GenerationParams(max_new_tokens=8))
+    for _ in batch:
+        pass
+    assert batch.result(c).stats.cached_prompt_tokens > 0
+    assert batch.result(c).tokens == solo and batch.result(a).tokens == reference[0]
+
+
+def test_a_prompt_joining_a_running_batch_widens_its_cache_by_no_more_than_a_step(target, reference):
+    eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=3, eos_token_ids=[])
+    batch = eng.start()
+    params = GenerationParams(max_new_tokens=N_NEW)
+    a = batch.add(PROMPTS[1], params)
+    while batch.kv.length < 2 * len(PROMPTS[3]):
+        batch.step()
+    before = batch.kv.length
+    c = batch.add(PROMPTS[3], params)
+    outs = {o.request_id for o in batch.step()}
+    assert outs == {a, c}
+    # The prompt's columns sit where the running row's cache has room, not after it.
+    assert batch.kv.length <= before + 1 + 3
+    for _ in batch:
+        pass
+    assert batch.result(a).tokens == reference[1] and batch.result(c).tokens == reference[3]

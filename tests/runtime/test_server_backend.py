@@ -62,3 +62,26 @@ def test_the_parallel_workers_loading_started_are_gone_before_serving(monkeypatc
     while _threads() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _threads() <= before, "the loader's OpenMP workers outlived it and would slow every engine step"
+
+
+def test_the_prefill_chunk_flag_reaches_the_engine(monkeypatch, capsys):
+    from specplug.runtime import models
+    from specplug.runtime.server import parser
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def build(model, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(models, "build_engine", build)
+    for argv, chunk in ((["--model", "m"], None), (["--model", "m", "--prefill-chunk", "0"], 0)):
+        with pytest.raises(Stop):
+            backend._load(parser().parse_args(argv))
+        assert seen["prefill_chunk"] == chunk  # None: the engine's own chunk
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--model", "m", "--prefill-chunk", "-1"])
+    assert "--prefill-chunk: must be 0 or more, got -1" in capsys.readouterr().err

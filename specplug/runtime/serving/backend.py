@@ -154,7 +154,7 @@ def _load(args: argparse.Namespace) -> tuple[EngineBackend, Any, dict[str, Any]]
     engine = build_engine(
         args.model, method=args.method, drafter=args.drafter, k=args.num_speculative_tokens,
         device=args.device, dtype=args.dtype, ngram_min=lo, ngram_max=hi, paced=args.pace,
-        prefix_cache_mb=args.prefix_cache_mb,
+        prefix_cache_mb=args.prefix_cache_mb, prefill_chunk=args.prefill_chunk,
     )
     if engine.pacer is not None:
         # The pacer's cost model starts from this machine's measured pass costs, not another device's.
