@@ -67,8 +67,10 @@ class EmbeddedAdapter(BaseAdapter):
     max_batch = 16  # the server's --max-batch-size default (serve.max_num_seqs sets it)
     fallback_only = True  # the stand-in when no stack is installed, not a stack to prefer
     runs_on_cpu = True  # PyTorch on the host when there is no GPU
-    # A joining prompt is fed in chunks inside the running batch's passes (a Llama-family target; --prefill-chunk).
+    # A joining prompt is fed in chunks inside the running batch's passes, where the lean decoder runs the target
+    # (Llama-family layers); --prefill-chunk 0 turns it off.
     prefill_mixing = (Window("chunked prefill", source="runtime engine: prompts join in the decode pass"),)
+    prefill_unmixing = (("--prefill-chunk", "0"),)
     unsupported: ClassVar[dict[str, str]] = {m: f"not native: {why}; rendered as {t}" for m, (t, why) in MAPPED.items()}
     oldest = "0.1.0"
     # The server speaks vLLM's counters, plus specplug: ones of its own that tell it apart.

@@ -44,7 +44,7 @@ def main() -> int:
     def step(self: DecodeBatch) -> list:
         rows, queued = len(self.rows), len(self._queue)
         # A prompt joins in a pass of its own, or rides in the running rows' pass (mixed).
-        mixed = bool(self._joining) or (queued and self._interleaving())
+        mixed = bool(self._joining) or (queued and self._mixing())
         t = time.perf_counter()
         outs = plain_step(self)
         seconds = time.perf_counter() - t

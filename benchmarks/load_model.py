@@ -14,11 +14,11 @@ n-gram speculation. Per server and arm it:
    through the median gap between chunks at each c, and tokens_per_step(batch) through the output tokens per chunk
    (1 without speculation; with it, steps that found no draft count too). prefill_ms is TTFT p50 at concurrency 1.
    How long a joining request holds up the others follows how the stack schedules prefills (its capabilities'
-   mixes_prefill): all of it where a prefill is a pass of its own (the embedded server), its excess over a step
-   where it rides in the running batch's step (vLLM's V1 scheduler). Capacity is the server's cap on running requests. The
-   closed-loop TPOT is not used: its requests start and end in waves, so it holds far fewer prefill stalls than
-   Poisson arrivals; the spec-decode counters' acceptance length is printed, not used (it leaves out steps without
-   a draft);
+   mixes_prefill): all of it where a prefill is a pass of its own, its excess over a step where it rides in the
+   running batch's step (vLLM's V1 scheduler, the embedded server's chunked prefill). Capacity is the server's cap on
+   running requests. The closed-loop TPOT is not used: its requests start and end in waves, so it holds far fewer
+   prefill stalls than Poisson arrivals; the spec-decode counters' acceptance length is printed, not used (it leaves
+   out steps without a draft);
 2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
    rate and (per server) the crossover rate above which speculation stops lowering TPOT;
 3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and

@@ -11,3 +11,18 @@ def has_flag(args: Iterable[str], *names: str) -> bool:
     """Whether ``args`` set one of ``names``: written alone or as ``--flag=value`` (``--no-flag``, which turns it
     off, and a longer flag that merely starts with the name do not count)."""
     return any(a == n or a.startswith(n + "=") for a in args for n in names)
+
+
+def sets(args: Iterable[str], name: str, value: str | None) -> bool:
+    """Whether ``args`` set flag ``name`` (``value`` None) or set it to ``value`` (``--flag value`` or
+    ``--flag=value``; the last setting counts, as argparse reads it)."""
+    args = list(args)
+    if value is None:
+        return has_flag(args, name)
+    last = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            last = args[i + 1]
+        elif a.startswith(name + "="):
+            last = a[len(name) + 1 :]
+    return last == value

@@ -7,10 +7,11 @@ came from, what it does with a draft model of another vocabulary) and the planne
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from specplug.compat import CompatRow, Finding, Flags, findings
+from specplug.argv import has_flag, sets
+from specplug.compat import MIXED_PREFILL, CompatRow, Finding, Flags, findings
 
 # Control names shared by adapters' control tables and the planner (which reads them from ``controls``).
 BLOCK_VERIFICATION = "block_verification"  # speculation.verification: block
@@ -63,6 +64,14 @@ class StackCapabilities:
     # Runs a joining request's prefill inside the running batch's decode step at this version (its adapter's
     # prefill_mixing); else a prefill is a pass of its own that the running requests wait for.
     mixes_prefill: bool = False
+    # serve.extra_args that turn that off: (flag, value), None for a flag alone (its adapter's prefill_unmixing).
+    prefill_unmixing: tuple[tuple[str, str | None], ...] = ()
+
+    def mixes_prefill_with(self, extra_args: Sequence[str]) -> bool:
+        """Whether a deployment with ``extra_args`` mixes prefills into decode steps: the stack's default, turned on
+        by its mixed-chunk flag (compat_flags) or off by one of ``prefill_unmixing``."""
+        on = self.mixes_prefill or has_flag(extra_args, *dict(self.compat_flags).get(MIXED_PREFILL, ()))
+        return on and not any(sets(extra_args, flag, value) for flag, value in self.prefill_unmixing)
 
     def max_batch_on(self, gpu: str, memory_gib: float) -> int | None:
         """Requests decoded together by default on ``gpu`` of ``memory_gib`` GiB (None: as many as memory holds)."""

@@ -49,6 +49,7 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         compat_table(adapter).flags,
         vocab_bridge(adapter, version),
         mixes_prefill=mixes_prefill(adapter, version),
+        prefill_unmixing=tuple(getattr(adapter, "prefill_unmixing", ())),  # a plugin written before: none
     )
 
 

@@ -9,11 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specplug.argv import has_flag
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
 from specplug.catalog.drafters import Drafter
-from specplug.compat import MIXED_PREFILL, CompatRow, drafter_features, model_features, serve_features
+from specplug.compat import CompatRow, drafter_features, model_features, serve_features
 from specplug.config import Config, ServeSpec, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
 from specplug.methods import COPY_METHODS, HEAD_METHODS, LOOKUP_METHODS
@@ -511,8 +510,8 @@ def _cost_context(s: Planning) -> Costed:
     device = E.Device(device.bw_gbs, device.tflops, s.hw.memory_gb or device.memory_gb, device.link_gbs)
     wl = s.wl
     caps = s.caps
-    if not caps.mixes_prefill and has_flag(s.cfg.serve.extra_args, *dict(caps.compat_flags).get(MIXED_PREFILL, ())):
-        caps = dataclasses.replace(caps, mixes_prefill=True)  # turned on in serve.extra_args (SGLang's mixed chunks)
+    if (mixes := caps.mixes_prefill_with(s.cfg.serve.extra_args)) != caps.mixes_prefill:
+        caps = dataclasses.replace(caps, mixes_prefill=mixes)  # a serve.extra_args flag turned it on or off
     c = cost_context(s.pol, caps, s.model, s.target, s.gpu, device, s.par.tensor_parallel_size,
                      s.par.pipeline_parallel_size, s.seqs, wl.input_len, wl.output_len, wl.type, wl.temperature,
                      s.result("inputs").calib, s.prof)

@@ -207,11 +207,12 @@ class KVState:
         self._last_n = 0
         self._added = None
 
-    def compact(self, rows: list[int], fed: list[int]) -> None:
-        """Move each of ``rows``' last ``fed`` real columns (what the last forward fed it: a prompt beside decoding
-        rows, which left those columns empty) left, to end where the other rows end, as far as the row's earlier
-        columns allow; then drop the columns no row uses. A prompt fed beside a running batch thus widens the cache
-        by no more than the batch's own step, as if it had been left-padded to the batch's length."""
+    def compact(self, rows: list[int], counts: list[int], ahead: list[int]) -> None:
+        """Move each of ``rows``' last ``counts`` real columns (what the last forward fed it: a prompt chunk beside
+        decoding rows, which left those columns empty) left, so that with the ``ahead`` tokens still to come after
+        them they would end where the other rows end, as far as the row's earlier columns allow; then drop the
+        columns no row uses. A prompt fed beside a running batch, in one chunk or several, thus widens the cache by
+        no more than the batch's own steps meanwhile, as if it had been left-padded to the batch's length."""
         if not rows:
             return
         last = self.length - 1 - self.valid.flip(1).long().argmax(1)  # each row's last real column
@@ -220,10 +221,10 @@ class KVState:
         end = max((last[r] + 1 for r in range(self.batch_size) if r not in moving), default=0)
         kv = _kv_lists(self.cache)
         new_end = end
-        for r, n in zip(rows, fed, strict=True):
+        for r, n, later in zip(rows, counts, ahead, strict=True):
             src = last[r] + 1 - n
             before = self.valid[r, :src].nonzero()
-            dst = max(int(before[-1]) + 1 if before.numel() else 0, end - n)
+            dst = max(int(before[-1]) + 1 if before.numel() else 0, end - n - later)
             if dst < src:
                 for k, v in kv:
                     k[r, :, dst : dst + n] = k[r, :, src : src + n].clone()
@@ -259,6 +260,13 @@ class KVState:
             self.cache, self.valid, self.next_pos, self.holes = other.cache, other.valid, other.next_pos, other.holes
             return
         la, lb = self.length, other.length
+        if la and not lb and hasattr(self.cache, "add_rows"):
+            # Rows with nothing cached yet (prompts that join in the batch's passes): no other row moves.
+            self.cache.add_rows(other.batch_size)
+            self.valid = torch.cat([self.valid, self.valid.new_zeros(other.batch_size, la)])
+            self.next_pos = torch.cat([self.next_pos, other.next_pos])
+            self.holes = True
+            return
         width = max(la, lb)
         merged = getattr(type(self.cache), "merged", None)
         if width and merged is not None and type(other.cache) is type(self.cache) and la and lb:

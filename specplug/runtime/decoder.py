@@ -147,11 +147,20 @@ class _Layer:
     """Keys and values of one layer: views of the filled part of one preallocated buffer.
 
     The buffer is ``(B, 2 * kv_heads, room, D)``, keys in the first ``kv_heads`` heads and values after them,
-    so one copy writes both for a step (see ``LeanDecoder.forward``).
+    so one copy writes both for a step (see ``LeanDecoder.forward``). It is the first ``rows`` rows of ``base``,
+    whose spare rows let a joining request in without copying the others.
     """
 
     def __init__(self, buf: torch.Tensor, kv_heads: int, length: int) -> None:
-        self.buf, self.kv_heads, self.length = buf, kv_heads, length
+        self.base, self.rows, self.kv_heads, self.length = buf, buf.shape[0], kv_heads, length
+
+    @property
+    def buf(self) -> torch.Tensor:
+        return self.base if self.rows == self.base.shape[0] else self.base[: self.rows]
+
+    @buf.setter
+    def buf(self, value: torch.Tensor) -> None:
+        self.base, self.rows = value, value.shape[0]
 
     @property
     def keys(self) -> torch.Tensor:
@@ -192,27 +201,45 @@ class GrowCache:
             self.layers.append(_Layer(like.new_zeros(b, 2 * heads, end + _GROW, dim), heads, 0))
         for layer in self.layers[:layers]:
             old = layer.buf
-            if end > old.shape[2]:
-                layer.buf = old.new_zeros(old.shape[0], old.shape[1], max(2 * old.shape[2], end + _GROW), old.shape[3])
-                layer.buf[:, :, : layer.length] = old[:, :, : layer.length]
+            if end > old.shape[2]:  # the spare rows stay spare
+                layer.base = old.new_zeros(layer.base.shape[0], old.shape[1], max(2 * old.shape[2], end + _GROW),
+                                           old.shape[3])
+                layer.base[: layer.rows, :, : layer.length] = old[:, :, : layer.length]
         return self.layers
+
+    def add_rows(self, k: int) -> None:
+        """``k`` more rows after the others, in spare rows where there are some (else the rows are copied into a
+        buffer with half as many again to spare). What a new row holds is zeros or rolled-back keys: finite, and
+        masked until written."""
+        for layer in self.layers:
+            if layer.base.shape[0] < layer.rows + k:
+                old, rows = layer.buf, layer.rows + k
+                layer.base = old.new_zeros(rows + max(k, rows // 2), *old.shape[1:])
+                layer.base[: layer.rows, :, : layer.length] = old[:, :, : layer.length]
+            layer.rows += k
 
     def crop_to(self, length: int) -> None:
         for layer in self.layers:
             layer.length = min(layer.length, length)
 
     def batch_select_indices(self, rows: torch.Tensor) -> None:
-        """Keep ``rows``, in that order. Where they keep every row in place but fill the places of departed ones
-        with rows from past the new end (as ``DecodeBatch`` orders them), only those rows' filled columns move,
-        in place; otherwise every row is copied."""
+        """Keep ``rows``, in that order. Where they keep most rows in place and fill the places of departed ones
+        with later rows (as ``DecodeBatch`` orders them, joining rows last), only the moved rows' filled columns
+        move, in place, in order of their new places; where a move would read a row an earlier one wrote, every
+        row is copied."""
         keep = rows.tolist()
         n = len(keep)
         moved = [(dst, src) for dst, src in enumerate(keep) if dst != src]
-        if all(src >= n for _, src in moved):
+        written: set[int] = set()
+        for dst, src in moved:
+            if src in written:
+                break
+            written.add(dst)
+        else:
             for layer in self.layers:
                 for dst, src in moved:
                     layer.buf[dst, :, : layer.length] = layer.buf[src, :, : layer.length]
-                layer.buf = layer.buf[:n]
+                layer.rows = n  # the rows past n stay spare
             return
         for layer in self.layers:
             layer.buf = layer.buf[rows]
@@ -559,20 +586,29 @@ class LeanDecoder(torch.nn.Module):
         return rows, mask[:, :, :1, : past + 1], mask.index_select(0, rows)[:, :, 1:]
 
     def _runs(
-        self, parts: Sequence[tuple[int, int]], fed: torch.Tensor | None, past: int, mask: torch.Tensor | None,
-        cos: torch.Tensor, sin: torch.Tensor,
+        self, parts: Sequence[tuple[int, int]] | None, fed: torch.Tensor | None, idx: torch.Tensor | None, past: int,
+        mask: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
     ) -> list[_Run]:
-        """The pass's runs of rows (see ``forward``'s ``parts``), each with what its attention needs."""
+        """The pass's runs of rows (see ``forward``'s ``parts``; None: one run of the whole batch, whose fed columns
+        are ``idx``), each with what its attention needs."""
+        b, n = cos.shape[0], cos.shape[1]
+        if parts is None:
+            split = self._split(fed, past, mask) if idx is not None and n > 1 and past > 0 else None
+            return [_Run(0, b, n, idx, 0, b * n if idx is None else idx.numel(), cos, sin, mask, split)]
+        if fed is None or sum(r for r, _ in parts) != b:
+            raise ValueError("parts need fed and must cover every row")
         out, r0, o0 = [], 0, 0
         for rows, width in parts:
             r1 = r0 + rows
-            f = None if fed is None else fed[r0:r1, :width]
-            idx = None if f is None else f.reshape(-1).nonzero().squeeze(1)
+            if bool(fed[r0:r1, width:].any()):
+                raise ValueError(f"rows {r0}-{r1 - 1} feed columns past their run's width {width}")
+            f = fed[r0:r1, :width]
+            idx = f.reshape(-1).nonzero().squeeze(1)
             m = mask
-            if mask is not None and len(parts) > 1:
+            if mask is not None:
                 m = mask[:width, : past + width] if mask.dim() == 2 else mask[r0:r1, :, :width, : past + width]
-            split = self._split(f, past, m) if idx is not None and width > 1 and past > 0 else None
-            o1 = o0 + (rows * width if idx is None else idx.numel())
+            split = self._split(f, past, m) if width > 1 and past > 0 else None
+            o1 = o0 + idx.numel()
             out.append(_Run(r0, r1, width, idx, o0, o1, cos[r0:r1, :width], sin[r0:r1, :width], m, split))
             r0, o0 = r1, o1
         return out
@@ -689,7 +725,7 @@ class LeanDecoder(torch.nn.Module):
         # takes both, and repeating would copy the whole cache every layer.
         repeat = mask is not None and input_ids.is_cuda
         layers = cache.reserve(len(self.weights), end, b, kv, dim, h)
-        runs = self._runs(parts or [(b, n)], fed, past, mask, cos, sin)
+        runs = self._runs(parts, fed, idx, past, mask, cos, sin)
         # Which stored form of a weight kept more than one way (CPU_LAYOUT, CPU_PACKED) this pass multiplies by.
         alt, pack = m not in TORCH_LAYOUT_ROWS, m in PACKED_ROWS
         dnn = self.onednn and m >= ONEDNN_FROM_ROWS

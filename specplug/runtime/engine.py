@@ -58,7 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -115,7 +115,7 @@ class RequestStats:
     target_passes: int = 0
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
-    prefill_s: float = 0.0
+    prefill_s: float = 0.0  # from joining (the first pass that fed its prompt) to its first token
     elapsed_s: float = 0.0
     cached_prompt_tokens: int = 0  # of prompt_tokens, those whose KV came from the prefix cache
 
@@ -243,7 +243,13 @@ class _Turn:
     guided: list[int]
     feed: torch.Tensor
     fed: torch.Tensor | None
-    dtok_l: list[list[int]] | None = None
+
+
+class _Verified(NamedTuple):
+    n_acc: torch.Tensor  # drafts accepted per row
+    nxt: torch.Tensor  # the token after them per row
+    lps: dict[int, torch.Tensor]  # log-probabilities of the rows that asked for them
+    dtok_l: list[list[int]] | None  # the drafts as lists (None: no row drafted)
 
 
 class _NoProposer:
@@ -323,7 +329,7 @@ class SpeculativeEngine:
         # Joining prompts ride in the running batch's passes, at most this many tokens a pass (0: each prompt is a
         # prefill pass of its own). Needs a target that computes only the columns it is told to (packs).
         self.prefill_chunk = prefill_chunk
-        self.interleaves = prefill_chunk > 0 and packs(self.target)
+        self.mixes_prefill = prefill_chunk > 0 and packs(self.target)
         # The target's KV of prompt prefixes it has computed, shared by this engine's batches (0 bytes: none kept).
         self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
 
@@ -451,7 +457,7 @@ class DecodeBatch:
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         outs = self._cancel()
-        if self._queue and not self._interleaving():
+        if self._queue and not self._mixing():
             outs += self._admit()
             if not self.rows or any(o.new_tokens for o in outs):
                 # A step that admitted requests returns their first tokens (from the prefill) right away.
@@ -459,19 +465,19 @@ class DecodeBatch:
         joins = self._joins()
         if not self.rows and not joins:
             return outs
-        turn = self._propose() if self.rows else None
+        turn = self._propose(timed=not joins) if self.rows else None
         t1 = time.perf_counter()
         logits = self._mixed_forward(turn, joins) if joins else self.kv.forward(turn.feed, fed=turn.fed)
         running = len(turn.rows) if turn is not None else 0
         keep = [t for _, t in joins]
         if turn is not None:
-            n_acc, nxt, lps = self._verify(turn, logits[:running])
-            keep_t = n_acc + 1
+            checked = self._verify(turn, logits[:running])
+            keep_t = checked.n_acc + 1
             self.kv.rollback(torch.cat([keep_t, keep_t.new_tensor(keep)]) if keep else keep_t)
-            outs += self._settle(turn, n_acc, nxt, lps, t1, timed=not joins)
+            outs += self._settle(turn, checked, t1, timed=not joins)
         else:
             self.kv.rollback(torch.tensor(keep, dtype=torch.long, device=self.device))
-        self.kv.compact([running + j for j in range(len(joins))], keep)
+        self.kv.compact([running + j for j in range(len(joins))], keep, [r.prompt_len - r.prefilled - t for r, t in joins])
         finished = [i for i, r in enumerate(self.rows) if r.finish_reason is not None]
         if finished and self.engine.pacer is not None:
             self.engine.pacer.observe_finish(self.engine.decode_steps, len(finished))
@@ -482,8 +488,9 @@ class DecodeBatch:
             self._drop(finished)
         return outs
 
-    def _propose(self) -> _Turn:
-        """Draft for every running row, as far as the pacer finds it pays; what the target pass then feeds."""
+    def _propose(self, timed: bool = True) -> _Turn:
+        """Draft for every running row, as far as the pacer finds it pays; what the target pass then feeds. A pass
+        that is not ``timed`` (it also feeds prompts) is not widened to time a width: its time would not tell."""
         rows = self.rows
         if self._warper is None:
             self._warper = RowWarper([r.params.sampling for r in rows], self.device)
@@ -540,7 +547,7 @@ class DecodeBatch:
                 else:
                     width = pacer.choose(lens, rates, weights=weights)
                     draft = Draft(draft.tokens[:, :width], draft.n.clamp(max=width), None)
-        if paced and pacer.measuring and draft.tokens.shape[1] < width:
+        if paced and timed and pacer.measuring and draft.tokens.shape[1] < width:
             draft = _widen(draft, width)  # the pass must have the width being measured
         if self.engine.proposer_factory is not None:
             found_any = free and bool((full_n > 0).any())
@@ -555,27 +562,24 @@ class DecodeBatch:
         feed = torch.cat([last.unsqueeze(1), dtokens], dim=1)
         return _Turn(rows, ks, warper, gens, draft, dtokens, dn, drafting, found, free, guided, feed, fed)
 
-    def _verify(self, turn: _Turn, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]:
-        """Accepted drafts and the next token per running row, from the target's logits over its fed columns; and
-        the log-probabilities of the rows that asked for them."""
+    def _verify(self, turn: _Turn, logits: torch.Tensor) -> _Verified:
+        """Accepted drafts and the next token per running row, from the target's logits over its fed columns."""
         rows, draft, guided = turn.rows, turn.draft, turn.guided
         dn_l = draft.n.tolist()
-        turn.dtok_l = draft.tokens.tolist() if any(dn_l) else None
+        dtok_l = draft.tokens.tolist() if any(dn_l) else None
         if guided:
-            drafts = [d[:n] for d, n in zip(turn.dtok_l, dn_l, strict=True)] if turn.dtok_l else None
-            self._mask(rows, guided, logits, drafts)
+            self._mask(rows, guided, logits, [d[:n] for d, n in zip(dtok_l, dn_l, strict=True)] if dtok_l else None)
         lps = self._logprobs(rows, logits)
         logits = self._hold_stops(rows, logits)
         n_acc, nxt = verify(logits, turn.dtokens, turn.dn, draft.probs, turn.warper, turn.gens)
-        return n_acc, nxt, lps
+        return _Verified(n_acc, nxt, lps, dtok_l)
 
-    def _settle(
-        self, turn: _Turn, n_acc: torch.Tensor, nxt: torch.Tensor, lps: dict[int, torch.Tensor], t1: float, timed: bool,
-    ) -> list[StepOutput]:
+    def _settle(self, turn: _Turn, checked: _Verified, t1: float, timed: bool) -> list[StepOutput]:
         """Commit a verified turn: the proposer's state, the pacer's observations (``timed``: the pass fed this turn
         alone, so its time is this turn's), and each row's new tokens."""
         rows, ks, draft, found, free = turn.rows, turn.ks, turn.draft, turn.found, turn.free
-        dn_l, dtok_l = draft.n.tolist(), turn.dtok_l
+        n_acc, nxt, lps, dtok_l = checked
+        dn_l = draft.n.tolist()
         self.proposer.commit(n_acc, nxt)
         acc_l, nxt_l = n_acc.tolist(), nxt.tolist()  # (a device sync)
         for i in turn.guided:
@@ -763,7 +767,7 @@ class DecodeBatch:
             return []
         if self.engine.pacer is not None:
             self.engine.pacer.observe_arrival(self.engine.decode_steps, len(queue), running=bool(self.rows))
-        self._seed(queue)
+        self._start(queue)
         # The prompt goes in (after the prefix the target has already computed, where the prefix cache holds
         # one) and its last position gives the first token, as a plain ``generate`` computes it. Consecutive
         # prompts of one length go in together and others apart, so that no compute goes to padding a short
@@ -794,18 +798,19 @@ class DecodeBatch:
         return outs
 
     # -- joining --------------------------------------------------------------------------------------------
-    def _interleaving(self) -> bool:
+    def _mixing(self) -> bool:
         """Whether queued prompts go into the running batch's passes (chunked) instead of a prefill pass of their
         own that every running request waits for."""
-        return self.engine.interleaves and bool(self.rows or self._joining)
+        return self.engine.mixes_prefill and bool(self.rows or self._joining)
 
     def _joins(self) -> list[tuple[_Row, int]]:
         """This pass's prompt chunks, first come first served within ``prefill_chunk`` tokens: the prompt part-fed
         before, then queued requests, which join the cache here (after their cached prefix, if any). Only the last
         may stay part-fed, so that requests finish joining in order and every joining row feeds each pass."""
-        if not self._interleaving():
+        if not self._mixing():
             return []
-        budget = self.engine.prefill_chunk
+        # With nothing running a prompt holds up no one: it goes in whole.
+        budget = self.engine.prefill_chunk if self.rows else max(r.prompt_len for r in self._joining + self._queue)
         joins = []
         for r in self._joining:
             take = min(r.prompt_len - r.prefilled, budget)
@@ -833,7 +838,7 @@ class DecodeBatch:
             self._queue = queue + self._queue
         if self.engine.pacer is not None:
             self.engine.pacer.observe_arrival(self.engine.decode_steps, len(new), running=bool(self.rows))
-        self._seed(new)
+        self._start(new)
         hits = [kv for kv in kvs if kv is not None]
         part = KVState(self.engine.target, 0 if hits else len(new), self.device)
         if hits:  # cached prefixes, left-padded; rows without one start with none
@@ -890,7 +895,7 @@ class DecodeBatch:
         self._warper = None
         return outs
 
-    def _seed(self, rows: list[_Row]) -> None:
+    def _start(self, rows: list[_Row]) -> None:
         """Each joining request's own random numbers (seeded by its seed, else at random), and its start time."""
         now = time.perf_counter()
         for r in rows:

@@ -84,6 +84,8 @@ class BaseAdapter:
     # Versions whose default scheduler runs a joining prefill inside the running batch's decode step (value: the
     # stack's name for it); elsewhere the running requests wait the whole prefill, and the load model says so.
     prefill_mixing: ClassVar[tuple[Window, ...]] = ()
+    # serve.extra_args that turn that off: (flag, value), value None for the flag alone.
+    prefill_unmixing: ClassVar[tuple[tuple[str, str | None], ...]] = ()
     fallback_only: ClassVar[bool] = False  # never chosen as the default stack, only named (or as launch's fallback)
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).

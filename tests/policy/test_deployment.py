@@ -143,15 +143,26 @@ def test_vllms_default_request_cap_follows_the_gpu(gpu: str, cap: int) -> None:
     assert q.capacity_requests_without_drafter == 64
 
 
-def test_sglangs_mixed_chunk_flag_makes_a_joining_prefill_ride_in_the_step() -> None:
+def plan(stack: str, extra: list[str]):
+    """qwen3-8b on one H100 at 8 requests/s on ``stack``, with ``extra`` in serve.extra_args."""
     from specplug.config import Config
 
-    def plan(extra: list[str]):
-        return specplug.recommend(config=Config.model_validate({
-            "model": "qwen3-8b", "stack": "sglang", "hardware": {"gpu": "h100", "num_gpus": 1},
-            "workload": {"request_rate": 8, "input_len": 2048, "output_len": 256}, "serve": {"extra_args": extra}}))
+    return specplug.recommend(config=Config.model_validate({
+        "model": "qwen3-8b", "stack": stack, "hardware": {"gpu": "h100", "num_gpus": 1},
+        "workload": {"request_rate": 8, "input_len": 2048, "output_len": 256}, "serve": {"extra_args": extra}}))
 
-    own, mixed = plan([]), plan(["--enable-mixed-chunk"])
+
+def test_sglangs_mixed_chunk_flag_makes_a_joining_prefill_ride_in_the_step() -> None:
+    own, mixed = plan("sglang", []), plan("sglang", ["--enable-mixed-chunk"])
     assert "a pass of its own" in own.load.basis and "mixes a joining prefill" in mixed.load.basis
     assert mixed.load.baseline.tpot_ms_p50 < own.load.baseline.tpot_ms_p50
     assert "mixes a joining prefill" in specplug.recommend("qwen3-8b", gpu="h100", request_rate=8).load.basis  # vLLM
+
+
+@pytest.mark.parametrize(("stack", "off"), [("llamacpp", ["--no-cont-batching"]), ("llamacpp", ["-nocb"]),
+                                            ("embedded", ["--prefill-chunk", "0"]),
+                                            ("embedded", ["--prefill-chunk=0"])])
+def test_a_flag_that_turns_prefill_mixing_off_makes_a_prefill_a_pass_of_its_own(stack, off) -> None:
+    assert "mixes a joining prefill" in plan(stack, []).load.basis
+    assert "a pass of its own" in plan(stack, off).load.basis
+    assert "mixes a joining prefill" in plan(stack, ["--prefill-chunk", "256"] if stack == "embedded" else ["-cb"]).load.basis

@@ -262,6 +262,50 @@ def test_packed_verification_over_a_cache_with_holes(model32):
         torch.testing.assert_close(got[True][fed], got[False][fed], rtol=1e-5, atol=1e-5)
 
 
+def test_a_prompt_fed_beside_decoding_rows_gives_the_logits_it_gives_alone(model32):
+    # Two rows decode (one token, and one token with two drafts) while a third row's 6-token prompt goes in the same
+    # pass; its runs of rows attend over their own columns (parts), the prompt's logits are only its last column's
+    # (logits_at), and after the pass its columns move into the batch's room (compact). Each row's logits match
+    # what it gives in a pass of its own.
+    g = torch.Generator().manual_seed(8)
+    context = torch.randint(0, 128, (2, 12), generator=g)
+    prompt = torch.randint(0, 128, (1, 6), generator=g)
+    step = torch.randint(0, 128, (2, 3), generator=g)
+    nxt = torch.randint(0, 128, (3, 1), generator=g)
+    fed_step = torch.tensor([[True, False, False], [True, True, True]])
+    lean_model = LeanDecoder(model32)
+    with torch.inference_mode():
+        alone = KVState(lean_model, 2, CPU)
+        alone.forward(context)
+        want_rows = alone.forward(step, fed=fed_step)
+        alone.rollback(torch.tensor([1, 2]))
+        want_rows_next = alone.forward(nxt[:2])
+        solo = KVState(lean_model, 1, CPU)
+        want_prompt = solo.forward(prompt, last_only=True)
+        want_prompt_next = solo.forward(nxt[2:])
+        for parts in ([(2, 3), (1, 6)], None):
+            kv = KVState(lean_model, 2, CPU)
+            kv.forward(context)
+            kv.merge(KVState(lean_model, 1, CPU))  # the joining row: no columns of its own yet
+            tokens = torch.zeros(3, 6, dtype=torch.long)
+            tokens[:2, :3], tokens[2] = step, prompt[0]
+            real = torch.zeros(3, 6, dtype=torch.bool)
+            real[:2, :3], real[2] = fed_step, True
+            wanted = real.clone()
+            wanted[2] = torch.arange(6) == 5
+            logits = kv.forward(tokens, real, fed=real, logits_at=wanted, parts=parts)
+            assert logits.shape == (3, 3, 128)
+            torch.testing.assert_close(logits[:2][fed_step], want_rows[fed_step], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(logits[2, :1], want_prompt[0], rtol=1e-5, atol=1e-5)
+            kv.rollback(torch.tensor([1, 2, 6]))
+            width = kv.length
+            kv.compact([2], [6], [0])
+            assert kv.length < width  # the prompt's columns moved into the decoding rows' room
+            after = kv.forward(nxt)
+            torch.testing.assert_close(after[:2], want_rows_next, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(after[2:], want_prompt_next, rtol=1e-5, atol=1e-5)
+
+
 def test_cache_grows_and_rolls_back_across_reallocations(monkeypatch):
     # A tiny growth step makes every few tokens a reallocation, with rollbacks, joins and departures between.
     monkeypatch.setattr(decoder, "_GROW", 3)
@@ -278,6 +322,34 @@ def test_cache_grows_and_rolls_back_across_reallocations(monkeypatch):
         assert isinstance(eng.target, LeanDecoder)
         got = eng.generate(prompts, params)
         assert [r.tokens for r in got] == ref
+
+
+def test_requests_that_come_and_go_reuse_the_caches_spare_rows_and_decode_as_alone(monkeypatch):
+    # Requests finish and join mid-flight (prompts fed beside the running ones): a joining row takes a spare row of
+    # the cache's buffer, where one is left by a departed request, without copying the others; every output is the
+    # target's own greedy one.
+    monkeypatch.setattr(decoder, "_GROW", 3)
+    target = tiny_llama(layers=2, seed=1)
+    prompts = [[5, 6, 7, 5, 6, 7, 5], [9, 10, 11], [3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3], [8, 9, 8, 9, 8], [2, 3, 2]]
+    lens = (30, 8, 20, 12, 16)
+    ref = [target.generate(torch.tensor([p]), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                           pad_token_id=1)[0, len(p):].tolist() for p, n in zip(prompts, lens, strict=True)]
+    eng = SpeculativeEngine(target, proposer_factory=lambda: NgramProposer(1, 3), k=3, eos_token_ids=[])
+    batch = eng.start()
+    rids = [batch.add(p, GenerationParams(max_new_tokens=n)) for p, n in zip(prompts[:2], lens[:2], strict=True)]
+    reused = 0
+    while batch.rows or batch.pending or len(rids) < len(prompts):
+        layer = batch.kv.cache.layers[0] if batch.kv.cache.layers else None
+        before = (layer.base.data_ptr(), layer.rows, layer.base.shape[0]) if layer else None
+        done = [o.request_id for o in batch.step() if o.finished]
+        if done and len(rids) < len(prompts):
+            i = len(rids)
+            rids.append(batch.add(prompts[i], GenerationParams(max_new_tokens=lens[i])))
+        layer = batch.kv.cache.layers[0] if batch.kv.cache.layers else None
+        if before and layer and layer.rows > before[1] and layer.base.data_ptr() == before[0]:
+            reused += 1
+    assert reused  # a row joined into the buffer's spare rows: nothing was copied for it
+    assert [batch.result(r).tokens for r in rids] == ref
 
 
 def test_lean_and_transformers_paths_decode_the_same(model32):
