@@ -12,7 +12,8 @@ n-gram speculation. Per server and arm it:
 1. calibrates the arm from one short closed-loop profile (`vllm bench serve --max-concurrency c` at a few c, the
    capacity among them). Both servers stream one chunk per decode step, so step_ms(batch) runs piecewise linear
    through the median gap between chunks at each c, and tokens_per_step(batch) through the output tokens per chunk
-   (1 without speculation; with it, steps that found no draft count too). prefill_ms is TTFT p50 at concurrency 1.
+   (1 without speculation; with it, steps that found no draft count too), and TPOT p50 through the median
+   request's share of that (prompts speculate unevenly). prefill_ms is TTFT p50 at concurrency 1.
    How long a joining request holds up the others follows how the stack schedules prefills (its capabilities'
    mixes_prefill): all of it where a prefill is a pass of its own, its excess over a step where it rides in the
    running batch's step (vLLM's V1 scheduler, the embedded server's chunked prefill). Capacity is the server's cap on
@@ -115,6 +116,7 @@ class Measured:
     acceptance_length: float | None = None
     itl_ms_p50: float | None = None  # the median gap between streamed chunks: one decode step
     tokens_per_chunk: float | None = None  # mean over requests of output tokens per streamed chunk
+    tokens_per_chunk_median: float | None = None  # the median request's
 
 
 @dataclass
@@ -223,7 +225,8 @@ def measured(res: dict, acceptance_length: float | None = None) -> Measured:
 
 
 def chunk_figures(res: dict) -> dict[str, float]:
-    """The median gap between streamed chunks (ms) and the mean output tokens per chunk, from the detailed result."""
+    """The median gap between streamed chunks (ms) and the mean and median request's output tokens per chunk, from
+    the detailed result."""
     gaps = [g for gs in res.get("itls") or [] for g in gs or []]
     per = [n / (1 + len(gs or [])) for n, gs in zip(res.get("output_lens") or [], res.get("itls") or [], strict=False) if n]
     out = {}
@@ -231,6 +234,7 @@ def chunk_figures(res: dict) -> dict[str, float]:
         out["itl_ms_p50"] = 1000.0 * statistics.median(gaps)
     if per:
         out["tokens_per_chunk"] = statistics.fmean(per)
+        out["tokens_per_chunk_median"] = statistics.median(per)
     return out
 
 
@@ -284,11 +288,15 @@ def calibrate(base: str, s: Setup, tag: str, mixes_prefill: bool) -> tuple[Arm, 
     per_step = _through(xs, [m.tokens_per_chunk or 1.0 for _, m in pts], rising=False)
     slope = (step_ms(s.capacity) - step_ms(1)) / max(1, s.capacity - 1)
     accs = [m.acceptance_length for _, m in pts if m.acceptance_length]
+    # TPOT p50 is the median request's: where prompts speculate unevenly it emits fewer tokens per step than the mean.
+    shares = [m.tokens_per_chunk_median / m.tokens_per_chunk for _, m in pts
+              if m.tokens_per_chunk and m.tokens_per_chunk_median]
+    share = statistics.fmean(shares) if shares else 1.0
     arm = Arm(step_ms=step_ms, tokens_per_step=per_step, prefill_ms=prefill, capacity=s.capacity,
-              mixes_prefill=mixes_prefill)
+              mixes_prefill=mixes_prefill, median_share=share)
     info = {"step_ms_at_1": round(step_ms(1), 2), "step_ms_per_request": round(slope, 3), "prefill_ms": round(prefill, 1),
             "stall_ms": round(arm.stall_ms, 1), "mixes_prefill": mixes_prefill,
-            "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts],
+            "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts], "median_share": round(share, 3),
             "acceptance_length": round(statistics.fmean(accs), 3) if accs else None, "capacity": s.capacity,
             "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "itl_ms_p50": m.itl_ms_p50,
                          "ttft_ms_p50": m.ttft_ms_p50, "requests_per_s": round(m.requests_per_s, 3)} for c, m in pts]}
@@ -475,7 +483,7 @@ def _within_one_step(pred: float | None, lo: float | None, hi: float | None, rat
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="Shorter outputs, 4 rates, shorter profile points.")
+    p.add_argument("--quick", action="store_true", help="Shorter outputs and rate windows, 4 rates.")
     p.add_argument("--servers", default="embedded,vllm", help="Comma-separated: embedded, vllm.")
     p.add_argument("-k", type=int, default=4, help="n-gram draft length (fixed).")
     p.add_argument("--capacity", type=int, default=8, help="The servers' cap on running requests.")

@@ -15,7 +15,7 @@ def has_flag(args: Iterable[str], *names: str) -> bool:
 
 def sets(args: Iterable[str], name: str, value: str | None) -> bool:
     """Whether ``args`` set flag ``name`` (``value`` None) or set it to ``value`` (``--flag value`` or
-    ``--flag=value``; the last setting counts, as argparse reads it)."""
+    ``--flag=value``; the last setting counts, as argparse reads it; whole numbers compare as numbers)."""
     args = list(args)
     if value is None:
         return has_flag(args, name)
@@ -25,4 +25,11 @@ def sets(args: Iterable[str], name: str, value: str | None) -> bool:
             last = args[i + 1]
         elif a.startswith(name + "="):
             last = a[len(name) + 1 :]
-    return last == value
+    return last == value or (last is not None and _whole(last) is not None and _whole(last) == _whole(value))
+
+
+def _whole(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None

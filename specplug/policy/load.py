@@ -33,7 +33,9 @@ class Arm:
     ``capacity`` the most requests it runs at once, ``mixes_prefill`` whether the stack runs a joining request's
     prefill inside the running batch's decode step (chunked prefill, in-flight batching) instead of as a pass of
     its own, and ``absorbed_ms`` the part of that prefill the step pays anyway (default: ``step_ms(1)``; a
-    speculative arm's drafting runs apart from the pass the prefill rides in)."""
+    speculative arm's drafting runs apart from the pass the prefill rides in). ``median_share`` is the median
+    request's tokens per step as a share of the mean: requests that speculate unevenly (copy-heavy ones accept
+    more) leave the median request slower than the mean, and TPOT's percentiles are over requests."""
 
     step_ms: Callable[[int], float]
     tokens_per_step: Callable[[int], float]
@@ -41,6 +43,7 @@ class Arm:
     capacity: int
     mixes_prefill: bool = False
     absorbed_ms: float | None = None
+    median_share: float = 1.0
 
     @property
     def stall_ms(self) -> float:
@@ -163,10 +166,10 @@ def predict(arm: Arm, rate: float, output_len: int) -> LoadPoint:
     admitted = min(rate, sat)  # past saturation the rest wait in the queue
     b = running_batch(arm, admitted, output_len)
     bb = max(b, 1.0)
-    tpot = arm.request_tpot_ms(b, admitted)
+    tpot = arm.request_tpot_ms(b, admitted) / arm.median_share
     # The 90th percentile request decodes beside that many more others than the mean.
     b90 = min(float(arm.capacity), 1.0 + b + _Z90 * math.sqrt(b))
-    tpot90 = max(tpot, arm.tpot_ms(b90, admitted))
+    tpot90 = max(tpot, arm.tpot_ms(b90, admitted) / arm.median_share)
     step = _interp(arm.step_ms, bb)
     w50, w90 = _wait_quantile_ms(arm, rate, output_len, 0.5), _wait_quantile_ms(arm, rate, output_len, 0.9)
     # A new request waits for the step in flight (half a step at the median), then its prefill runs: alone, or

@@ -221,10 +221,10 @@ class KVState:
         end = max((last[r] + 1 for r in range(self.batch_size) if r not in moving), default=0)
         kv = _kv_lists(self.cache)
         new_end = end
-        for r, n, later in zip(rows, counts, ahead, strict=True):
+        for r, n, to_come in zip(rows, counts, ahead, strict=True):
             src = last[r] + 1 - n
             before = self.valid[r, :src].nonzero()
-            dst = max(int(before[-1]) + 1 if before.numel() else 0, end - n - later)
+            dst = max(int(before[-1]) + 1 if before.numel() else 0, end - n - to_come)
             if dst < src:
                 for k, v in kv:
                     k[r, :, dst : dst + n] = k[r, :, src : src + n].clone()

@@ -477,7 +477,8 @@ class DecodeBatch:
             outs += self._settle(turn, checked, t1, timed=not joins)
         else:
             self.kv.rollback(torch.tensor(keep, dtype=torch.long, device=self.device))
-        self.kv.compact([running + j for j in range(len(joins))], keep, [r.prompt_len - r.prefilled - t for r, t in joins])
+        ahead = [r.prompt_len - r.prefilled - t for r, t in joins]  # prompt tokens still to come after this chunk
+        self.kv.compact([running + j for j in range(len(joins))], keep, ahead)
         finished = [i for i, r in enumerate(self.rows) if r.finish_reason is not None]
         if finished and self.engine.pacer is not None:
             self.engine.pacer.observe_finish(self.engine.decode_steps, len(finished))

@@ -140,3 +140,17 @@ def test_every_profile_point_runs_a_whole_number_of_rounds_over_the_prompts(lm, 
                  rate_window_s=20.0, work=tmp_path)
     lm.calibrate("", s, "x", mixes_prefill=False)
     assert [n for n, _ in sent] == [8, 8, 16] and all(every for _, every in sent)
+
+
+def test_the_median_requests_share_of_tokens_per_step_sets_tpot_p50(lm, tmp_path):
+    # Two of eight requests copy (3 tokens a chunk), the rest do not (1): the mean request is 1.5, the median 1.
+    for c in (1, 4):
+        res = {**_result([0.0, 0.1] * 4, 0.150, 0.040, 25), "completed": 8, "request_throughput": 1.0,
+               "median_ttft_ms": 150.0, "median_tpot_ms": 40.0,
+               "output_lens": [24] * 8, "itls": [[0.04] * 7] * 2 + [[0.04] * 23] * 6}
+        (tmp_path / f"x-profile-c{c}.json").write_text(json.dumps(res))
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path, replay=True)
+    arm, info = lm.calibrate("", s, "x", mixes_prefill=True)
+    assert info["median_share"] == pytest.approx(1.0 / 1.5, abs=1e-3)
+    assert arm.median_share == pytest.approx(1.0 / 1.5)

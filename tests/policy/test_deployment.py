@@ -8,6 +8,7 @@ import pytest
 import specplug
 from specplug.catalog import models
 from specplug.errors import SpecplugError
+from specplug.plan import Plan
 
 LOAD_KEYS = {"request_rate", "capacity_requests", "baseline", "speculative", "crossover_request_rate",
              "saturation_request_rate"}
@@ -143,7 +144,7 @@ def test_vllms_default_request_cap_follows_the_gpu(gpu: str, cap: int) -> None:
     assert q.capacity_requests_without_drafter == 64
 
 
-def plan(stack: str, extra: list[str]):
+def plan(stack: str, extra: list[str]) -> Plan:
     """qwen3-8b on one H100 at 8 requests/s on ``stack``, with ``extra`` in serve.extra_args."""
     from specplug.config import Config
 
@@ -161,8 +162,9 @@ def test_sglangs_mixed_chunk_flag_makes_a_joining_prefill_ride_in_the_step() -> 
 
 @pytest.mark.parametrize(("stack", "off"), [("llamacpp", ["--no-cont-batching"]), ("llamacpp", ["-nocb"]),
                                             ("embedded", ["--prefill-chunk", "0"]),
-                                            ("embedded", ["--prefill-chunk=0"])])
-def test_a_flag_that_turns_prefill_mixing_off_makes_a_prefill_a_pass_of_its_own(stack, off) -> None:
+                                            ("embedded", ["--prefill-chunk=0"]),
+                                            ("embedded", ["--prefill-chunk", "00"])])
+def test_a_flag_that_turns_prefill_mixing_off_makes_a_prefill_a_pass_of_its_own(stack: str, off: list[str]) -> None:
     assert "mixes a joining prefill" in plan(stack, []).load.basis
     assert "a pass of its own" in plan(stack, off).load.basis
     assert "mixes a joining prefill" in plan(stack, ["--prefill-chunk", "256"] if stack == "embedded" else ["-cb"]).load.basis

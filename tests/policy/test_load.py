@@ -3,6 +3,8 @@ what their names say."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from specplug.policy import load as L
@@ -100,3 +102,11 @@ def test_a_prefill_cheaper_than_a_step_stalls_nothing_and_yields_its_token_with_
     arm = L.Arm(lambda b: 50.0, lambda b: 1.0, 30.0, 8, mixes_prefill=True)
     assert arm.stall_ms == 0.0
     assert L.predict(arm, 0.01, 64).ttft_ms_p50 == pytest.approx(50.0 + 25.0)
+
+
+def test_requests_that_speculate_unevenly_leave_the_median_request_slower_than_the_mean() -> None:
+    even = linear_arm(40.0, 2.0, prefill_ms=50.0)
+    uneven = dataclasses.replace(even, median_share=0.8)
+    a, b = L.predict(even, 2.0, 64), L.predict(uneven, 2.0, 64)
+    assert b.tpot_ms_p50 == pytest.approx(a.tpot_ms_p50 / 0.8)
+    assert b.output_tokens_per_s == a.output_tokens_per_s and b.running_batch == a.running_batch
