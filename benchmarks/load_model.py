@@ -373,7 +373,8 @@ def mean_of(reps: list[Measured]) -> Measured:
                     requests_per_s=statistics.fmean(m.requests_per_s for m in reps),
                     arrival_rate=avg([m.arrival_rate for m in reps]),
                     acceptance_length=avg([m.acceptance_length for m in reps]),
-                    itl_ms_p50=avg([m.itl_ms_p50 for m in reps]), tokens_per_chunk=avg([m.tokens_per_chunk for m in reps]))
+                    itl_ms_p50=avg([m.itl_ms_p50 for m in reps]), tokens_per_chunk=avg([m.tokens_per_chunk for m in reps]),
+                    tokens_per_chunk_median=avg([m.tokens_per_chunk_median for m in reps]))
 
 
 def measured_saturation(rows: list[dict], output_len: int) -> tuple[float | None, float | None]:

@@ -25,10 +25,10 @@ def sets(args: Iterable[str], name: str, value: str | None) -> bool:
             last = args[i + 1]
         elif a.startswith(name + "="):
             last = a[len(name) + 1 :]
-    return last == value or (last is not None and _whole(last) is not None and _whole(last) == _whole(value))
+    return last == value or (last is not None and _as_int(last) is not None and _as_int(last) == _as_int(value))
 
 
-def _whole(text: str) -> int | None:
+def _as_int(text: str) -> int | None:
     try:
         return int(text)
     except ValueError:

@@ -75,10 +75,10 @@ _NOT_RECURRENT = ("full_attention", "sliding_attention", "none")
 # or values specplug renders itself).
 PLANNED_ONLY = ("lora", "structured_output", "reasoning_parser", "prefix_caching", "multimodal")
 # The features only a stack's flag turns on (its table's ``flags`` spell them; specplug.yaml has no field for them).
-FLAG_FEATURES = ("async_scheduling", "dp_attention", "mixed_chunked_prefill", "eager_mode")
 # The flag feature that makes a stack mix joining prefills into decode steps where its default does not (the load
 # model reads it as well as the table's rows).
 MIXED_PREFILL = "mixed_chunked_prefill"
+FLAG_FEATURES = ("async_scheduling", "dp_attention", MIXED_PREFILL, "eager_mode")
 Flags = tuple[tuple[str, tuple[str, ...]], ...]  # feature -> the stack's spellings, as a hashable mapping
 ALL_METHODS = "*"  # in a row's methods: every speculating method
 
