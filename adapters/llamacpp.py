@@ -195,6 +195,7 @@ class LlamaCppAdapter(BaseAdapter):
     # update_slots puts the generating slots' sampled tokens in the batch first, then fills it with pending prompts.
     prefill_mixing = (Window("continuous batching", source="server update_slots"),)
     prefill_unmixing = (("--no-cont-batching", None), ("-nocb", None))  # common/arg.cpp: cont_batching = false
+    prefill_remixing = ("--cont-batching", "-cb")  # cont_batching = true
     # CUDA server images are published per build number as server-cuda-bNNNN.
     image = StackImage("ghcr.io/ggml-org/llama.cpp", "server-cuda-b{version}", "/root/.cache/llama.cpp",
                        ("LLAMA_CACHE", "HF_HOME"), (("llama-server", "/app/llama-server"),), version_prefix="b")

@@ -195,6 +195,16 @@ def has_schedule(version: str | None) -> bool:
     return spelling(FIELDS, "schedule", version) is not None
 
 
+def vocab_bridge_sentence(version: str | None) -> str | None:
+    """How vLLM drafts with a draft model of another vocabulary at ``version`` (None: it cannot)."""
+    w = spelling(FIELDS, HETEROGENEOUS_VOCAB, version)
+    return None if w is None else (
+        f"vLLM drafts over the token-level intersection of the two vocabularies ({w.value}, {w.source}): the "
+        "draft's argmax among the shared tokens, mapped to the target's ids, so verification stays lossless at "
+        "any temperature; greedy draft sampling only, in Model Runner V1 (V2 has no token mapping), and acceptance "
+        "is lower than with a drafter of the target's own vocabulary")
+
+
 class VLLMAdapter(BaseAdapter):
     name = "vllm"
     compat_file = "compat_vllm.yaml"  # what breaks speculation per release (specplug.compat)
@@ -254,12 +264,7 @@ class VLLMAdapter(BaseAdapter):
         return has_schedule(version)
 
     def vocab_bridge(self, version: str | None) -> str | None:
-        w = spelling(FIELDS, HETEROGENEOUS_VOCAB, version)
-        return None if w is None else (
-            f"vLLM drafts over the token-level intersection of the two vocabularies ({w.value}, {w.source}): the "
-            "draft's argmax among the shared tokens, mapped to the target's ids, so verification stays lossless at "
-            "any temperature; it runs in Model Runner V1, and acceptance is lower than with a drafter of the "
-            "target's own vocabulary")
+        return vocab_bridge_sentence(version)
 
     def stack_problems(self, plan: Plan, version: str | None) -> list[Problem]:
         out = precision_problems(plan, version)
@@ -491,10 +496,8 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
 
             if (why := draft_vocab_mismatch(plan)) is not None:
                 cfg[w.value] = True  # rule 1 let it through: greedy draft sampling
-                c.notes.append(f"The draft model's vocabulary differs from the target's ({why.split(';')[0]}): vLLM "
-                               f"drafts over the tokens both share ({w.value}), greedy draft sampling only, in Model "
-                               "Runner V1 (V2 has no token mapping); acceptance is lower than with a drafter of the "
-                               "target's own vocabulary.")
+                c.notes.append(f"The draft model's vocabulary differs from the target's ({why.split(';')[0]}): "
+                               f"{vocab_bridge_sentence(version)}.")
         if c.method == "draft_model" and drafter_format(c.drafter) == "pard":
             if spelling(FIELDS, "parallel_drafting", version):
                 cfg["parallel_drafting"] = True  # a PARD drafter proposes all k tokens in one forward

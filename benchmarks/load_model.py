@@ -1,13 +1,13 @@
 """The continuous-batching load model (specplug.policy.load) against real servers under Poisson load.
 
-    .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates x 2 repeats: about 40 minutes
+    .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates x 2 repeats: about 45 minutes
     .venv/bin/python benchmarks/load_model.py --servers embedded   # one server, 5 rates
     .venv/bin/python benchmarks/load_model.py --json out.json      # the rows as JSON too
     .venv/bin/python benchmarks/load_model.py --quick --replay DIR # report again from a --keep folder, no servers
 
 Serves the packaged SmolLM2-135M with the embedded server (specplug.runtime.server) and with vLLM's CPU build
 (from ~/.cache/specplug/stackenvs/vllm; skipped with a message when that venv is absent), each without and with
-n-gram speculation. Per server and arm it:
+n-gram speculation, both arms served at once (an idle server waits without computing). Per server and arm it:
 
 1. calibrates the arm from one short closed-loop profile (`vllm bench serve --max-concurrency c` at a few c, the
    capacity among them). Both servers stream one chunk per decode step, so step_ms(batch) runs piecewise linear
@@ -24,8 +24,15 @@ n-gram speculation. Per server and arm it:
    rate and (per server) the crossover rate above which speculation stops lowering TPOT;
 3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and
    past the baseline's predicted saturation, the same rates for both arms, `--repeats` times each (one arrival
-   seed per repeat, the same seeds for both arms); the model is given the rate the client's send times realised
-   (a short Poisson run strays from its nominal rate), printed beside it.
+   seed per repeat, the same seeds for both arms; each run sends every prompt equally often), the arms back to back
+   and in turn first; the model is given
+   the rate the client's send times realised (a short Poisson run strays from its nominal rate), printed beside it;
+4. re-times the machine before each of those runs: the profile's first point (one stream, every prompt) again, its
+   mean request latency over the profile's. A shared CPU's speed drifts within minutes, and the calibration ran
+   minutes before; each run's prediction scales the arm's step and prefill costs by that ratio, and the
+   saturation and crossover rates are predicted on the mean of every re-timing in the run, both arms' (and from
+   the calibration alone, printed beside). The re-timing is a closed-loop run of the profile, not the Poisson run
+   it stands beside.
 
 The measured crossover counts only what the repeats cannot explain, as `tune` does: at a rate speculation wins
 when its slowest repeat's TPOT p50 beats the baseline's fastest, loses when its fastest is slower than the
@@ -51,7 +58,7 @@ import sys
 import tempfile
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling _servers and _prompts
@@ -61,7 +68,7 @@ from _servers import start as start_server  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specplug.policy.load import Arm, crossover_rate, predict, saturation_rate  # noqa: E402
+from specplug.policy.load import Arm, LoadPoint, crossover_rate, predict, saturation_rate  # noqa: E402
 from specplug.stackcaps import declared  # noqa: E402
 
 MODEL_NAME = "smollm2-135m"
@@ -117,6 +124,7 @@ class Measured:
     itl_ms_p50: float | None = None  # the median gap between streamed chunks: one decode step
     tokens_per_chunk: float | None = None  # mean over requests of output tokens per streamed chunk
     tokens_per_chunk_median: float | None = None  # the median request's
+    latency_ms_mean: float | None = None  # mean request latency, first byte sent to last token received
 
 
 @dataclass
@@ -126,6 +134,13 @@ class ArmResult:
     arm_model: Arm | None = None
     calibration: dict = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
+
+
+def run_speed(*arms: ArmResult) -> float:
+    """The machine's time over the calibration's, averaged over every re-timing of the run (both arms: each server's
+    own few re-timings would tilt the crossover by their noise); 1.0 where none was made."""
+    speeds = [x for a in arms for row in a.rows for x in row.get("speeds") or [] if x is not None]
+    return statistics.fmean(speeds) if speeds else 1.0
 
 
 def server_argv(server: str, method: str, s: Setup, port: int) -> tuple[list[str], dict[str, str]]:
@@ -182,10 +197,10 @@ def acceptance_between(before: dict[str, float], after: dict[str, float]) -> flo
     return 1.0 + acc / drafts if drafts > 0 else None
 
 
-def dataset(s: Setup, size: int = 256) -> Path:
+def dataset(s: Setup, size: int) -> Path:
     """The client's prompt file: ``size`` rows, each prompt in turn (a run of ``size`` requests, in whatever order the
     client shuffles them, sends every prompt equally often when ``size`` is a multiple of their count)."""
-    path = s.work / ("prompts.json" if size == 256 else f"prompts-{size}.json")
+    path = s.work / f"prompts-{size}.json"
     rows = [{"id": str(i), "conversations": [{"from": "human", "value": PROMPTS[i % len(PROMPTS)]},
                                              {"from": "gpt", "value": "ok"}]} for i in range(size)]
     path.write_text(json.dumps(rows))
@@ -193,9 +208,11 @@ def dataset(s: Setup, size: int = 256) -> Path:
 
 
 def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency: int | None = None,
-          tag: str, seed: int = 0, every_prompt: bool = False) -> Measured:
+          tag: str, seed: int = 0) -> Measured:
     """One `vllm bench serve` run: Poisson arrivals at ``rate``, or a closed loop of ``concurrency`` streams;
-    ``every_prompt``: from a file of exactly ``n`` rows, so that each prompt is sent equally often."""
+    the prompts from a file of exactly ``n`` rows, so that a run of a whole number of rounds over them sends each
+    equally often (acceptance and prefill vary by prompt: a run that drew other prompts than the next would read as
+    a change of load)."""
     out = s.work / f"{tag}.json"
     if s.replay:
         if not out.exists():
@@ -203,7 +220,7 @@ def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency
         return measured(json.loads(out.read_text()))
     argv = [str(VLLM_ENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
             "--base-url", base, "--model", MODEL_NAME, "--tokenizer", str(MODEL_DIR), "--dataset-name", "sharegpt",
-            "--dataset-path", str(dataset(s, n if every_prompt else 256)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
+            "--dataset-path", str(dataset(s, n)), "--sharegpt-output-len", str(s.output_len), "--num-prompts", str(n),
             "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm", "--save-result", "--save-detailed",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--result-dir", str(out.parent), "--result-filename", out.name]
     argv += ["--request-rate", f"{rate:.4f}"] if rate else ["--request-rate", "inf", "--max-concurrency", str(concurrency)]
@@ -221,7 +238,12 @@ def measured(res: dict, acceptance_length: float | None = None) -> Measured:
     return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
                     ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
                     requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res),
-                    acceptance_length=acceptance_length, **chunk_figures(res))
+                    acceptance_length=acceptance_length, latency_ms_mean=_mean_latency_ms(res), **chunk_figures(res))
+
+
+def _mean_latency_ms(res: dict) -> float | None:
+    lats = [x for x in res.get("latencies") or [] if x]
+    return 1000.0 * statistics.fmean(lats) if lats else None
 
 
 def chunk_figures(res: dict) -> dict[str, float]:
@@ -278,8 +300,7 @@ def calibrate(base: str, s: Setup, tag: str, mixes_prefill: bool) -> tuple[Arm, 
     for c in s.profile_concurrency:
         # Every point sends each prompt equally often: acceptance and prefill vary by prompt, and a point that saw
         # other prompts than the next would read as a step cost or tokens per step that vary with the batch.
-        n = math.ceil((max(4, 2 * c) if s.quick else max(6, 3 * c)) / len(PROMPTS)) * len(PROMPTS)
-        m = bench(base, s, n, concurrency=c, tag=f"{tag}-profile-c{c}", every_prompt=True)
+        m = bench(base, s, profile_size(s, c), concurrency=c, tag=f"{tag}-profile-c{c}")
         pts.append((c, m))
     first = pts[0][1]
     prefill = first.ttft_ms_p50 or 0.0
@@ -299,8 +320,56 @@ def calibrate(base: str, s: Setup, tag: str, mixes_prefill: bool) -> tuple[Arm, 
             "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts], "median_share": round(share, 3),
             "acceptance_length": round(statistics.fmean(accs), 3) if accs else None, "capacity": s.capacity,
             "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "itl_ms_p50": m.itl_ms_p50,
+                         "latency_ms_mean": m.latency_ms_mean,
                          "ttft_ms_p50": m.ttft_ms_p50, "requests_per_s": round(m.requests_per_s, 3)} for c, m in pts]}
     return arm, info
+
+
+def profile_size(s: Setup, c: int) -> int:
+    """Requests in the profile point at concurrency ``c``: a whole number of rounds over the prompts."""
+    return math.ceil((max(4, 2 * c) if s.quick else max(6, 3 * c)) / len(PROMPTS)) * len(PROMPTS)
+
+
+def rate_size(s: Setup, rate: float) -> int:
+    """Requests in a Poisson run at ``rate``: about the rate window's arrivals, a whole number of rounds over the
+    prompts, at least one round and at most 6 (12 in a full run)."""
+    rounds = round(rate * s.rate_window_s / len(PROMPTS))
+    return len(PROMPTS) * min(max(1, rounds), 6 if s.quick else 12)
+
+
+def retime(base: str, s: Setup, tag: str, info: dict) -> float | None:
+    """The machine's time now over the calibration's: the profile's first point (one stream, every prompt) run
+    again, its mean request latency over the profile's. Same prompts, same greedy outputs, the same prefix cache
+    (the warm-up sent every prompt), so only the machine differs. None for a replayed run that saved no re-timing."""
+    if s.replay and not (s.work / f"{tag}.json").exists():
+        return None
+    c = s.profile_concurrency[0]
+    m = bench(base, s, profile_size(s, c), concurrency=c, tag=tag)
+    then = info["profile"][0].get("latency_ms_mean")
+    return m.latency_ms_mean / then if m.latency_ms_mean and then else None
+
+
+def scaled(arm: Arm, factor: float) -> Arm:
+    """The arm on a machine ``factor`` times slower: every step and prefill costs that much more."""
+    if factor == 1.0:
+        return arm
+    step = arm.step_ms
+    return replace(arm, step_ms=lambda b: factor * step(b), prefill_ms=factor * arm.prefill_ms,
+                   absorbed_ms=None if arm.absorbed_ms is None else factor * arm.absorbed_ms)
+
+
+def mean_point(points: list[LoadPoint]) -> LoadPoint:
+    """The repeats' predictions as one (means; TTFT None where any repeat's is)."""
+    def avg(xs: list[float | None]) -> float | None:
+        return None if any(x is None for x in xs) else statistics.fmean(xs)
+
+    return LoadPoint(request_rate=statistics.fmean(p.request_rate for p in points),
+                     running_batch=statistics.fmean(p.running_batch for p in points),
+                     tpot_ms_p50=statistics.fmean(p.tpot_ms_p50 for p in points),
+                     tpot_ms_p90=statistics.fmean(p.tpot_ms_p90 for p in points),
+                     ttft_ms_p50=avg([p.ttft_ms_p50 for p in points]), ttft_ms_p90=avg([p.ttft_ms_p90 for p in points]),
+                     output_tokens_per_s=statistics.fmean(p.output_tokens_per_s for p in points),
+                     saturated=any(p.saturated for p in points))
 
 
 def _through(xs: list[float], ys: list[float], rising: bool = True) -> Callable[[int], float]:
@@ -326,38 +395,73 @@ def _through(xs: list[float], ys: list[float], rising: bool = True) -> Callable[
     return step_ms
 
 
-def run_arm(server: str, method: str, s: Setup, rates: list[float] | None) -> tuple[ArmResult, list[float]]:
-    """Calibrate, then (with ``rates`` chosen, or chosen here from this arm's saturation) measure every rate."""
-    res = ArmResult(server=server, arm="none" if method == "none" else f"{method} k={s.k}")
-    proc, base = start(server, method, s)[:2] if not s.replay else (None, "")
+def run_server(server: str, s: Setup) -> tuple[ArmResult, ArmResult]:
+    """Both arms served at once (an idle server waits without computing): each calibrated, then every rate measured
+    with the arms back to back, in turn first and last, so that a machine changing speed weighs on both alike.
+    The rates come from the baseline's saturation."""
+    arms = [(m, ArmResult(server=server, arm="none" if m == "none" else f"{m} k={s.k}")) for m in ("none", "ngram")]
+    procs, bases = [], {}
     try:
-        if not s.replay:
-            bench(base, s, 2, concurrency=1, tag=f"{server}-{method}-warmup")  # first passes allocate and compile
-        arm, info = calibrate(base, s, f"{server}-{method}", declared(server, stack_version(server)).mixes_prefill)
-        res.arm_model, res.calibration = arm, info
-        if rates is None and s.replay:  # the rates the run measured, read from its result files' names
-            rates = sorted({float(f.name.split("-r", 1)[1].split("-s", 1)[0])
-                            for f in s.work.glob(f"{server}-{method}-r*-s0.json")})
-        if rates is None:
-            sat = saturation_rate(arm, s.output_len)
-            fr = RATE_FRACTIONS["quick" if s.quick else "full"]
-            rates = [float(f"{sat * f:.3g}") for f in fr]
-        print(f"  {server} {res.arm}: calibrated {info}; rates {rates}", flush=True)
+        for method, _ in arms:
+            if s.replay:
+                bases[method] = ""
+                continue
+            proc, bases[method], _ = start(server, method, s)
+            procs.append(proc)
+            # First passes allocate and compile; every prompt once, so that the profile and every run after it find
+            # the same prompts in the prefix cache.
+            bench(bases[method], s, profile_size(s, 1), concurrency=1, tag=f"{server}-{method}-warmup")
+        mixes = declared(server, stack_version(server)).mixes_prefill
+        for method, res in arms:
+            res.arm_model, res.calibration = calibrate(bases[method], s, f"{server}-{method}", mixes)
+        rates = choose_rates(server, arms[0][1].arm_model, s)
+        for _, res in arms:
+            print(f"  {server} {res.arm}: calibrated {res.calibration}", flush=True)
+        print(f"  rates {rates}", flush=True)
+        turn = 0
         for r in rates:
-            n = int(min(max(8, r * s.rate_window_s), 48 if s.quick else 96))
-            reps = [bench(base, s, n, rate=r, tag=f"{server}-{method}-r{r:g}-s{i}", seed=i) for i in range(s.repeats)]
-            m = mean_of(reps)
-            # The model is given the load that arrived (the client's send times), not the nominal rate.
-            p = predict(arm, m.arrival_rate or r, s.output_len)
-            res.rows.append({"rate": r, "n": n, "failed": m.failed, "pred": p, "meas": m, "repeats": reps})
-            spread = ", ".join(_fmt(x.tpot_ms_p50) for x in reps)
-            print(f"    rate {r:g}/s (arrived {m.arrival_rate or r:.3g}/s): TPOT p50 {p.tpot_ms_p50:.1f} pred vs "
-                  f"{m.tpot_ms_p50 or 0:.1f} ms measured ({spread}), tokens/s {p.output_tokens_per_s:.1f} vs "
-                  f"{m.tokens_per_s:.1f}", flush=True)
+            got: dict[str, tuple[list[Measured], list[LoadPoint], list[float | None]]] = {
+                method: ([], [], []) for method, _ in arms}
+            for i in range(s.repeats):
+                for method, res in arms if turn % 2 == 0 else arms[::-1]:
+                    reps, preds, speeds = got[method]
+                    tag = f"{server}-{method}-r{r:g}-s{i}"
+                    speeds.append(retime(bases[method], s, f"{tag}-retime", res.calibration))
+                    reps.append(bench(bases[method], s, rate_size(s, r), rate=r, tag=tag, seed=i))
+                    # The model is given the load that arrived (the client's send times), not the nominal rate, on
+                    # the machine as fast as it was just before.
+                    arm = scaled(res.arm_model, speeds[-1] or 1.0)
+                    preds.append(predict(arm, reps[-1].arrival_rate or r, s.output_len))
+                turn += 1
+            for method, res in arms:
+                reps, preds, speeds = got[method]
+                m, p = mean_of(reps), mean_point(preds)
+                res.rows.append({"rate": r, "n": reps[0].completed + reps[0].failed, "failed": m.failed, "pred": p,
+                                 "meas": m, "repeats": reps, "speeds": speeds})
+                known = [x for x in speeds if x is not None]
+                machine = (f"machine {statistics.fmean(known):.3f}x the calibration's time" if known
+                           else "machine not re-timed")
+                print(f"    {res.arm} at {r:g}/s (arrived {m.arrival_rate or r:.3g}/s, {machine}): TPOT p50 "
+                      f"{p.tpot_ms_p50:.1f} pred vs {m.tpot_ms_p50 or 0:.1f} ms measured "
+                      f"({', '.join(_fmt(x.tpot_ms_p50) for x in reps)}), tokens/s {p.output_tokens_per_s:.1f} vs "
+                      f"{m.tokens_per_s:.1f}", flush=True)
     finally:
-        if proc is not None:
-            stop(proc)
-    return res, rates
+        for proc in procs:
+            try:
+                stop(proc)
+            except OSError as e:  # one that went already must not leave the other running
+                print(f"  stopping a {server} server: {e}", file=sys.stderr)
+    return arms[0][1], arms[1][1]
+
+
+def choose_rates(server: str, base: Arm, s: Setup) -> list[float]:
+    """Fractions of the baseline's predicted saturation (before any rate is measured); a replay reads the rates its
+    run measured from its result files' names."""
+    if s.replay:
+        return sorted({float(f.name.split("-r", 1)[1].split("-s", 1)[0])
+                       for f in s.work.glob(f"{server}-none-r*-s0.json")})
+    sat = saturation_rate(base, s.output_len)
+    return [float(f"{sat * f:.3g}") for f in RATE_FRACTIONS["quick" if s.quick else "full"]]
 
 
 def mean_of(reps: list[Measured]) -> Measured:
@@ -374,7 +478,8 @@ def mean_of(reps: list[Measured]) -> Measured:
                     arrival_rate=avg([m.arrival_rate for m in reps]),
                     acceptance_length=avg([m.acceptance_length for m in reps]),
                     itl_ms_p50=avg([m.itl_ms_p50 for m in reps]), tokens_per_chunk=avg([m.tokens_per_chunk for m in reps]),
-                    tokens_per_chunk_median=avg([m.tokens_per_chunk_median for m in reps]))
+                    tokens_per_chunk_median=avg([m.tokens_per_chunk_median for m in reps]),
+                    latency_ms_mean=avg([m.latency_ms_mean for m in reps]))
 
 
 def measured_saturation(rows: list[dict], output_len: int) -> tuple[float | None, float | None]:
@@ -418,24 +523,28 @@ def _fmt(x: float | None, fmt: str = ".1f") -> str:
 
 def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     errs_tpot, errs_tok = [], []
-    print(f"\n{server}: SmolLM2-135M, {s.output_len} output tokens, capacity {s.capacity}, n-gram k={s.k}")
-    print(f"{'arm':<14}{'rate/s':>8}{'arrived':>9}{'TPOT pred':>11}{'TPOT meas':>11}{'TTFT pred':>11}{'TTFT meas':>11}"
-          f"{'tok/s pred':>12}{'tok/s meas':>12}{'batch pred':>12}")
+    print(f"\n{server}: SmolLM2-135M, {s.output_len} output tokens, capacity {s.capacity}, n-gram k={s.k}; "
+          "predictions on the machine as re-timed before each run (machine: its time over the calibration's)")
+    print(f"{'arm':<14}{'rate/s':>8}{'arrived':>9}{'machine':>9}{'TPOT pred':>11}{'TPOT meas':>11}{'TTFT pred':>11}"
+          f"{'TTFT meas':>11}{'tok/s pred':>12}{'tok/s meas':>12}{'batch pred':>12}")
     out_rows = []
+    speed = run_speed(base, spec)
     for a in (base, spec):
-        sat = saturation_rate(a.arm_model, s.output_len)
         kept, _ = measured_saturation(a.rows, s.output_len)
         for row in a.rows:
             p, m = row["pred"], row["meas"]
-            print(f"{a.arm:<14}{row['rate']:>8g}{m.arrival_rate or row['rate']:>9.3g}{p.tpot_ms_p50:>11.1f}{_fmt(m.tpot_ms_p50):>11}"
-                  f"{_fmt(p.ttft_ms_p50):>11}{_fmt(m.ttft_ms_p50):>11}{p.output_tokens_per_s:>12.1f}"
-                  f"{m.tokens_per_s:>12.1f}{p.running_batch:>12.2f}")
-            below = (m.arrival_rate or row["rate"]) < sat and kept is not None and row["rate"] <= kept
+            known = [x for x in row.get("speeds") or [] if x is not None]
+            machine = statistics.fmean(known) if known else None
+            print(f"{a.arm:<14}{row['rate']:>8g}{m.arrival_rate or row['rate']:>9.3g}{_fmt(machine, '.3f'):>9}"
+                  f"{p.tpot_ms_p50:>11.1f}{_fmt(m.tpot_ms_p50):>11}{_fmt(p.ttft_ms_p50):>11}{_fmt(m.ttft_ms_p50):>11}"
+                  f"{p.output_tokens_per_s:>12.1f}{m.tokens_per_s:>12.1f}{p.running_batch:>12.2f}")
+            below = not p.saturated and kept is not None and row["rate"] <= kept
             if below and m.tpot_ms_p50:
                 errs_tpot.append(abs(math.log(p.tpot_ms_p50 / m.tpot_ms_p50)))
             if below and m.tokens_per_s > 0:
                 errs_tok.append(abs(math.log(p.output_tokens_per_s / m.tokens_per_s)))
             out_rows.append({"arm": a.arm, "rate": row["rate"], "arrived": m.arrival_rate, "requests": row["n"],
+                             "machine_time_vs_calibration": machine,
                              "failed": row["failed"],
                              "tpot_ms_p50": [round(p.tpot_ms_p50, 2), m.tpot_ms_p50],
                              "ttft_ms_p50": [None if p.ttft_ms_p50 is None else round(p.ttft_ms_p50, 1), m.ttft_ms_p50],
@@ -445,20 +554,29 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     med_tok = statistics.median(errs_tok) if errs_tok else None
     print(f"median |ln(pred/meas)| below saturation: TPOT {_fmt(med_tpot, '.3f')} over {len(errs_tpot)} points, "
           f"output tokens/s {_fmt(med_tok, '.3f')} over {len(errs_tok)} points")
+    print(f"the machine over the run: {speed:.3f}x the calibration's time (every re-timing, both arms); the "
+          "saturation and crossover rates below are predicted on it, and from the calibration alone")
     sats = {}
     for a in (base, spec):
-        pred = saturation_rate(a.arm_model, s.output_len)
+        pred, pred_cal = (saturation_rate(scaled(a.arm_model, speed), s.output_len),
+                          saturation_rate(a.arm_model, s.output_len))
         kept, lost = measured_saturation(a.rows, s.output_len)
-        sats[a.arm] = {"predicted": round(pred, 3), "measured_between": [kept, lost]}
+        sats[a.arm] = {"predicted": round(pred, 3), "predicted_from_calibration": round(pred_cal, 3),
+                       "measured_between": [kept, lost]}
         seen = (f"kept up at every measured rate (up to {kept:g}/s)" if lost is None else
                 f"below the lowest rate ({lost:g}/s)" if kept is None else f"between {kept:g} and {lost:g}/s")
-        print(f"saturation, {a.arm}: predicted {pred:.3g}/s; measured {seen}")
-    pc = crossover_rate(base.arm_model, spec.arm_model, s.output_len)
+        print(f"saturation, {a.arm}: predicted {pred:.3g}/s (calibration alone {pred_cal:.3g}/s); measured {seen}")
+    pc = crossover_rate(scaled(base.arm_model, speed), scaled(spec.arm_model, speed), s.output_len)
+    pc_cal = crossover_rate(base.arm_model, spec.arm_model, s.output_len)
     lo, hi = measured_crossover(base, spec)
     rates = [r["rate"] for r in base.rows]
     within = _within_one_step(pc, lo, hi, rates)
-    pcs = ("never (speculation pays up to saturation)" if pc is None else
-           "at every rate (speculation never pays)" if pc == 0 else f"{pc:.3g}/s")
+
+    def says(x: float | None) -> str:
+        return ("never (speculation pays up to saturation)" if x is None else
+                "at every rate (speculation never pays)" if x == 0 else f"{x:.3g}/s")
+
+    pcs = f"{says(pc)} (calibration alone {says(pc_cal)})"
     verdicts = [f"{b['rate']:g}: {verdict(b, sp)}" for b, sp in zip(base.rows, spec.rows, strict=True)]
     print(f"speculation's TPOT against the baseline's, beyond the repeats' spread: {', '.join(verdicts)}")
     seen = ("never loses at a measured rate" + (f" (last clear win {lo:g}/s)" if lo is not None else "")
@@ -467,7 +585,9 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     print(f"crossover: predicted {pcs}; measured {seen} ({'within' if within else 'NOT within'} one measured step)")
     return {"server": server, "calibration": {base.arm: base.calibration, spec.arm: spec.calibration},
             "rows": out_rows, "median_abs_log_error": {"tpot": med_tpot, "output_tokens_per_s": med_tok},
-            "saturation": sats, "crossover": {"predicted": pc, "measured_between": [lo, hi], "within_one_step": within}}
+            "saturation": sats, "machine_time_vs_calibration": speed,
+            "crossover": {"predicted": pc, "predicted_from_calibration": pc_cal,
+                          "measured_between": [lo, hi], "within_one_step": within}}
 
 
 def _within_one_step(pred: float | None, lo: float | None, hi: float | None, rates: list[float]) -> bool:
@@ -521,8 +641,7 @@ def main() -> int:
             print(f"Skipping vLLM: the pinned venv is not at {VLLM_ENV} (scripts/stack_envs.sh vllm).")
             continue
         print(f"{server}:", flush=True)
-        base, rates = run_arm(server, "none", s, None)
-        spec, _ = run_arm(server, "ngram", s, rates)
+        base, spec = run_server(server, s)
         out.append(report(server, base, spec, s))
     print(f"\nload average at end {os.getloadavg()}")
     if args.json:

@@ -10,7 +10,18 @@ from collections.abc import Iterable
 def has_flag(args: Iterable[str], *names: str) -> bool:
     """Whether ``args`` set one of ``names``: written alone or as ``--flag=value`` (``--no-flag``, which turns it
     off, and a longer flag that merely starts with the name do not count)."""
-    return any(a == n or a.startswith(n + "=") for a in args for n in names)
+    return last_of(args, *names) is not None
+
+
+def last_of(args: Iterable[str], *names: str) -> str | None:
+    """The one of ``names`` that ``args`` set last (as has_flag reads a setting), or None: of a flag and the flag
+    that undoes it, the later one counts."""
+    last = None
+    for a in args:
+        for n in names:
+            if a == n or a.startswith(n + "="):
+                last = n
+    return last
 
 
 def sets(args: Iterable[str], name: str, value: str | None) -> bool:

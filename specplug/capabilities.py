@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from specplug.argv import has_flag, sets
+from specplug.argv import last_of, sets
 from specplug.compat import MIXED_PREFILL, CompatRow, Finding, Flags, findings
 
 # Control names shared by adapters' control tables and the planner (which reads them from ``controls``).
@@ -66,12 +66,20 @@ class StackCapabilities:
     mixes_prefill: bool = False
     # serve.extra_args that turn that off: (flag, value), None for a flag alone (its adapter's prefill_unmixing).
     prefill_unmixing: tuple[tuple[str, str | None], ...] = ()
+    # Flags alone that turn it back on (its adapter's prefill_remixing).
+    prefill_remixing: tuple[str, ...] = ()
 
     def mixes_prefill_with(self, extra_args: Sequence[str]) -> bool:
         """Whether a deployment with ``extra_args`` mixes prefills into decode steps: the stack's default, turned on
-        by its mixed-chunk flag (compat_flags) or off by one of ``prefill_unmixing``."""
-        on = self.mixes_prefill or has_flag(extra_args, *dict(self.compat_flags).get(MIXED_PREFILL, ()))
-        return on and not any(sets(extra_args, flag, value) for flag, value in self.prefill_unmixing)
+        by its mixed-chunk flag (compat_flags) or a prefill_remixing flag, off by one of ``prefill_unmixing``. Of
+        flags alone, the last one counts (the stacks' parsers read them in order); a valued one counts by its last
+        value."""
+        ons = (*dict(self.compat_flags).get(MIXED_PREFILL, ()), *self.prefill_remixing)
+        offs = tuple(flag for flag, value in self.prefill_unmixing if value is None)
+        last = last_of(extra_args, *ons, *offs)
+        on = self.mixes_prefill if last is None else last in ons
+        return on and not any(sets(extra_args, flag, value) for flag, value in self.prefill_unmixing
+                              if value is not None)
 
     def max_batch_on(self, gpu: str, memory_gib: float) -> int | None:
         """Requests decoded together by default on ``gpu`` of ``memory_gib`` GiB (None: as many as memory holds)."""

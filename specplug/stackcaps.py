@@ -50,6 +50,7 @@ def declared(name: str, version: str | None = None, source: str = "unknown") -> 
         vocab_bridge(adapter, version),
         mixes_prefill=mixes_prefill(adapter, version),
         prefill_unmixing=tuple(getattr(adapter, "prefill_unmixing", ())),  # a plugin written before: none
+        prefill_remixing=tuple(getattr(adapter, "prefill_remixing", ())),
     )
 
 

@@ -86,6 +86,8 @@ class BaseAdapter:
     prefill_mixing: ClassVar[tuple[Window, ...]] = ()
     # serve.extra_args that turn that off: (flag, value), value None for the flag alone.
     prefill_unmixing: ClassVar[tuple[tuple[str, str | None], ...]] = ()
+    # Flags alone that turn it back on after one of those (the later of the two counts).
+    prefill_remixing: ClassVar[tuple[str, ...]] = ()
     fallback_only: ClassVar[bool] = False  # never chosen as the default stack, only named (or as launch's fallback)
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).

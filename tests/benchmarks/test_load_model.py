@@ -131,7 +131,7 @@ def test_every_profile_point_runs_a_whole_number_of_rounds_over_the_prompts(lm, 
     sent = []
 
     def bench(base, s, n, **kw):
-        sent.append((n, kw.get("every_prompt")))
+        sent.append(n)
         return lm.Measured(completed=n, failed=0, tpot_ms_p50=40.0, ttft_ms_p50=100.0, tokens_per_s=1.0,
                            requests_per_s=1.0, itl_ms_p50=40.0, tokens_per_chunk=1.0)
 
@@ -139,7 +139,7 @@ def test_every_profile_point_runs_a_whole_number_of_rounds_over_the_prompts(lm, 
     s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4, 8],
                  rate_window_s=20.0, work=tmp_path)
     lm.calibrate("", s, "x", mixes_prefill=False)
-    assert [n for n, _ in sent] == [8, 8, 16] and all(every for _, every in sent)
+    assert sent == [8, 8, 16]
 
 
 def test_the_median_requests_share_of_tokens_per_step_sets_tpot_p50(lm, tmp_path):
@@ -154,3 +154,81 @@ def test_the_median_requests_share_of_tokens_per_step_sets_tpot_p50(lm, tmp_path
     arm, info = lm.calibrate("", s, "x", mixes_prefill=True)
     assert info["median_share"] == pytest.approx(1.0 / 1.5, abs=1e-3)
     assert arm.median_share == pytest.approx(1.0 / 1.5)
+
+
+def _arm(lm, step: float = 40.0, prefill: float = 150.0):
+    return lm.Arm(step_ms=lambda b: step + 2.0 * b, tokens_per_step=lambda b: 1.0, prefill_ms=prefill, capacity=8)
+
+
+def test_a_slower_machine_costs_every_step_and_prefill_that_much_more(lm):
+    arm = _arm(lm)
+    slow = lm.scaled(arm, 1.25)
+    assert slow.step_ms(4) == pytest.approx(1.25 * arm.step_ms(4)) and slow.prefill_ms == pytest.approx(187.5)
+    # Saturation is capacity over the time a full batch takes per request: 1.25x the time, 1/1.25 the rate.
+    assert lm.saturation_rate(slow, 24) == pytest.approx(lm.saturation_rate(arm, 24) / 1.25)
+    assert lm.scaled(arm, 1.0) is arm
+
+
+def test_the_machine_is_retimed_against_the_profiles_first_point(lm, tmp_path):
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path, replay=True)
+    info = {"profile": [{"concurrency": 1, "latency_ms_mean": 1000.0}]}
+    assert lm.retime("", s, "x-r1-s0-retime", info) is None  # a replayed run that saved no re-timing
+    res = {**_result([0.0, 1.2], 0.1, 0.05, 23), "completed": 2, "request_throughput": 1.0}  # 1.2 s per request
+    (tmp_path / "x-r1-s0-retime.json").write_text(json.dumps(res))
+    assert lm.retime("", s, "x-r1-s0-retime", info) == pytest.approx(1.2)
+
+
+def test_repeats_predict_on_the_machine_as_it_was_and_average(lm):
+    arm = _arm(lm)
+    fast, slow = lm.predict(arm, 2.0, 24), lm.predict(lm.scaled(arm, 1.2), 2.0, 24)
+    both = lm.mean_point([fast, slow])
+    assert both.tpot_ms_p50 == pytest.approx((fast.tpot_ms_p50 + slow.tpot_ms_p50) / 2)
+    assert slow.tpot_ms_p50 > fast.tpot_ms_p50
+    gone = lm.predict(arm, 100.0, 24)  # past saturation: no TTFT
+    assert lm.mean_point([fast, gone]).ttft_ms_p50 is None and lm.mean_point([fast, gone]).saturated
+
+
+def test_the_arms_run_back_to_back_in_turn_first_each_run_retimed(lm, tmp_path, monkeypatch):
+    sent = []
+
+    def bench(base, s, n, *, rate=None, concurrency=None, tag, seed=0):
+        sent.append(tag)
+        lat = 1100.0 if "ngram" in tag and "retime" in tag else 1000.0  # the n-gram server reads 10% slow
+        return lm.Measured(completed=n, failed=0, tpot_ms_p50=40.0, ttft_ms_p50=100.0, tokens_per_s=20.0,
+                           requests_per_s=1.0, arrival_rate=rate, itl_ms_p50=40.0, tokens_per_chunk=1.0,
+                           latency_ms_mean=lat)
+
+    monkeypatch.setattr(lm, "bench", bench)
+    monkeypatch.setattr(lm, "start", lambda server, method, s: (None, f"http://{method}", None))
+    monkeypatch.setattr(lm, "stop", lambda proc: None)
+    monkeypatch.setattr(lm, "choose_rates", lambda server, base, s: [1.0, 2.0])
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path)
+    base, spec = lm.run_server("embedded", s)
+    assert sent[:2] == ["embedded-none-warmup", "embedded-ngram-warmup"]
+    runs = [t for t in sent if "-r1-" in t]
+    assert runs == ["embedded-none-r1-s0-retime", "embedded-none-r1-s0", "embedded-ngram-r1-s0-retime",
+                    "embedded-ngram-r1-s0", "embedded-ngram-r1-s1-retime", "embedded-ngram-r1-s1",
+                    "embedded-none-r1-s1-retime", "embedded-none-r1-s1"]
+    assert [t for t in sent if "-r2-" in t and "retime" not in t][0] == "embedded-none-r2-s0"
+    assert base.rows[0]["speeds"] == [1.0, 1.0] and spec.rows[0]["speeds"] == pytest.approx([1.1, 1.1])
+    # Each run is predicted on the machine as re-timed before it; the run's rates on the mean of every re-timing.
+    assert spec.rows[0]["pred"].tpot_ms_p50 > 1.05 * lm.predict(spec.arm_model, 1.0, 24).tpot_ms_p50
+    assert lm.run_speed(base, spec) == pytest.approx(1.05)
+    assert base.rows[0]["n"] == lm.rate_size(s, 1.0)
+
+
+def test_a_replay_without_retimings_predicts_on_the_calibration(lm, tmp_path):
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path, replay=True)
+    assert lm.retime("", s, "x-r1-s0-retime", {"profile": [{"latency_ms_mean": 1000.0}]}) is None
+    old = lm.ArmResult(server="x", arm="none", rows=[{"speeds": [None, None]}])
+    assert lm.run_speed(old) == 1.0
+
+
+def test_a_poisson_run_sends_every_prompt_equally_often(lm, tmp_path):
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path)
+    sizes = [lm.rate_size(s, r) for r in (0.1, 0.9, 2.0, 3.0, 50.0)]
+    assert sizes == [8, 16, 40, 48, 48] and all(n % len(lm.PROMPTS) == 0 for n in sizes)

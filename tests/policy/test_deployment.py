@@ -168,3 +168,10 @@ def test_a_flag_that_turns_prefill_mixing_off_makes_a_prefill_a_pass_of_its_own(
     assert "mixes a joining prefill" in plan(stack, []).load.basis
     assert "a pass of its own" in plan(stack, off).load.basis
     assert "mixes a joining prefill" in plan(stack, ["--prefill-chunk", "256"] if stack == "embedded" else ["-cb"]).load.basis
+
+
+@pytest.mark.parametrize(("args", "mixes"), [(["-nocb", "-cb"], True), (["--cont-batching", "--no-cont-batching"], False),
+                                             (["-cb", "-nocb", "--cont-batching"], True)])
+def test_of_llamacpps_batching_flags_the_last_one_counts(args: list[str], mixes: bool) -> None:
+    basis = plan("llamacpp", args).load.basis
+    assert ("mixes a joining prefill" in basis) is mixes and ("a pass of its own" in basis) is not mixes
