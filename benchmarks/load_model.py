@@ -28,7 +28,7 @@ n-gram speculation, both arms served at once (an idle server waits without compu
    and in turn first; the model is given
    the rate the client's send times realised (a short Poisson run strays from its nominal rate), printed beside it;
 4. re-times the machine before each of those runs: the profile's first point (one stream, every prompt) again, its
-   mean request latency over the profile's. A shared CPU's speed drifts within minutes, and the calibration ran
+   median request latency over the profile's. A shared CPU's speed drifts within minutes, and the calibration ran
    minutes before; each run's prediction scales the arm's step and prefill costs by that ratio, and the
    saturation and crossover rates are predicted on the mean of every re-timing in the run, both arms' (and from
    the calibration alone, printed beside). The re-timing is a closed-loop run of the profile, not the Poisson run
@@ -124,7 +124,7 @@ class Measured:
     itl_ms_p50: float | None = None  # the median gap between streamed chunks: one decode step
     tokens_per_chunk: float | None = None  # mean over requests of output tokens per streamed chunk
     tokens_per_chunk_median: float | None = None  # the median request's
-    latency_ms_mean: float | None = None  # mean request latency, first byte sent to last token received
+    latency_ms_p50: float | None = None  # median request latency, request sent to last token received
 
 
 @dataclass
@@ -238,12 +238,12 @@ def measured(res: dict, acceptance_length: float | None = None) -> Measured:
     return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
                     ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
                     requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res),
-                    acceptance_length=acceptance_length, latency_ms_mean=_mean_latency_ms(res), **chunk_figures(res))
+                    acceptance_length=acceptance_length, latency_ms_p50=_median_latency_ms(res), **chunk_figures(res))
 
 
-def _mean_latency_ms(res: dict) -> float | None:
+def _median_latency_ms(res: dict) -> float | None:
     lats = [x for x in res.get("latencies") or [] if x]
-    return 1000.0 * statistics.fmean(lats) if lats else None
+    return 1000.0 * statistics.median(lats) if lats else None
 
 
 def chunk_figures(res: dict) -> dict[str, float]:
@@ -320,7 +320,7 @@ def calibrate(base: str, s: Setup, tag: str, mixes_prefill: bool) -> tuple[Arm, 
             "tokens_per_step": [round(m.tokens_per_chunk or 1.0, 3) for _, m in pts], "median_share": round(share, 3),
             "acceptance_length": round(statistics.fmean(accs), 3) if accs else None, "capacity": s.capacity,
             "profile": [{"concurrency": c, "tpot_ms_p50": m.tpot_ms_p50, "itl_ms_p50": m.itl_ms_p50,
-                         "latency_ms_mean": m.latency_ms_mean,
+                         "latency_ms_p50": m.latency_ms_p50,
                          "ttft_ms_p50": m.ttft_ms_p50, "requests_per_s": round(m.requests_per_s, 3)} for c, m in pts]}
     return arm, info
 
@@ -339,14 +339,15 @@ def rate_size(s: Setup, rate: float) -> int:
 
 def retime(base: str, s: Setup, tag: str, info: dict) -> float | None:
     """The machine's time now over the calibration's: the profile's first point (one stream, every prompt) run
-    again, its mean request latency over the profile's. Same prompts, same greedy outputs, the same prefix cache
-    (the warm-up sent every prompt), so only the machine differs. None for a replayed run that saved no re-timing."""
+    again, its median request latency over the profile's (a median: one request held up by a hiccup of the machine
+    would move a mean by a fifth). Same prompts, same greedy outputs, the same prefix cache (the warm-up sent every
+    prompt), so only the machine differs. None for a replayed run that saved no re-timing."""
     if s.replay and not (s.work / f"{tag}.json").exists():
         return None
     c = s.profile_concurrency[0]
     m = bench(base, s, profile_size(s, c), concurrency=c, tag=tag)
-    then = info["profile"][0].get("latency_ms_mean")
-    return m.latency_ms_mean / then if m.latency_ms_mean and then else None
+    then = info["profile"][0].get("latency_ms_p50")
+    return m.latency_ms_p50 / then if m.latency_ms_p50 and then else None
 
 
 def scaled(arm: Arm, factor: float) -> Arm:
@@ -479,7 +480,7 @@ def mean_of(reps: list[Measured]) -> Measured:
                     acceptance_length=avg([m.acceptance_length for m in reps]),
                     itl_ms_p50=avg([m.itl_ms_p50 for m in reps]), tokens_per_chunk=avg([m.tokens_per_chunk for m in reps]),
                     tokens_per_chunk_median=avg([m.tokens_per_chunk_median for m in reps]),
-                    latency_ms_mean=avg([m.latency_ms_mean for m in reps]))
+                    latency_ms_p50=avg([m.latency_ms_p50 for m in reps]))
 
 
 def measured_saturation(rows: list[dict], output_len: int) -> tuple[float | None, float | None]:
