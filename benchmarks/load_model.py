@@ -1,7 +1,7 @@
 """The continuous-batching load model (specplug.policy.load) against real servers under Poisson load.
 
     .venv/bin/python benchmarks/load_model.py --quick              # both servers, 4 rates x 2 repeats: about 45 minutes
-    .venv/bin/python benchmarks/load_model.py --servers embedded   # one server, 5 rates
+    .venv/bin/python benchmarks/load_model.py --servers embedded   # one server, 6 rates
     .venv/bin/python benchmarks/load_model.py --json out.json      # the rows as JSON too
     .venv/bin/python benchmarks/load_model.py --quick --replay DIR # report again from a --keep folder, no servers
 
@@ -22,17 +22,17 @@ n-gram speculation, both arms served at once (an idle server waits without compu
    out steps without a draft);
 2. predicts, with specplug.policy.load, TPOT p50, TTFT p50 and output tokens/s per request rate, the saturation
    rate and (per server) the crossover rate above which speculation stops lowering TPOT;
-3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4-5 rates spread up to and
-   past the baseline's predicted saturation, the same rates for both arms, `--repeats` times each (one arrival
-   seed per repeat, the same seeds for both arms; each run sends every prompt equally often), the arms back to back
-   and in turn first; the model is given
-   the rate the client's send times realised (a short Poisson run strays from its nominal rate), printed beside it;
+3. measures the same with `vllm bench serve --request-rate R` (Poisson arrivals) at 4 (quick) or 6 rates spread
+   up to and past the baseline's predicted saturation, the same rates for both arms, `--repeats` times each (one
+   arrival seed per repeat, the same seeds for both arms; each run sends every prompt equally often), the arms
+   back to back and in turn first; the model is given the rate the client's send times realised (a short Poisson
+   run strays from its nominal rate), printed beside it;
 4. re-times the machine before each of those runs: the profile's first point (one stream, every prompt) again, its
    median request latency over the profile's. A shared CPU's speed drifts within minutes, and the calibration ran
-   minutes before; each run's prediction scales the arm's step and prefill costs by that ratio, and the
-   saturation and crossover rates are predicted on the mean of every re-timing in the run, both arms' (and from
-   the calibration alone, printed beside). The re-timing is a closed-loop run of the profile, not the Poisson run
-   it stands beside.
+   minutes before; each run's prediction scales the arm's step and prefill costs by that ratio, and each arm's
+   saturation and the crossover are predicted on the arm's mean re-timing over the run (the two calibrations ran
+   minutes apart too), with the calibration alone's figures printed beside. The re-timing is a closed-loop run of
+   the profile, not the Poisson run it stands beside.
 
 The measured crossover counts only what the repeats cannot explain, as `tune` does: at a rate speculation wins
 when its slowest repeat's TPOT p50 beats the baseline's fastest, loses when its fastest is slower than the
@@ -40,7 +40,7 @@ baseline's slowest, and ties otherwise. The crossover lies after the last win be
 before that loss; without a loss, speculation is measured not to lose at any rate.
 
 The rates are chosen from the baseline's calibration (before any rate is measured), and nothing measured at a
-rate feeds back into the model. Printed: predicted vs measured per rate, the median |ln(predicted/measured)| for
+rate feeds back into the model (step 4's re-timings are closed-loop runs of the profile). Printed: predicted vs measured per rate, the median |ln(predicted/measured)| for
 TPOT and throughput below saturation, and predicted vs measured crossover and saturation rates. Output tokens/s
 is measured in steady state: tokens produced between one median latency after the first request and the last
 arrival, over that window (a run's ramp-up and drain are left out).
@@ -135,12 +135,19 @@ class ArmResult:
     calibration: dict = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
 
+    def retimings(self) -> list[float]:
+        """Every re-timing of this arm's runs (the machine's time over its calibration's)."""
+        return [x for row in self.rows for x in row.get("speeds") or [] if x is not None]
 
-def run_speed(*arms: ArmResult) -> float:
-    """The machine's time over the calibration's, averaged over every re-timing of the run (both arms: each server's
-    own few re-timings would tilt the crossover by their noise); 1.0 where none was made."""
-    speeds = [x for a in arms for row in a.rows for x in row.get("speeds") or [] if x is not None]
-    return statistics.fmean(speeds) if speeds else 1.0
+    def during_run(self) -> Arm:
+        """The calibrated arm on the machine as its re-timings read it on average (as calibrated: none made)."""
+        return scaled(self.arm_model, machine_factor(self.retimings()) or 1.0)
+
+
+def machine_factor(speeds: list[float | None]) -> float | None:
+    """The mean of the re-timings made (None: none was)."""
+    known = [x for x in speeds if x is not None]
+    return statistics.fmean(known) if known else None
 
 
 def server_argv(server: str, method: str, s: Setup, port: int) -> tuple[list[str], dict[str, str]]:
@@ -269,10 +276,10 @@ def steady_tokens_per_s(res: dict) -> float:
     """Output tokens/s between one median latency after the first request (the ramp-up left out) and the last
     arrival (the drain left out); the whole run's figure when that window is too short."""
     starts, ttfts, itls = res.get("start_times") or [], res.get("ttfts") or [], res.get("itls") or []
-    lats = [x for x in res.get("latencies") or [] if x]
-    if not starts or not lats or len(starts) != len(ttfts):
+    lat_ms = _median_latency_ms(res)
+    if not starts or lat_ms is None or len(starts) != len(ttfts):
         return float(res["output_throughput"])
-    t0 = min(starts) + statistics.median(lats)
+    t0 = min(starts) + lat_ms / 1000.0
     t1 = max(starts)
     if t1 - t0 < 2.0:
         return float(res["output_throughput"])
@@ -340,7 +347,7 @@ def rate_size(s: Setup, rate: float) -> int:
 def retime(base: str, s: Setup, tag: str, info: dict) -> float | None:
     """The machine's time now over the calibration's: the profile's first point (one stream, every prompt) run
     again, its median request latency over the profile's (a median: one request held up by a hiccup of the machine
-    would move a mean by a fifth). Same prompts, same greedy outputs, the same prefix cache (the warm-up sent every
+    would move a mean). Same prompts, same greedy outputs, the same prefix cache (the warm-up sent every
     prompt), so only the machine differs. None for a replayed run that saved no re-timing."""
     if s.replay and not (s.work / f"{tag}.json").exists():
         return None
@@ -411,7 +418,7 @@ def run_server(server: str, s: Setup) -> tuple[ArmResult, ArmResult]:
             procs.append(proc)
             # First passes allocate and compile; every prompt once, so that the profile and every run after it find
             # the same prompts in the prefix cache.
-            bench(bases[method], s, profile_size(s, 1), concurrency=1, tag=f"{server}-{method}-warmup")
+            bench(bases[method], s, len(PROMPTS), concurrency=1, tag=f"{server}-{method}-warmup")
         mixes = declared(server, stack_version(server)).mixes_prefill
         for method, res in arms:
             res.arm_model, res.calibration = calibrate(bases[method], s, f"{server}-{method}", mixes)
@@ -439,9 +446,8 @@ def run_server(server: str, s: Setup) -> tuple[ArmResult, ArmResult]:
                 m, p = mean_of(reps), mean_point(preds)
                 res.rows.append({"rate": r, "n": reps[0].completed + reps[0].failed, "failed": m.failed, "pred": p,
                                  "meas": m, "repeats": reps, "speeds": speeds})
-                known = [x for x in speeds if x is not None]
-                machine = (f"machine {statistics.fmean(known):.3f}x the calibration's time" if known
-                           else "machine not re-timed")
+                f = machine_factor(speeds)
+                machine = "machine not re-timed" if f is None else f"machine {f:.3f}x the calibration's time"
                 print(f"    {res.arm} at {r:g}/s (arrived {m.arrival_rate or r:.3g}/s, {machine}): TPOT p50 "
                       f"{p.tpot_ms_p50:.1f} pred vs {m.tpot_ms_p50 or 0:.1f} ms measured "
                       f"({', '.join(_fmt(x.tpot_ms_p50) for x in reps)}), tokens/s {p.output_tokens_per_s:.1f} vs "
@@ -524,18 +530,19 @@ def _fmt(x: float | None, fmt: str = ".1f") -> str:
 
 def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     errs_tpot, errs_tok = [], []
+    factors = {a.arm: machine_factor(a.retimings()) for a in (base, spec)}
+    retimed = any(f is not None for f in factors.values())
     print(f"\n{server}: SmolLM2-135M, {s.output_len} output tokens, capacity {s.capacity}, n-gram k={s.k}; "
-          "predictions on the machine as re-timed before each run (machine: its time over the calibration's)")
+          + ("predictions on the machine as re-timed before each run (machine: its time over the calibration's)"
+             if retimed else "predictions from the calibration alone (not re-timed)"))
     print(f"{'arm':<14}{'rate/s':>8}{'arrived':>9}{'machine':>9}{'TPOT pred':>11}{'TPOT meas':>11}{'TTFT pred':>11}"
           f"{'TTFT meas':>11}{'tok/s pred':>12}{'tok/s meas':>12}{'batch pred':>12}")
     out_rows = []
-    speed = run_speed(base, spec)
     for a in (base, spec):
         kept, _ = measured_saturation(a.rows, s.output_len)
         for row in a.rows:
             p, m = row["pred"], row["meas"]
-            known = [x for x in row.get("speeds") or [] if x is not None]
-            machine = statistics.fmean(known) if known else None
+            machine = machine_factor(row.get("speeds") or [])
             print(f"{a.arm:<14}{row['rate']:>8g}{m.arrival_rate or row['rate']:>9.3g}{_fmt(machine, '.3f'):>9}"
                   f"{p.tpot_ms_p50:>11.1f}{_fmt(m.tpot_ms_p50):>11}{_fmt(p.ttft_ms_p50):>11}{_fmt(m.ttft_ms_p50):>11}"
                   f"{p.output_tokens_per_s:>12.1f}{m.tokens_per_s:>12.1f}{p.running_batch:>12.2f}")
@@ -555,19 +562,24 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     med_tok = statistics.median(errs_tok) if errs_tok else None
     print(f"median |ln(pred/meas)| below saturation: TPOT {_fmt(med_tpot, '.3f')} over {len(errs_tpot)} points, "
           f"output tokens/s {_fmt(med_tok, '.3f')} over {len(errs_tok)} points")
-    print(f"the machine over the run: {speed:.3f}x the calibration's time (every re-timing, both arms); the "
-          "saturation and crossover rates below are predicted on it, and from the calibration alone")
+    if retimed:
+        print("the machine over the run, its time over each arm's calibration: " + ", ".join(
+            f"{a.arm} {_fmt(factors[a.arm], '.3f')}x ({len(a.retimings())} re-timings)" for a in (base, spec))
+            + "; saturation and crossover are predicted on those, and from the calibration alone")
+    else:
+        print("not re-timed: saturation and crossover are predicted from the calibration alone")
     sats = {}
     for a in (base, spec):
-        pred, pred_cal = (saturation_rate(scaled(a.arm_model, speed), s.output_len),
+        pred, pred_cal = (saturation_rate(a.during_run(), s.output_len),
                           saturation_rate(a.arm_model, s.output_len))
         kept, lost = measured_saturation(a.rows, s.output_len)
         sats[a.arm] = {"predicted": round(pred, 3), "predicted_from_calibration": round(pred_cal, 3),
                        "measured_between": [kept, lost]}
         seen = (f"kept up at every measured rate (up to {kept:g}/s)" if lost is None else
                 f"below the lowest rate ({lost:g}/s)" if kept is None else f"between {kept:g} and {lost:g}/s")
-        print(f"saturation, {a.arm}: predicted {pred:.3g}/s (calibration alone {pred_cal:.3g}/s); measured {seen}")
-    pc = crossover_rate(scaled(base.arm_model, speed), scaled(spec.arm_model, speed), s.output_len)
+        alone = f" (calibration alone {pred_cal:.3g}/s)" if retimed else ""
+        print(f"saturation, {a.arm}: predicted {pred:.3g}/s{alone}; measured {seen}")
+    pc = crossover_rate(base.during_run(), spec.during_run(), s.output_len)
     pc_cal = crossover_rate(base.arm_model, spec.arm_model, s.output_len)
     lo, hi = measured_crossover(base, spec)
     rates = [r["rate"] for r in base.rows]
@@ -577,7 +589,7 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
         return ("never (speculation pays up to saturation)" if x is None else
                 "at every rate (speculation never pays)" if x == 0 else f"{x:.3g}/s")
 
-    pcs = f"{says(pc)} (calibration alone {says(pc_cal)})"
+    pcs = f"{says(pc)} (calibration alone {says(pc_cal)})" if retimed else says(pc)
     verdicts = [f"{b['rate']:g}: {verdict(b, sp)}" for b, sp in zip(base.rows, spec.rows, strict=True)]
     print(f"speculation's TPOT against the baseline's, beyond the repeats' spread: {', '.join(verdicts)}")
     seen = ("never loses at a measured rate" + (f" (last clear win {lo:g}/s)" if lo is not None else "")
@@ -586,7 +598,7 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     print(f"crossover: predicted {pcs}; measured {seen} ({'within' if within else 'NOT within'} one measured step)")
     return {"server": server, "calibration": {base.arm: base.calibration, spec.arm: spec.calibration},
             "rows": out_rows, "median_abs_log_error": {"tpot": med_tpot, "output_tokens_per_s": med_tok},
-            "saturation": sats, "machine_time_vs_calibration": speed,
+            "saturation": sats, "machine_time_vs_calibration": factors,
             "crossover": {"predicted": pc, "predicted_from_calibration": pc_cal,
                           "measured_between": [lo, hi], "within_one_step": within}}
 

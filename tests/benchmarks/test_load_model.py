@@ -192,13 +192,13 @@ def test_repeats_predict_on_the_machine_as_it_was_and_average(lm):
     assert lm.mean_point([fast, gone]).ttft_ms_p50 is None and lm.mean_point([fast, gone]).saturated
 
 
-def test_the_arms_run_back_to_back_in_turn_first_each_run_retimed(lm, tmp_path, monkeypatch):
-    sent = []
+def _stub_servers(lm, monkeypatch, sent: list, slow: float = 1.1):
+    """Servers that answer at once: each run is recorded as (tag, requests); the n-gram server re-times ``slow``."""
 
     def bench(base, s, n, *, rate=None, concurrency=None, tag, seed=0):
-        sent.append(tag)
-        lat = 1100.0 if "ngram" in tag and "retime" in tag else 1000.0  # the n-gram server reads 10% slow
-        return lm.Measured(completed=n, failed=0, tpot_ms_p50=40.0, ttft_ms_p50=100.0, tokens_per_s=20.0,
+        sent.append((tag, n))
+        lat = 1000.0 * slow if "ngram" in tag and "retime" in tag else 1000.0
+        return lm.Measured(completed=n - 1, failed=1, tpot_ms_p50=40.0, ttft_ms_p50=100.0, tokens_per_s=20.0,
                            requests_per_s=1.0, arrival_rate=rate, itl_ms_p50=40.0, tokens_per_chunk=1.0,
                            latency_ms_p50=lat)
 
@@ -206,28 +206,49 @@ def test_the_arms_run_back_to_back_in_turn_first_each_run_retimed(lm, tmp_path, 
     monkeypatch.setattr(lm, "start", lambda server, method, s: (None, f"http://{method}", None))
     monkeypatch.setattr(lm, "stop", lambda proc: None)
     monkeypatch.setattr(lm, "choose_rates", lambda server, base, s: [1.0, 2.0])
+
+
+def test_the_arms_run_back_to_back_in_turn_first_each_run_retimed(lm, tmp_path, monkeypatch):
+    sent = []
+    _stub_servers(lm, monkeypatch, sent)
     s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
                  rate_window_s=20.0, work=tmp_path)
     base, spec = lm.run_server("embedded", s)
-    assert sent[:2] == ["embedded-none-warmup", "embedded-ngram-warmup"]
-    runs = [t for t in sent if "-r1-" in t]
-    assert runs == ["embedded-none-r1-s0-retime", "embedded-none-r1-s0", "embedded-ngram-r1-s0-retime",
-                    "embedded-ngram-r1-s0", "embedded-ngram-r1-s1-retime", "embedded-ngram-r1-s1",
-                    "embedded-none-r1-s1-retime", "embedded-none-r1-s1"]
-    assert [t for t in sent if "-r2-" in t and "retime" not in t][0] == "embedded-none-r2-s0"
+    tags = [tag for tag, _ in sent]
+    # Each warm-up sends every prompt once: the prefix cache holds them all before the profile and the re-timings.
+    assert sent[:2] == [("embedded-none-warmup", len(lm.PROMPTS)), ("embedded-ngram-warmup", len(lm.PROMPTS))]
+    assert [t for t in tags if "-r1-" in t] == [
+        "embedded-none-r1-s0-retime", "embedded-none-r1-s0", "embedded-ngram-r1-s0-retime", "embedded-ngram-r1-s0",
+        "embedded-ngram-r1-s1-retime", "embedded-ngram-r1-s1", "embedded-none-r1-s1-retime", "embedded-none-r1-s1"]
     assert base.rows[0]["speeds"] == [1.0, 1.0] and spec.rows[0]["speeds"] == pytest.approx([1.1, 1.1])
-    # Each run is predicted on the machine as re-timed before it; the run's rates on the mean of every re-timing.
+    # Each run is predicted on the machine as re-timed before it, and each arm's rates on its mean re-timing.
     assert spec.rows[0]["pred"].tpot_ms_p50 > 1.05 * lm.predict(spec.arm_model, 1.0, 24).tpot_ms_p50
-    assert lm.run_speed(base, spec) == pytest.approx(1.05)
-    assert base.rows[0]["n"] == lm.rate_size(s, 1.0)
+    assert lm.saturation_rate(spec.during_run(), 24) == pytest.approx(lm.saturation_rate(spec.arm_model, 24) / 1.1)
+    assert base.rows[0]["n"] == lm.rate_size(s, 1.0)  # the requests a run sent: completed and failed
 
 
-def test_a_replay_without_retimings_predicts_on_the_calibration(lm, tmp_path):
+def test_with_one_repeat_the_arm_that_goes_first_alternates_across_rates(lm, tmp_path, monkeypatch):
+    sent = []
+    _stub_servers(lm, monkeypatch, sent)
     s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
-                 rate_window_s=20.0, work=tmp_path, replay=True)
-    assert lm.retime("", s, "x-r1-s0-retime", {"profile": [{"latency_ms_p50": 1000.0}]}) is None
-    old = lm.ArmResult(server="x", arm="none", rows=[{"speeds": [None, None]}])
-    assert lm.run_speed(old) == 1.0
+                 rate_window_s=20.0, work=tmp_path, repeats=1)
+    lm.run_server("embedded", s)
+    runs = [tag for tag, _ in sent if "-r" in tag and "retime" not in tag]
+    assert runs == ["embedded-none-r1-s0", "embedded-ngram-r1-s0", "embedded-ngram-r2-s0", "embedded-none-r2-s0"]
+
+
+def test_a_replay_without_retimings_predicts_from_the_calibration(lm, tmp_path, monkeypatch, capsys):
+    sent = []
+    _stub_servers(lm, monkeypatch, sent)
+    monkeypatch.setattr(lm, "retime", lambda base, s, tag, info: None)  # an older run's folder: none saved
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path)
+    base, spec = lm.run_server("embedded", s)
+    assert spec.rows[0]["pred"].tpot_ms_p50 == pytest.approx(lm.predict(spec.arm_model, 1.0, 24).tpot_ms_p50)
+    out = lm.report("embedded", base, spec, s)
+    printed = capsys.readouterr().out
+    assert "not re-timed" in printed and "(calibration alone" not in printed  # no second figure beside
+    assert out["machine_time_vs_calibration"] == {"none": None, "ngram k=4": None}
 
 
 def test_a_poisson_run_sends_every_prompt_equally_often(lm, tmp_path):
