@@ -39,11 +39,13 @@ when its slowest repeat's TPOT p50 beats the baseline's fastest, loses when its 
 baseline's slowest, and ties otherwise. The crossover lies after the last win before the first loss, and at or
 before that loss; without a loss, speculation is measured not to lose at any rate.
 
-The rates are chosen from the baseline's calibration (before any rate is measured), and nothing measured at a
-rate feeds back into the model (step 4's re-timings are closed-loop runs of the profile). Printed: predicted vs measured per rate, the median |ln(predicted/measured)| for
-TPOT and throughput below saturation, and predicted vs measured crossover and saturation rates. Output tokens/s
-is measured in steady state: tokens produced between one median latency after the first request and the last
-arrival, over that window (a run's ramp-up and drain are left out).
+The rates are chosen from the baseline's calibration (before any rate is measured). Of a Poisson run, only its
+realised arrival rate (the load it was given, read from the client's send times) reaches the model; no latency or
+throughput it measured does (step 4's re-timings are closed-loop runs of the profile beside it). Printed: predicted
+vs measured per rate, the median |ln(predicted/measured)| for TPOT and throughput below saturation, and predicted
+vs measured crossover and saturation rates. Output tokens/s is measured in steady state: tokens produced between
+one median latency after the first request and the last arrival, over that window (a run's ramp-up and drain are
+left out).
 """
 
 from __future__ import annotations
@@ -241,9 +243,12 @@ def bench(base: str, s: Setup, n: int, *, rate: float | None = None, concurrency
 
 
 def measured(res: dict, acceptance_length: float | None = None) -> Measured:
-    """One run's figures from the client's detailed result file."""
-    return Measured(completed=res["completed"], failed=res.get("failed", 0), tpot_ms_p50=res.get("median_tpot_ms"),
-                    ttft_ms_p50=res.get("median_ttft_ms"), tokens_per_s=steady_tokens_per_s(res),
+    """One run's figures from the client's detailed result file. A run that completed nothing has no latencies (the
+    client writes its empty medians as 0)."""
+    served = res["completed"] > 0
+    return Measured(completed=res["completed"], failed=res.get("failed", 0),
+                    tpot_ms_p50=res.get("median_tpot_ms") if served else None,
+                    ttft_ms_p50=res.get("median_ttft_ms") if served else None, tokens_per_s=steady_tokens_per_s(res),
                     requests_per_s=res["request_throughput"], arrival_rate=arrival_rate(res),
                     acceptance_length=acceptance_length, latency_ms_p50=_median_latency_ms(res), **chunk_figures(res))
 
@@ -504,8 +509,10 @@ def verdict(base_row: dict, spec_row: dict) -> str:
     """'win', 'loss' or 'tie' for speculation at one rate, beyond the spread of the repeats (see the module doc)."""
     bt = [m.tpot_ms_p50 for m in base_row.get("repeats") or [base_row["meas"]] if m.tpot_ms_p50 is not None]
     st = [m.tpot_ms_p50 for m in spec_row.get("repeats") or [spec_row["meas"]] if m.tpot_ms_p50 is not None]
-    if not bt or not st:
-        return "loss"  # speculation's run gave no TPOT: it did not serve this rate
+    if not st:
+        return "loss"  # speculation's runs gave no TPOT: it did not serve this rate
+    if not bt:
+        return "win"  # the baseline's did not, and speculation's did
     if max(st) < min(bt):
         return "win"
     return "loss" if min(st) > max(bt) else "tie"
@@ -533,7 +540,8 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     factors = {a.arm: machine_factor(a.retimings()) for a in (base, spec)}
     retimed = any(f is not None for f in factors.values())
     print(f"\n{server}: SmolLM2-135M, {s.output_len} output tokens, capacity {s.capacity}, n-gram k={s.k}; "
-          + ("predictions on the machine as re-timed before each run (machine: its time over the calibration's)"
+          + ("predictions on the machine as re-timed before each run (machine: its time over the calibration's; "
+             "-: not re-timed)"
              if retimed else "predictions from the calibration alone (not re-timed)"))
     print(f"{'arm':<14}{'rate/s':>8}{'arrived':>9}{'machine':>9}{'TPOT pred':>11}{'TPOT meas':>11}{'TTFT pred':>11}"
           f"{'TTFT meas':>11}{'tok/s pred':>12}{'tok/s meas':>12}{'batch pred':>12}")
@@ -564,7 +572,8 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
           f"output tokens/s {_fmt(med_tok, '.3f')} over {len(errs_tok)} points")
     if retimed:
         print("the machine over the run, its time over each arm's calibration: " + ", ".join(
-            f"{a.arm} {_fmt(factors[a.arm], '.3f')}x ({len(a.retimings())} re-timings)" for a in (base, spec))
+            f"{a.arm} not re-timed (its calibration alone)" if factors[a.arm] is None else
+            f"{a.arm} {factors[a.arm]:.3f}x ({len(a.retimings())} re-timings)" for a in (base, spec))
             + "; saturation and crossover are predicted on those, and from the calibration alone")
     else:
         print("not re-timed: saturation and crossover are predicted from the calibration alone")
@@ -575,7 +584,8 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
         kept, lost = measured_saturation(a.rows, s.output_len)
         sats[a.arm] = {"predicted": round(pred, 3), "predicted_from_calibration": round(pred_cal, 3),
                        "measured_between": [kept, lost]}
-        seen = (f"kept up at every measured rate (up to {kept:g}/s)" if lost is None else
+        seen = ("nothing (no rate was measured)" if kept is None and lost is None else
+                f"kept up at every measured rate (up to {kept:g}/s)" if lost is None else
                 f"below the lowest rate ({lost:g}/s)" if kept is None else f"between {kept:g} and {lost:g}/s")
         alone = f" (calibration alone {pred_cal:.3g}/s)" if retimed else ""
         print(f"saturation, {a.arm}: predicted {pred:.3g}/s{alone}; measured {seen}")
@@ -583,7 +593,7 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     pc_cal = crossover_rate(base.arm_model, spec.arm_model, s.output_len)
     lo, hi = measured_crossover(base, spec)
     rates = [r["rate"] for r in base.rows]
-    within = _within_one_step(pc, lo, hi, rates)
+    within = bool(rates) and _within_one_step(pc, lo, hi, rates)
 
     def says(x: float | None) -> str:
         return ("never (speculation pays up to saturation)" if x is None else
@@ -592,7 +602,8 @@ def report(server: str, base: ArmResult, spec: ArmResult, s: Setup) -> dict:
     pcs = f"{says(pc)} (calibration alone {says(pc_cal)})" if retimed else says(pc)
     verdicts = [f"{b['rate']:g}: {verdict(b, sp)}" for b, sp in zip(base.rows, spec.rows, strict=True)]
     print(f"speculation's TPOT against the baseline's, beyond the repeats' spread: {', '.join(verdicts)}")
-    seen = ("never loses at a measured rate" + (f" (last clear win {lo:g}/s)" if lo is not None else "")
+    seen = ("nothing (no rate was measured)" if not rates else
+            "never loses at a measured rate" + (f" (last clear win {lo:g}/s)" if lo is not None else "")
             if hi is None else f"loses from {hi:g}/s, with no clear win before it" if lo is None
             else f"between {lo:g} and {hi:g}/s")
     print(f"crossover: predicted {pcs}; measured {seen} ({'within' if within else 'NOT within'} one measured step)")

@@ -237,18 +237,69 @@ def test_with_one_repeat_the_arm_that_goes_first_alternates_across_rates(lm, tmp
     assert runs == ["embedded-none-r1-s0", "embedded-ngram-r1-s0", "embedded-ngram-r2-s0", "embedded-none-r2-s0"]
 
 
-def test_a_replay_without_retimings_predicts_from_the_calibration(lm, tmp_path, monkeypatch, capsys):
-    sent = []
-    _stub_servers(lm, monkeypatch, sent)
-    monkeypatch.setattr(lm, "retime", lambda base, s, tag, info: None)  # an older run's folder: none saved
+def _kept_folder(folder: Path, rates: list[float], poisson_gap: float = 0.06) -> None:
+    """A --keep folder of an embedded run made before runs were re-timed: each arm's profile (c=1, c=4) and two
+    repeats per rate, every Poisson run's chunks ``poisson_gap`` s apart."""
+    def run(starts, gap):
+        return {**_result(starts, 0.1, gap, 24), "completed": len(starts), "failed": 0, "request_throughput": 1.0,
+                "median_ttft_ms": 100.0, "median_tpot_ms": gap * 1000, "output_lens": [24] * len(starts)}
+
+    for method in ("none", "ngram"):
+        for c, gap in ((1, 0.040), (4, 0.050)):
+            (folder / f"embedded-{method}-profile-c{c}.json").write_text(json.dumps(run([0.0, 0.5], gap)))
+        for r in rates:
+            for i in range(2):
+                starts = [j / r for j in range(8)]
+                (folder / f"embedded-{method}-r{r:g}-s{i}.json").write_text(json.dumps(run(starts, poisson_gap)))
+
+
+def test_a_replay_without_retimings_predicts_from_the_calibration(lm, tmp_path, capsys):
+    _kept_folder(tmp_path, [1.0, 2.0])
     s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
-                 rate_window_s=20.0, work=tmp_path)
+                 rate_window_s=20.0, work=tmp_path, replay=True)
     base, spec = lm.run_server("embedded", s)
+    assert [row["rate"] for row in base.rows] == [1.0, 2.0] and base.rows[0]["speeds"] == [None, None]
     assert spec.rows[0]["pred"].tpot_ms_p50 == pytest.approx(lm.predict(spec.arm_model, 1.0, 24).tpot_ms_p50)
     out = lm.report("embedded", base, spec, s)
     printed = capsys.readouterr().out
     assert "not re-timed" in printed and "(calibration alone" not in printed  # no second figure beside
     assert out["machine_time_vs_calibration"] == {"none": None, "ngram k=4": None}
+
+
+def test_no_latency_or_throughput_measured_at_a_rate_reaches_its_prediction(lm, tmp_path):
+    predicted = []
+    for gap in (0.06, 0.6):  # the same runs, ten times slower
+        folder = tmp_path / f"gap{gap}"
+        folder.mkdir()
+        _kept_folder(folder, [1.0, 2.0], poisson_gap=gap)
+        s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                     rate_window_s=20.0, work=folder, replay=True)
+        base, spec = lm.run_server("embedded", s)
+        assert base.rows[0]["meas"].tpot_ms_p50 == pytest.approx(gap * 1000)
+        predicted.append([row["pred"] for a in (base, spec) for row in a.rows])
+    assert predicted[0] == predicted[1]
+
+
+def test_a_run_that_completed_nothing_has_no_tpot_and_does_not_read_as_a_win(lm):
+    failed = lm.measured({"completed": 0, "failed": 8, "median_tpot_ms": 0.0, "median_ttft_ms": 0.0,
+                          "output_throughput": 0.0, "request_throughput": 0.0})
+    assert failed.tpot_ms_p50 is None and failed.ttft_ms_p50 is None
+    served = lm.Measured(completed=8, failed=0, tpot_ms_p50=50.0, ttft_ms_p50=100.0, tokens_per_s=20.0,
+                         requests_per_s=1.0)
+    assert lm.verdict({"meas": served}, {"meas": failed}) == "loss"
+    assert lm.verdict({"meas": failed}, {"meas": served}) == "win"
+
+
+def test_a_report_of_a_run_that_measured_no_rate_says_so(lm, tmp_path, capsys):
+    s = lm.Setup(quick=True, output_len=24, capacity=8, k=4, threads=2, profile_concurrency=[1, 4],
+                 rate_window_s=20.0, work=tmp_path, replay=True)
+    base, spec = (lm.ArmResult(server="embedded", arm=a, arm_model=_arm(lm)) for a in ("none", "ngram k=4"))
+    out = lm.report("embedded", base, spec, s)
+    printed = capsys.readouterr().out
+    sat = f"{lm.saturation_rate(_arm(lm), 24):.3g}"
+    assert f"saturation, none: predicted {sat}/s; measured nothing (no rate was measured)" in printed
+    assert "measured nothing (no rate was measured) (NOT within one measured step)" in printed
+    assert out["saturation"]["none"]["measured_between"] == [None, None] and not out["crossover"]["within_one_step"]
 
 
 def test_a_poisson_run_sends_every_prompt_equally_often(lm, tmp_path):
