@@ -30,6 +30,7 @@ class Canon:
     host: str
     port: int
     max_model_len: int | None
+    revision: str | None
     max_num_seqs: int | None
     dtype: str | None
     extra_args: list[str]
@@ -61,6 +62,7 @@ def canon(plan: Plan, display_name: str) -> Canon:
         host=serve.host,
         port=serve.port,
         max_model_len=serve.max_model_len,
+        revision=plan.model.revision,
         max_num_seqs=serve.max_num_seqs,
         dtype=dtype,
         extra_args=list(serve.extra_args),

@@ -109,6 +109,7 @@ SERVE_FLAGS = {
     "max_model_len": "--context-length",
     "dtype": "--dtype",
     "max_running": "--max-running-requests",
+    "revision": "--revision",
 }
 SPEC_FLAGS = {
     "algorithm": "--speculative-algorithm",
@@ -186,6 +187,7 @@ class SGLangAdapter(BaseAdapter):
     control_table = FLAGS
     trees = True  # EAGLE, EAGLE3 and STANDALONE draft steps x topk trees
     shards_heads = True
+    revision_flag = SERVE_FLAGS["revision"]
     draft_tp = "target"  # a STANDALONE draft model runs at the target's tensor parallel size
     spec_running_cap = SPEC_DEFAULT_RUNNING
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
@@ -322,6 +324,7 @@ class SGLangAdapter(BaseAdapter):
             "max_model_len": c.max_model_len,
             "dtype": c.dtype,
             "max_running": running,
+            "revision": c.revision,
         }
         out: list[str] = []
         for key, flag in SERVE_FLAGS.items():

@@ -59,11 +59,13 @@ SERVE_FLAGS = {
     "max_num_seqs": "--max-batch-size",
     "max_model_len": "--max-total-tokens",
     "dtype": "--dtype",
+    "revision": "--revision",  # launcher Args.revision @009c4e0b
 }
 
 
 class TGIAdapter(BaseAdapter):
     name = "tgi"
+    revision_flag = SERVE_FLAGS["revision"]
     compat_file = "compat_tgi.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "tgi"  # its own row in policies/default.yaml
     vocab_mismatch = "TGI has no separate-draft-model mode"
@@ -95,6 +97,13 @@ class TGIAdapter(BaseAdapter):
         out = quantization_problems(p, self.display_name, version, online, PREQUANTIZED)
         out += kv_problems(p.kv_cache_dtype, self.display_name, version, KV_CACHE_DTYPES,
                            " (without --kv-cache-dtype TGI keeps the cache in the model's dtype)")
+        if plan.model.revision and plan.speculation.method in ("medusa", "mlp_speculator"):
+            # The heads' repository is TGI's --model-id: its --revision would name a revision of the heads.
+            out.append(Problem(
+                f"TGI serves {plan.speculation.method} from the heads' repository, so it cannot load "
+                f"{plan.model.hf_id} at revision {plan.model.revision}.",
+                "Name the model without a revision, or pick another method.", key="model",
+            ))
         if p.quantizes_16bit and plan.serve.dtype not in ("auto", ""):
             out.append(Problem(
                 f"TGI's --dtype cannot be used with --quantize (serve.dtype {plan.serve.dtype}, serve.quantization {p.served}).",
@@ -124,6 +133,7 @@ class TGIAdapter(BaseAdapter):
             "max_num_seqs": c.max_num_seqs,
             "max_model_len": c.max_model_len,
             "dtype": c.dtype,
+            "revision": c.revision,
         }
         for key, flag in SERVE_FLAGS.items():
             v = values[key]

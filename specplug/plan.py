@@ -35,6 +35,9 @@ class ModelRef(PlanModel):
     name: OneLine = Field(description="What the user called it (alias, HF id or folder).")
     hf_id: OneLine = Field(description="Hugging Face id, or the absolute folder for local models.")
     local_path: OneLine | None = None
+    revision: OneLine | None = Field(
+        None, description="The Hub commit the model was read at, where it was named at a revision ('org/name@v1'): "
+        "the render serves that revision, not the default branch.")
     weight_format: str = Field("bf16", description="The checkpoint's own weight format (bf16, fp8, mxfp4, int4-awq ...).")
 
 

@@ -136,15 +136,21 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 # ---------------------------------------------------------------------------------------------- rule 1
 
 
-def _catalog_model(ref: str | None) -> Model | None:
+def _catalog_model(ref: str | None, revision: str | None = None) -> Model | None:
     from specplug.catalog import get_model
 
     if not ref:
         return None
     try:
-        return get_model(ref)
+        return get_model(ref, revision)
     except SpecplugError:
         return None  # outside the catalog and not a readable folder: nothing to compare
+
+
+def target_model(plan: Plan) -> Model | None:
+    """The plan's target as its facts were read (its folder, or its Hub id at the plan's revision); None where it
+    cannot be read here."""
+    return _catalog_model(plan.model.local_path or plan.model.hf_id, None if plan.model.local_path else plan.model.revision)
 
 
 def draft_vocab_mismatch(plan: Plan) -> str | None:
@@ -156,7 +162,7 @@ def draft_vocab_mismatch(plan: Plan) -> str | None:
     s = plan.speculation
     if s.method != "draft_model" or not s.drafter:
         return None
-    target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+    target = target_model(plan)
     draft = _catalog_model(s.drafter)
     if target is None or draft is None:
         return None
@@ -174,7 +180,7 @@ def _draft_vocab_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     at = f"{adapter.display_name} {version or '(newest)'}"
     if vocab_bridge(adapter, version) and s.draft_sampling != "probabilistic":
         return []  # rendered with the stack's bridge (token-level intersection); the plan and the render say so
-    target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+    target = target_model(plan)
     assert target is not None  # draft_vocab_mismatch read it
     names = compatible_drafters(target, declared(plan.stack.name, version))
     hint = (f"Drafters that share {target.hf_id}'s vocabulary: {', '.join(names)}." if names
@@ -257,7 +263,7 @@ def _parallel_problems(plan: Plan, adapter: Adapter) -> list[Problem]:
     tp, pp = plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size
     if tp == 1 and pp == 1:
         return []
-    model = _catalog_model(plan.model.local_path or plan.model.hf_id)
+    model = target_model(plan)
     if model is None:
         return _draft_tp_problems(plan, tp, adapter)
     out: list[Problem] = []
@@ -320,7 +326,7 @@ def plan_features(plan: Plan, adapter: Adapter | None = None) -> frozenset[str]:
     on = (serve_features(plan.serve, plan.workload, plan.parallelism.pipeline_parallel_size, table.flags)
           | drafter_features(s.method, s.drafter))
     if needs_model(table.rows):  # the target's layers, read only where the stack has a row about them
-        target = _catalog_model(plan.model.local_path or plan.model.hf_id)
+        target = target_model(plan)
         on |= model_features(target)
     return on
 

@@ -277,6 +277,15 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or user_path(name).is_dir()
 
 
+def served_revision(name: str | None, model: Model) -> str | None:
+    """The Hub revision a deployment of ``model`` serves: the commit it was read at where ``name`` (what the user
+    called it) asked for a revision ('org/name@v1'), else None (the repository's default branch, or a folder)."""
+    if not name or model.local_path or _looks_like_path(name):
+        return None
+    _, at = split_revision(name.strip())
+    return (model.revision or at) if at else None
+
+
 def get_model(name: str, revision: str | None = None) -> Model:
     """Resolve an alias ('llama-3.1-70b'), an HF id ('meta-llama/Llama-3.1-70B-Instruct'), a local folder or a
     .gguf file.

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.capabilities import RESEARCH_CODE, StackCapabilities, research_code
+from specplug.catalog.models import served_revision
 from specplug.config import WORKLOADS, Config, ServeOptions, TreeSpec, WorkloadSpec
 from specplug.errors import SpecplugError
 from specplug.methods import HEAD_METHODS, SPECULATING
@@ -165,7 +166,7 @@ def estimate(
         # The checks every command runs, on the k and version this estimate scored. A tree given here is costed as
         # published runs used it: stacks fill trees their own way, so its size is not held to the plan's rule.
         validate(_plan_of(m, g.name, g.memory_gb or 0.0, num_gpus, caps, tp, pp, method, d.drafter_id, o.shape.depth,
-                          s.cfg.serve.quantization, kv_cache_dtype))
+                          s.cfg.serve.quantization, kv_cache_dtype, served_revision(model, m)))
     # A stack starts with room for one request and queues the rest: what must fit is one request beside the weights.
     mem = E.memory(pol, m, target, s.device.memory_gb, tp, pp, 1, tokens, d)
     if not mem.fits and not require_fit:
@@ -226,10 +227,11 @@ def _unresolved(stack: str) -> StackCapabilities:
 
 
 def _plan_of(m: Any, gpu: str, gpu_gb: float, n: int, caps: StackCapabilities, tp: int, pp: int, method: str,
-             drafter: str | None, k: int, quantization: str | None, kv_cache_dtype: str) -> Plan:
+             drafter: str | None, k: int, quantization: str | None, kv_cache_dtype: str, revision: str | None) -> Plan:
     """The Plan this estimate stands for, for the checks every command runs."""
     return Plan(
-        model=ModelRef(name=m.name, hf_id=m.local_path or m.hf_id, local_path=m.local_path, weight_format=m.weight_format),
+        model=ModelRef(name=m.name, hf_id=m.local_path or m.hf_id, local_path=m.local_path, revision=revision,
+                       weight_format=m.weight_format),
         hardware=Hardware(gpu=gpu, num_gpus=n, memory_gb=gpu_gb, source="named"),
         stack=StackRef(name=caps.name, version=caps.version),  # type: ignore[arg-type]
         workload=WorkloadSpec(),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from specplug.capabilities import ACCEPTANCE_GATE, ACCEPTANCE_RATE_GATE
 from specplug.catalog import Model, get_gpu
 from specplug.catalog.drafters import Drafter
+from specplug.catalog.models import served_revision
 from specplug.compat import CompatRow, drafter_features, model_features, serve_features
 from specplug.config import Config, ServeSpec, SpeculationSpec, TreeSpec
 from specplug.errors import SpecplugError
@@ -1206,6 +1207,7 @@ def _build(s: Planning) -> Plan:
             name=s.cfg.model or model.hf_id,
             hf_id=model.local_path or model.hf_id,
             local_path=model.local_path,
+            revision=served_revision(s.cfg.model, model),
             weight_format=model.weight_format or "bf16",
         ),
         hardware=s.hw,

@@ -92,6 +92,8 @@ class BaseAdapter:
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).
     draft_tp: ClassVar[str | None] = None
+    # The flag that tells the server which Hub revision of the model to load; None: it cannot be told one.
+    revision_flag: ClassVar[str | None] = None
     metrics: ClassVar[StackMetrics] = NO_METRICS  # where /metrics (or responses) show acceptance; see StackMetrics
     # The policy's stack row that costs it when the policy has none under its name (a vLLM fork: "vllm").
     cost_profile: ClassVar[str] = DEFAULT_COST_PROFILE
@@ -261,6 +263,15 @@ class BaseAdapter:
         if method:
             return method  # the stack's own checks assume a method it runs
         out = canon_problems(plan, self.display_name)
+        if plan.model.revision and self.revision_flag is None:
+            m = plan.model
+            out.append(Problem(
+                f"The plan serves {m.hf_id} at revision {m.revision}, and {self.display_name} cannot be told a Hub "
+                "revision: it would load the repository's default branch.",
+                f"Download that revision (hf download {m.hf_id} --revision {m.revision} --local-dir DIR) and plan "
+                "with --model DIR, or name the model without a revision.",
+                key="model",
+            ))
         for (name, value), (control, instead) in SPEC_CONTROLS.items():
             given = getattr(plan.speculation, name)
             if (given is None if value == SET else given != value) or spelling(self.control_table, control, version):

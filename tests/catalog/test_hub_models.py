@@ -238,3 +238,26 @@ def test_show_recommend_estimate_plan_and_render_work_on_each_fixture(fake_hub, 
     assert rendered.exit_code == 0, rendered.stderr
     hf_id = CATALOG[repo.lower()].hf_id if repo.lower() in CATALOG else repo
     assert hf_id in Path("deploy", "launch-vllm.sh").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("stack", "flag"), [("vllm", "--revision"), ("sglang", "--revision"),
+                                             ("trtllm", "--revision"), ("tgi", "--revision")])
+def test_a_model_named_at_a_revision_is_served_at_that_commit(fake_hub, run_cli, stack: str, flag: str) -> None:
+    repo = fake_hub.repos["Qwen/Qwen3-8B"]
+    repo.refs["v1"] = repo.commit
+    planned = run_cli("recommend", "--model", "Qwen/Qwen3-8B@v1", "--gpu", "h100", "--stack", stack,
+                      "--output", "json")
+    assert planned.exit_code == 0, planned.stderr
+    assert planned.json()["model"]["revision"] == repo.commit  # the commit its facts were read at, not the tag
+    script = run_cli("render", stack, "--model", "Qwen/Qwen3-8B@v1", "--gpu", "h100", "--method", "ngram")
+    assert script.exit_code == 0, script.stderr
+    assert f"{flag} {repo.commit}" in script.stdout
+    plain = run_cli("render", stack, "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--method", "ngram")
+    assert plain.exit_code == 0 and flag not in plain.stdout  # no revision named: the default branch
+
+
+def test_a_stack_that_cannot_load_a_revision_refuses_it_with_the_way_round(fake_hub, run_cli) -> None:
+    repo = fake_hub.repos["Qwen/Qwen3-8B"]
+    r = run_cli("render", "llamacpp", "--model", f"Qwen/Qwen3-8B@{repo.commit}", "--gpu", "h100", "--method", "ngram")
+    assert r.exit_code != 0 and "Traceback" not in r.stderr
+    assert "cannot be told a Hub revision" in r.stderr and f"--revision {repo.commit} --local-dir DIR" in r.stderr
