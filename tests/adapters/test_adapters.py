@@ -109,6 +109,25 @@ def test_llamacpp_generations_and_support():
         spec_of("llamacpp", "b5000", model="t.gguf", method="ngram")
 
 
+def _at_revision(plan, revision="0e9e39f249a16976918f6564b8830bc894c89659"):
+    return plan.model_copy(update={"model": plan.model.model_copy(update={"revision": revision})})
+
+
+def test_tgi_cannot_load_the_target_at_a_revision_when_the_medusa_heads_are_its_model_id():
+    medusa = _at_revision(make_plan("tgi", "3.3.7", model="m/base", method="medusa", drafter="m/base-medusa", k=3))
+    problems = get_adapter("tgi").problems(medusa, "3.3.7")
+    assert any("cannot load m/base at revision" in p.message for p in problems)
+    ngram = render_plan(_at_revision(make_plan("tgi", "3.3.7", model="m/base", method="ngram", k=3))).spec.argv
+    assert ngram[ngram.index("--revision") + 1] == "0e9e39f249a16976918f6564b8830bc894c89659"
+
+
+@pytest.mark.parametrize(("stack", "version", "model"), [("llamacpp", "b10576", "m/base"), ("embedded", None, "m/base")])
+def test_a_stack_without_a_revision_flag_refuses_a_plan_at_a_revision(stack, version, model):
+    problems = get_adapter(stack).problems(_at_revision(make_plan(stack, version, model=model)), version)
+    found = [p for p in problems if "cannot be told a Hub revision" in p.message]
+    assert found and found[0].key == "model" and "--local-dir DIR" in found[0].hint
+
+
 def test_tgi_speculate_and_medusa_checkpoint_as_model_id():
     a = spec_of("tgi", "3.3.7", model="m/base", method="medusa", drafter="m/base-medusa", k=3).argv
     assert a[a.index("--model-id") + 1] == "m/base-medusa" and a[a.index("--speculate") + 1] == "3"

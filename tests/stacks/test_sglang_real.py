@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from specplug.rendering import render, write_rendered
+from specplug.rendering import render, render_plan, write_rendered
 
 from .conftest import run_helper
 
 pytestmark = pytest.mark.sglang
 
 VERSION = "0.5.23"
+REVISION = "0e9e39f249a16976918f6564b8830bc894c89659"  # a commit: the plan pins the one it read
 
 
 def _written(r, folder: Path) -> list[str]:
@@ -81,6 +82,8 @@ def checked(sglang_env, tiny_model, drafters, run_cli_module, tmp_path_factory):
     mtp = render("sglang", model="deepseek-v3", gpu="h200", num_gpus=8, method="mtp", num_speculative_tokens=1,
                  stack_version=VERSION)
     cases["mtp"] = (mtp.spec.argv, False)
+    pinned = mtp.plan.model_copy(update={"model": mtp.plan.model.model_copy(update={"revision": REVISION})})
+    cases["revision"] = (render_plan(pinned, checked=True).spec.argv, False)
     res = run_cli_module("launch", "sglang", "--model", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "4",
                          "--stack-version", VERSION, "--dry-run")
     assert res.exit_code == (1 if "would fail: " in res.stdout else 0), res.stderr
@@ -144,6 +147,12 @@ def test_schedule_becomes_adaptive_steps_that_sglang_accepts(checked, tmp_path_f
     got = r["resolved"]
     # resolve_once read the file: steps is one of its candidates, draft tokens steps + 1, topk 1.
     assert (got["speculative_num_steps"], got["speculative_eagle_topk"], got["speculative_num_draft_tokens"]) == (4, 1, 5)
+
+
+def test_a_model_named_at_a_revision_reaches_sglang_as_its_revision(checked):
+    r = checked["revision"]
+    assert r["ok"], r.get("error")
+    assert r["parsed"]["revision"] == REVISION and checked["mtp"]["parsed"]["revision"] is None
 
 
 def test_mtp_parses_as_eagle(checked):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specplug.rendering import render
+from specplug.rendering import render, render_plan
 
 from .conftest import run_helper
 
@@ -44,6 +44,7 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
                     drafter="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", num_speculative_tokens=3,
                     stack_version=VERSION)
     cases["eagle3_hub"] = (eagle3.spec.argv, False)
+    cases["revision"] = (render_plan(_at_revision(eagle3.plan), checked=True).spec.argv, False)
     legacy = render("vllm", model="llama-3.1-8b", gpu="h100", method="ngram", num_speculative_tokens=4,
                     stack_version="0.7.3")
     cases["legacy_on_new"] = (legacy.spec.argv, False)
@@ -115,6 +116,12 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
 
 
 PARD = "amd/PARD-Qwen3-0.6B"
+REVISION = "0e9e39f249a16976918f6564b8830bc894c89659"
+
+
+def _at_revision(plan):
+    """``plan`` as made for its model named at a revision (the Hub is not reached from this tier)."""
+    return plan.model_copy(update={"model": plan.model.model_copy(update={"revision": REVISION})})
 DFLASH = "z-lab/Qwen3-8B-DFlash-b16"  # passed explicitly: the drafter catalog has no DFlash rows yet
 
 
@@ -214,6 +221,12 @@ def test_eagle3_for_a_hub_model_parses_with_explicit_method(parsed):
     assert r["tensor_parallel_size"] == 2
     assert r["speculative_config"]["method"] == "eagle3"
     assert r["speculative_config"]["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def test_a_model_named_at_a_revision_reaches_vllm_as_its_revision(parsed):
+    r = parsed["revision"]
+    assert r["ok"], r.get("error")
+    assert r["revision"] == REVISION and parsed["eagle3_hub"]["revision"] is None
 
 
 def test_legacy_flags_rendered_for_old_vllm_are_rejected_by_new_vllm(parsed):

@@ -51,6 +51,7 @@ def main() -> None:
                 served_model_name=getattr(a2, "served_model_name", None),
                 per_request_spec_decode_metrics=getattr(a2, "per_request_spec_decode_metrics", None),
                 data_parallel_size=ea.data_parallel_size,
+                revision=ea.revision,
             )
             if case.get("build"):
                 # What create_engine_config does first: a speculators-format model names its verifier.
