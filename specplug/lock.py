@@ -33,7 +33,9 @@ from specplug.plan import Plan
 from specplug.probe import Hardware
 
 LOCK_NAME = "specplug.lock.yaml"
-LOCK_VERSION = 1
+LOCK_VERSION = 2  # the newest this specplug reads; a lock is written at the oldest that holds what it says
+# Version 2: the plan serves its model at a Hub revision (plan.model.revision), which a version-1 reader would drop.
+REVISION_LOCK_VERSION = 2
 _CATALOG_FILES = ("models.csv", "drafters.csv", "gpus.csv")
 _HEADER = (
     "# specplug.lock.yaml: the plan resolved from {config}. Written by 'specplug plan'; do not edit by hand.\n"
@@ -65,7 +67,7 @@ class HardwareFingerprint(_LockModel):
 
 
 class Lock(_LockModel):
-    lock_version: int = LOCK_VERSION
+    lock_version: int = 1
     specplug_version: str
     config_file: str = Field(description="The specplug.yaml this lock was planned from, relative to the lock.")
     inputs: LockInputs
@@ -212,7 +214,7 @@ def summarize(plan: Plan) -> dict[str, Any]:
     s = plan.speculation
     p = plan.prediction
     out: dict[str, Any] = {
-        "model": plan.model.hf_id,
+        "model": f"{plan.model.hf_id}@{plan.model.revision}" if plan.model.revision else plan.model.hf_id,
         "stack": f"{plan.stack.name} {plan.stack.version or '(unpinned)'}",
         "hardware": f"{plan.hardware.num_gpus} x {plan.hardware.gpu}",
         "nodes": plan.parallelism.num_nodes,
@@ -234,6 +236,7 @@ def build_lock(cfg: Config, config_path: str | Path, plan: Plan, traffic: str | 
     from specplug import __version__
 
     return Lock(
+        lock_version=REVISION_LOCK_VERSION if plan.model.revision else 1,
         specplug_version=__version__,
         config_file=Path(config_path).name,
         inputs=compute_inputs(cfg, config_path, plan.hardware, traffic),

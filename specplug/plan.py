@@ -6,7 +6,7 @@ lock, check, bench comparisons) consumes it. No stack-specific spelling appears 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 from specplug.config import (
     LOSSY_VERIFICATION,
@@ -35,18 +35,11 @@ class ModelRef(PlanModel):
     name: OneLine = Field(description="What the user called it (alias, HF id or folder).")
     hf_id: OneLine = Field(description="Hugging Face id, or the absolute folder for local models.")
     local_path: OneLine | None = None
+    # Absent unless named: plans, locks and render digests made before revisions were served stay identical.
     revision: OneLine | None = Field(
-        None, description="The Hub commit the model was read at, where it was named at a revision ('org/name@v1'): "
+        None, exclude_if=lambda v: v is None, description="The Hub commit the model was read at, where it was named at a revision ('org/name@v1'): "
         "the render serves that revision, not the default branch.")
     weight_format: str = Field("bf16", description="The checkpoint's own weight format (bf16, fp8, mxfp4, int4-awq ...).")
-
-    @model_serializer(mode="wrap")
-    def _without_default_branch(self, handler: SerializerFunctionWrapHandler) -> dict:
-        # Absent unless named: plans, locks and render digests made before revisions were served stay identical.
-        out = handler(self)
-        if out.get("revision") is None:
-            out.pop("revision", None)
-        return out
 
 
 class StackRef(PlanModel):

@@ -123,3 +123,10 @@ def test_a_lock_that_kept_the_split_in_serve_reads_with_that_split() -> None:
     data["plan"]["parallelism"].update({"tensor_parallel_size": 4, "pipeline_parallel_size": 2})
     plan = parse_lock(yaml.safe_dump(data)).plan
     assert (plan.parallelism.tensor_parallel_size, plan.parallelism.pipeline_parallel_size) == (8, 1)
+
+
+def test_a_lock_without_a_revision_stays_at_version_1(run_cli, tmp_path):
+    assert run_cli(*INIT).exit_code == 0
+    assert run_cli("plan").exit_code == 0
+    data = yaml.safe_load((tmp_path / LOCK_NAME).read_text())
+    assert data["lock_version"] == 1 and "revision" not in data["plan"]["model"]

@@ -92,8 +92,8 @@ class BaseAdapter:
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).
     draft_tp: ClassVar[str | None] = None
-    # The flag that tells the server which Hub revision of the model to load; None: it cannot be told one.
-    revision_flag: ClassVar[str | None] = None
+    # Whether the server can be told which Hub revision of the model to load (the adapter renders plan.model.revision).
+    serves_revisions: ClassVar[bool] = False
     metrics: ClassVar[StackMetrics] = NO_METRICS  # where /metrics (or responses) show acceptance; see StackMetrics
     # The policy's stack row that costs it when the policy has none under its name (a vLLM fork: "vllm").
     cost_profile: ClassVar[str] = DEFAULT_COST_PROFILE
@@ -263,13 +263,13 @@ class BaseAdapter:
         if method:
             return method  # the stack's own checks assume a method it runs
         out = canon_problems(plan, self.display_name)
-        if plan.model.revision and self.revision_flag is None:
+        if plan.model.revision and not self.serves_revisions:
             m = plan.model
             out.append(Problem(
-                f"The plan serves {m.hf_id} at revision {m.revision}, and {self.display_name} cannot be told a Hub "
+                f"The plan serves {m.name} (commit {m.revision}), and {self.display_name} cannot be told a Hub "
                 "revision: it would load the repository's default branch.",
                 f"Download that revision (hf download {m.hf_id} --revision {m.revision} --local-dir DIR) and plan "
-                "with --model DIR, or name the model without a revision.",
+                "with what it holds (--model DIR, or the .gguf file in it), or name the model without a revision.",
                 key="model",
             ))
         for (name, value), (control, instead) in SPEC_CONTROLS.items():
@@ -380,6 +380,14 @@ def program_output(argv: list[str], timeout: float = 20.0) -> str | None:
     return (proc.stdout or "") + (proc.stderr or "")
 
 
+def drafter_revision(drafter: str) -> str | None:
+    """The revision a Hub drafter id names ('org/head@v1' -> 'v1'); None for a plain id or a local path."""
+    from specplug.catalog.hub import is_repo_id, split_revision
+
+    repo, at = split_revision(drafter)
+    return at if at and is_repo_id(repo) else None
+
+
 def canon_problems(plan: Plan, display_name: str) -> list[Problem]:
     """What is wrong with the plan's canonical fields on any stack (render refuses all of these)."""
     s, serve = plan.speculation, plan.serve
@@ -400,6 +408,13 @@ def canon_problems(plan: Plan, display_name: str) -> list[Problem]:
         out.append(Problem(
             f"'{s.method}' on {display_name} needs a drafter (draft model or head), and the plan has none.",
             "Pass --drafter HF_ID_OR_FOLDER, or pick a drafter-free method such as ngram.",
+            key="speculation.drafter",
+        ))
+    if s.drafter and (at := drafter_revision(s.drafter)):
+        out.append(Problem(
+            f"The drafter {s.drafter} is named at revision {at}: specplug renders drafters at their default branch.",
+            f"Name it without '@{at}', or download that revision (hf download {s.drafter.split('@')[0]} --revision {at} "
+            "--local-dir DIR) and pass --drafter DIR.",
             key="speculation.drafter",
         ))
     for k in serve.env:

@@ -128,6 +128,46 @@ def test_a_stack_without_a_revision_flag_refuses_a_plan_at_a_revision(stack, ver
     assert found and found[0].key == "model" and "--local-dir DIR" in found[0].hint
 
 
+def test_mtp_weights_from_the_target_load_at_the_targets_revision():
+    rev = "0e9e39f249a16976918f6564b8830bc894c89659"
+    mtp = make_plan("vllm", "0.32.0", model="deepseek-ai/DeepSeek-V3", method="mtp", k=1, num_gpus=8, tp=8)
+    spec = render_plan(_at_revision(mtp, rev)).spec
+    assert vllm_cfg(spec)["revision"] == rev and spec.argv[spec.argv.index("--revision") + 1] == rev
+    assert "revision" not in vllm_cfg(render_plan(mtp).spec)
+    # A head from another repository keeps its own default branch.
+    eagle = _at_revision(make_plan("vllm", "0.32.0", model="meta-llama/Llama-3.1-8B-Instruct", method="eagle3",
+                                   drafter="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", k=3), rev)
+    assert "revision" not in vllm_cfg(render_plan(eagle).spec)
+
+
+def test_a_speculator_is_not_served_as_the_model_when_the_target_is_pinned():
+    rev = "0e9e39f249a16976918f6564b8830bc894c89659"
+    plan = make_plan("vllm", "0.32.0", model="Qwen/Qwen3-8B", method="eagle3",
+                     drafter="RedHatAI/Qwen3-8B-speculator.eagle3", k=3)
+    assert render_plan(plan).spec.argv[2] == "RedHatAI/Qwen3-8B-speculator.eagle3"
+    pinned = render_plan(_at_revision(plan, rev)).spec
+    assert pinned.argv[2] == "Qwen/Qwen3-8B" and vllm_cfg(pinned)["model"] == "RedHatAI/Qwen3-8B-speculator.eagle3"
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "1.0.0", "1.2.0", "1.3.0rc20"])
+def test_tensorrt_llm_takes_the_revision_in_its_llm_api_options(version):
+    import yaml
+    from specplug.adapters.trtllm import llm_args_problems
+
+    rev = "0e9e39f249a16976918f6564b8830bc894c89659"
+    spec = render_plan(_at_revision(make_plan("trtllm", version, method="ngram", k=3), rev)).spec
+    args = yaml.safe_load(spec.files["trtllm-config.yaml"])
+    assert args["revision"] == rev and llm_args_problems(args, version) == [] and "--revision" not in spec.argv
+
+
+@pytest.mark.parametrize("stack", ["vllm", "sglang"])
+def test_a_drafter_named_at_a_revision_is_refused_with_the_way_round(stack):
+    plan = make_plan(stack, None, model="meta-llama/Llama-3.1-8B-Instruct", method="eagle3",
+                     drafter="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B@v2", k=3)
+    found = [p for p in get_adapter(stack).problems(plan, None) if p.key == "speculation.drafter"]
+    assert found and "named at revision v2" in found[0].message and "--revision v2" in found[0].hint
+
+
 def test_tgi_speculate_and_medusa_checkpoint_as_model_id():
     a = spec_of("tgi", "3.3.7", model="m/base", method="medusa", drafter="m/base-medusa", k=3).argv
     assert a[a.index("--model-id") + 1] == "m/base-medusa" and a[a.index("--speculate") + 1] == "3"

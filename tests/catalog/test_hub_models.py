@@ -240,8 +240,9 @@ def test_show_recommend_estimate_plan_and_render_work_on_each_fixture(fake_hub, 
     assert hf_id in Path("deploy", "launch-vllm.sh").read_text(encoding="utf-8")
 
 
+# TensorRT-LLM takes it as the LLM API's revision field, in the extra options YAML the script writes.
 @pytest.mark.parametrize(("stack", "flag"), [("vllm", "--revision"), ("sglang", "--revision"),
-                                             ("trtllm", "--revision"), ("tgi", "--revision")])
+                                             ("trtllm", "revision:"), ("tgi", "--revision")])
 def test_a_model_named_at_a_revision_is_served_at_that_commit(fake_hub, run_cli, stack: str, flag: str) -> None:
     repo = fake_hub.repos["Qwen/Qwen3-8B"]
     repo.refs["v1"] = repo.commit
@@ -249,11 +250,14 @@ def test_a_model_named_at_a_revision_is_served_at_that_commit(fake_hub, run_cli,
                       "--output", "json")
     assert planned.exit_code == 0, planned.stderr
     assert planned.json()["model"]["revision"] == repo.commit  # the commit its facts were read at, not the tag
-    script = run_cli("render", stack, "--model", "Qwen/Qwen3-8B@v1", "--gpu", "h100", "--method", "ngram")
-    assert script.exit_code == 0, script.stderr
-    assert f"{flag} {repo.commit}" in script.stdout
-    plain = run_cli("render", stack, "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--method", "ngram")
-    assert plain.exit_code == 0 and flag not in plain.stdout  # no revision named: the default branch
+
+    def rendered(model: str, folder: str) -> str:
+        r = run_cli("render", stack, "--model", model, "--gpu", "h100", "--method", "ngram", "-o", folder)
+        assert r.exit_code == 0, r.stderr
+        return "".join(p.read_text(encoding="utf-8") for p in sorted(Path(folder).iterdir()))
+
+    assert f"{flag} {repo.commit}" in rendered("Qwen/Qwen3-8B@v1", "pinned")
+    assert flag not in rendered("Qwen/Qwen3-8B", "plain")  # no revision named: the default branch
 
 
 def test_a_stack_that_cannot_load_a_revision_refuses_it_with_the_way_round(fake_hub, run_cli) -> None:
@@ -261,3 +265,21 @@ def test_a_stack_that_cannot_load_a_revision_refuses_it_with_the_way_round(fake_
     r = run_cli("render", "llamacpp", "--model", f"Qwen/Qwen3-8B@{repo.commit}", "--gpu", "h100", "--method", "ngram")
     assert r.exit_code != 0 and "Traceback" not in r.stderr
     assert "cannot be told a Hub revision" in r.stderr and f"--revision {repo.commit} --local-dir DIR" in r.stderr
+
+
+def test_a_lock_of_a_model_at_a_revision_keeps_it_and_older_readers_refuse_it(fake_hub, run_cli) -> None:
+    import yaml
+
+    from specplug.lock import LOCK_NAME, parse_lock
+
+    repo = fake_hub.repos["Qwen/Qwen3-8B"]
+    assert run_cli("init", "--model", "Qwen/Qwen3-8B@main", "--stack", "vllm", "--gpu", "h100").exit_code == 0
+    assert run_cli("plan").exit_code == 0
+    text = Path(LOCK_NAME).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    # lock_version 2: a specplug that reads only version 1 would drop the revision and serve the default branch.
+    assert data["lock_version"] == 2 and data["summary"]["model"] == f"Qwen/Qwen3-8B@{repo.commit}"
+    assert parse_lock(text).plan.model.revision == repo.commit
+    r = run_cli("render", "vllm", "-o", "deploy")
+    assert r.exit_code == 0, r.stderr
+    assert f"--revision {repo.commit}" in Path("deploy", "launch-vllm.sh").read_text(encoding="utf-8")

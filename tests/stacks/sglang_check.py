@@ -20,7 +20,8 @@ def main() -> None:
               "speculative_adaptive_config", "speculative_ngram_max_bfs_breadth", "enable_dp_attention",
               "speculative_dspark_block_size", "speculative_ngram_max_trie_depth",
               "speculative_use_block_verification", "speculative_use_rejection_sampling",
-              "speculative_dflash_block_size", "quantization", "speculative_draft_model_quantization", "revision")
+              "speculative_dflash_block_size", "quantization", "speculative_draft_model_quantization", "revision",
+              "speculative_draft_model_revision")
     out = []
     for case in cases:
         argv = case["argv"]

@@ -153,6 +153,9 @@ def test_a_model_named_at_a_revision_reaches_sglang_as_its_revision(checked):
     r = checked["revision"]
     assert r["ok"], r.get("error")
     assert r["parsed"]["revision"] == REVISION and checked["mtp"]["parsed"]["revision"] is None
+    # The MTP draft is the target's repository: without its own revision SGLang would load it at "main".
+    assert r["parsed"]["speculative_draft_model_path"] == "deepseek-ai/DeepSeek-V3"
+    assert r["parsed"]["speculative_draft_model_revision"] == REVISION
 
 
 def test_mtp_parses_as_eagle(checked):

@@ -81,6 +81,7 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
     mtp = render("vllm", model="deepseek-v3", gpu="h200", num_gpus=8, method="mtp", num_speculative_tokens=1,
                  stack_version=VERSION)
     cases["mtp"] = (mtp.spec.argv, False, local)
+    cases["mtp_revision"] = (render_plan(_at_revision(mtp.plan), checked=True).spec.argv, False, local)
     for method, drafter in (("medusa", "FasterDecoding/medusa-vicuna-7b-v1.3"),
                             ("mlp_speculator", "ibm-ai-platform/llama3-8b-accelerator")):
         r = render("vllm", model="llama-3.1-8b", gpu="h100", method=method, drafter=drafter, num_speculative_tokens=3,
@@ -227,6 +228,11 @@ def test_a_model_named_at_a_revision_reaches_vllm_as_its_revision(parsed):
     r = parsed["revision"]
     assert r["ok"], r.get("error")
     assert r["revision"] == REVISION and parsed["eagle3_hub"]["revision"] is None
+    assert r["speculative_config"].get("revision") is None  # the head's own repository: its default branch
+    # MTP drafts with the target's own weights: vLLM loads them at the speculative config's revision.
+    mtp = parsed["mtp_revision"]
+    assert mtp["ok"], mtp.get("error")
+    assert mtp["revision"] == REVISION and mtp["speculative_config"]["revision"] == REVISION
 
 
 def test_legacy_flags_rendered_for_old_vllm_are_rejected_by_new_vllm(parsed):
