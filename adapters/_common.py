@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specplug.errors import StackError
 from specplug.plan import Plan
+from specplug.stacks.base import drafter_revision
 from specplug.stacks.protocol import Problem
 
 # Variables a server reads for hub access: passed through from the caller's environment, never written down.
@@ -23,7 +24,8 @@ class Canon:
 
     model: str
     method: str
-    drafter: str | None
+    drafter: str | None  # without the revision a Hub drafter was named at ('org/head@v1' -> 'org/head')
+    drafter_revision: str | None
     k: int
     tp: int
     pp: int
@@ -55,7 +57,8 @@ def canon(plan: Plan, display_name: str) -> Canon:
     return Canon(
         model=plan.model.local_path or plan.model.hf_id,
         method=method,
-        drafter=s.drafter,
+        drafter=s.drafter.partition("@")[0] if s.drafter and drafter_revision(s.drafter) else s.drafter,
+        drafter_revision=drafter_revision(s.drafter) if s.drafter else None,
         k=s.num_speculative_tokens,
         tp=tp,
         pp=pp,

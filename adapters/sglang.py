@@ -189,6 +189,7 @@ class SGLangAdapter(BaseAdapter):
     trees = True  # EAGLE, EAGLE3 and STANDALONE draft steps x topk trees
     shards_heads = True
     serves_revisions = True  # --revision, and the draft's own revision where the draft is the target's repository
+    serves_drafter_revisions = True  # --speculative-draft-model-revision
     draft_tp = "target"  # a STANDALONE draft model runs at the target's tensor parallel size
     spec_running_cap = SPEC_DEFAULT_RUNNING
     unsupported: ClassVar[dict[str, str]] = UNSUPPORTED
@@ -507,12 +508,14 @@ def _draft_quantization_args(c: Canon, target_quantization: str, version: str | 
 
 
 def _draft_revision(argv: list[str], c: Canon) -> list[str]:
-    """The target's revision for a draft path that is the target's repository (MTP): given a draft path without a
-    revision, SGLang loads the draft at the default branch."""
+    """The draft path's revision: the target's where the draft is the target's repository (MTP), the drafter's where
+    it was named at one. Given a draft path without a revision, SGLang loads the draft at the default branch."""
     flag = SPEC_FLAGS["drafter"]
-    if not c.revision or flag not in argv or argv[argv.index(flag) + 1].lower() != c.model.lower():
+    if flag not in argv:
         return []
-    return [SPEC_FLAGS["draft_revision"], c.revision]
+    path = argv[argv.index(flag) + 1]
+    at = c.revision if path.lower() == c.model.lower() else c.drafter_revision if path == c.drafter else None
+    return [SPEC_FLAGS["draft_revision"], at] if at else []
 
 
 def _precision_args(plan: Plan, c: Canon, version: str | None) -> list[str]:

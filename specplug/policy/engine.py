@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from specplug.catalog import GPU, Model, get_model
 from specplug.catalog.drafters import Drafter, find_drafter
+from specplug.catalog.models import served_revision
 from specplug.catalog.precision import WeightFormat, effective_bytes, get_weight_format
 from specplug.config import TreeSpec
 from specplug.errors import CatalogError, SpecplugError
@@ -181,7 +182,10 @@ def resolve_drafter(method: str, drafter: str, target: Model, target_arch: Arch,
         dm = None
     if dm is not None:
         # A draft model is served in its own checkpoint's format (vLLM reads its quantization from its config).
-        choice = DraftChoice(method, dm.hf_id if not dm.local_path else dm.local_path, dm, arch_of(dm, kv_bytes=kv_bytes), cat)
+        # Named at a revision: drafted from the commit its facts were read at, as the target is served.
+        rev = served_revision(drafter, dm)
+        ident = dm.local_path or (f"{dm.hf_id}@{rev}" if rev else dm.hf_id)
+        choice = DraftChoice(method, ident, dm, arch_of(dm, kv_bytes=kv_bytes), cat)
         compat = compatible(target, dm, caps)
         if not compat.ok:
             choice.vocab_mismatch = compat.reason or "the vocabularies differ"

@@ -92,8 +92,10 @@ class BaseAdapter:
     # How a separate draft model is sharded: "own" (speculation.draft_tensor_parallel_size, unset = the target's),
     # "target" (always the target's size), None (not sharded, or no draft models).
     draft_tp: ClassVar[str | None] = None
-    # Whether the server can be told which Hub revision of the model to load (the adapter renders plan.model.revision).
+    # Whether the server can be told which Hub revision of the model to load (the adapter renders plan.model.revision),
+    # and of a separate drafter named 'org/head@revision' (it renders Canon.drafter_revision).
     serves_revisions: ClassVar[bool] = False
+    serves_drafter_revisions: ClassVar[bool] = False
     metrics: ClassVar[StackMetrics] = NO_METRICS  # where /metrics (or responses) show acceptance; see StackMetrics
     # The policy's stack row that costs it when the policy has none under its name (a vLLM fork: "vllm").
     cost_profile: ClassVar[str] = DEFAULT_COST_PROFILE
@@ -272,6 +274,15 @@ class BaseAdapter:
                 "with what it holds (--model DIR, or the .gguf file in it), or name the model without a revision.",
                 key="model",
             ))
+        drafter = plan.speculation.drafter
+        if drafter and (at := drafter_revision(drafter)) and not self.serves_drafter_revisions:
+            out.append(Problem(
+                f"The drafter {drafter} is named at revision {at}, and {self.display_name} cannot be told a drafter's "
+                "revision: it would load the drafter's default branch.",
+                f"Download that revision (hf download {drafter.partition('@')[0]} --revision {at} --local-dir DIR) and "
+                f"pass --drafter DIR, or name the drafter without '@{at}'.",
+                key="speculation.drafter",
+            ))
         for (name, value), (control, instead) in SPEC_CONTROLS.items():
             given = getattr(plan.speculation, name)
             if (given is None if value == SET else given != value) or spelling(self.control_table, control, version):
@@ -408,13 +419,6 @@ def canon_problems(plan: Plan, display_name: str) -> list[Problem]:
         out.append(Problem(
             f"'{s.method}' on {display_name} needs a drafter (draft model or head), and the plan has none.",
             "Pass --drafter HF_ID_OR_FOLDER, or pick a drafter-free method such as ngram.",
-            key="speculation.drafter",
-        ))
-    if s.drafter and (at := drafter_revision(s.drafter)):
-        out.append(Problem(
-            f"The drafter {s.drafter} is named at revision {at}: specplug renders drafters at their default branch.",
-            f"Name it without '@{at}', or download that revision (hf download {s.drafter.split('@')[0]} --revision {at} "
-            "--local-dir DIR) and pass --drafter DIR.",
             key="speculation.drafter",
         ))
     for k in serve.env:

@@ -160,11 +160,25 @@ def test_tensorrt_llm_takes_the_revision_in_its_llm_api_options(version):
     assert args["revision"] == rev and llm_args_problems(args, version) == [] and "--revision" not in spec.argv
 
 
-@pytest.mark.parametrize("stack", ["vllm", "sglang"])
-def test_a_drafter_named_at_a_revision_is_refused_with_the_way_round(stack):
-    plan = make_plan(stack, None, model="meta-llama/Llama-3.1-8B-Instruct", method="eagle3",
-                     drafter="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B@v2", k=3)
-    found = [p for p in get_adapter(stack).problems(plan, None) if p.key == "speculation.drafter"]
+HEAD_AT_V2 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B@v2"
+
+
+def test_a_drafter_named_at_a_revision_is_drafted_from_that_revision():
+    def plan(stack, version):
+        return make_plan(stack, version, model="meta-llama/Llama-3.1-8B-Instruct", method="eagle3", drafter=HEAD_AT_V2, k=3)
+
+    cfg = vllm_cfg(render_plan(plan("vllm", "0.32.0")).spec)
+    assert cfg["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" and cfg["revision"] == "v2"
+    argv = render_plan(plan("sglang", "0.5.23")).spec.argv
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert argv[argv.index("--speculative-draft-model-revision") + 1] == "v2"
+
+
+@pytest.mark.parametrize(("stack", "version"), [("trtllm", "1.2.0"), ("tgi", "3.3.7")])
+def test_a_stack_that_cannot_pin_a_drafter_refuses_one_named_at_a_revision(stack, version):
+    method, drafter = ("eagle3", HEAD_AT_V2) if stack == "trtllm" else ("medusa", "m/base-medusa@v2")
+    plan = make_plan(stack, version, model="meta-llama/Llama-3.1-8B-Instruct", method=method, drafter=drafter, k=3)
+    found = [p for p in get_adapter(stack).problems(plan, version) if p.key == "speculation.drafter"]
     assert found and "named at revision v2" in found[0].message and "--revision v2" in found[0].hint
 
 

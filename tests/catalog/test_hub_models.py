@@ -283,3 +283,25 @@ def test_a_lock_of_a_model_at_a_revision_keeps_it_and_older_readers_refuse_it(fa
     r = run_cli("render", "vllm", "-o", "deploy")
     assert r.exit_code == 0, r.stderr
     assert f"--revision {repo.commit}" in Path("deploy", "launch-vllm.sh").read_text(encoding="utf-8")
+
+
+def test_a_drafter_named_at_a_revision_is_planned_and_drafted_from_it(fake_hub, run_cli) -> None:
+    head = fake_hub.repos["specforge/llama3-8B-eagle3"]
+    r = run_cli("render", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100", "--method", "eagle3",
+                "--drafter", "specforge/llama3-8B-eagle3@main", "--output", "json")
+    assert r.exit_code == 0, r.stderr
+    argv = r.json()["argv"]
+    cfg = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert cfg["model"] == "specforge/llama3-8B-eagle3" and cfg["revision"] == "main"
+    assert head.commit  # the fixture the plan read the head's config.json from
+    # A draft model named at a revision is drafted from the commit its config.json was read at.
+    small = fake_hub.repos["Qwen/Qwen3-0.6B"]
+    r = run_cli("render", "vllm", "--model", "qwen3-8b", "--gpu", "h100", "--method", "draft_model",
+                "--drafter", "Qwen/Qwen3-0.6B@main", "--output", "json")
+    assert r.exit_code == 0, r.stderr
+    argv = r.json()["argv"]
+    cfg = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert cfg["model"] == "Qwen/Qwen3-0.6B" and cfg["revision"] == small.commit
+    refused = run_cli("render", "llamacpp", "--model", "qwen3-8b", "--gpu", "h100", "--method", "draft_model",
+                      "--drafter", "Qwen/Qwen3-0.6B@main")
+    assert refused.exit_code != 0 and "cannot be told a drafter's revision" in refused.stderr

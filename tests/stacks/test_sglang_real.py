@@ -84,6 +84,9 @@ def checked(sglang_env, tiny_model, drafters, run_cli_module, tmp_path_factory):
     cases["mtp"] = (mtp.spec.argv, False)
     pinned = mtp.plan.model_copy(update={"model": mtp.plan.model.model_copy(update={"revision": REVISION})})
     cases["revision"] = (render_plan(pinned, checked=True).spec.argv, False)
+    head = mtp.plan.speculation.model_copy(update={"method": "eagle3", "drafter": "org/eagle3-head@v2"})
+    cases["drafter_revision"] = (render_plan(mtp.plan.model_copy(update={"speculation": head}), checked=True).spec.argv,
+                                 False)
     res = run_cli_module("launch", "sglang", "--model", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "4",
                          "--stack-version", VERSION, "--dry-run")
     assert res.exit_code == (1 if "would fail: " in res.stdout else 0), res.stderr
@@ -156,6 +159,13 @@ def test_a_model_named_at_a_revision_reaches_sglang_as_its_revision(checked):
     # The MTP draft is the target's repository: without its own revision SGLang would load it at "main".
     assert r["parsed"]["speculative_draft_model_path"] == "deepseek-ai/DeepSeek-V3"
     assert r["parsed"]["speculative_draft_model_revision"] == REVISION
+
+
+def test_a_drafter_named_at_a_revision_reaches_sglang_as_the_drafts_revision(checked):
+    r = checked["drafter_revision"]
+    assert r["ok"], r.get("error")
+    assert r["parsed"]["speculative_draft_model_path"] == "org/eagle3-head"
+    assert r["parsed"]["speculative_draft_model_revision"] == "v2" and r["parsed"]["revision"] is None
 
 
 def test_mtp_parses_as_eagle(checked):

@@ -45,6 +45,9 @@ def parsed(vllm_env, tiny_model, tmp_path_factory, run_cli_module):
                     stack_version=VERSION)
     cases["eagle3_hub"] = (eagle3.spec.argv, False)
     cases["revision"] = (render_plan(_at_revision(eagle3.plan), checked=True).spec.argv, False)
+    head_at = eagle3.plan.speculation.model_copy(update={"drafter": eagle3.plan.speculation.drafter + "@v2"})
+    cases["drafter_revision"] = (render_plan(eagle3.plan.model_copy(update={"speculation": head_at}), checked=True).spec.argv,
+                                 False)
     legacy = render("vllm", model="llama-3.1-8b", gpu="h100", method="ngram", num_speculative_tokens=4,
                     stack_version="0.7.3")
     cases["legacy_on_new"] = (legacy.spec.argv, False)
@@ -233,6 +236,13 @@ def test_a_model_named_at_a_revision_reaches_vllm_as_its_revision(parsed):
     mtp = parsed["mtp_revision"]
     assert mtp["ok"], mtp.get("error")
     assert mtp["revision"] == REVISION and mtp["speculative_config"]["revision"] == REVISION
+
+
+def test_a_drafter_named_at_a_revision_reaches_vllm_as_the_drafts_revision(parsed):
+    r = parsed["drafter_revision"]
+    assert r["ok"], r.get("error")
+    assert r["speculative_config"]["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert r["speculative_config"]["revision"] == "v2" and r["revision"] is None
 
 
 def test_legacy_flags_rendered_for_old_vllm_are_rejected_by_new_vllm(parsed):
