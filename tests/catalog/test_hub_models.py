@@ -285,23 +285,20 @@ def test_a_lock_of_a_model_at_a_revision_keeps_it_and_older_readers_refuse_it(fa
     assert f"--revision {repo.commit}" in Path("deploy", "launch-vllm.sh").read_text(encoding="utf-8")
 
 
+def _speculative_config(run_cli, model: str, method: str, drafter: str) -> dict:
+    r = run_cli("render", "vllm", "--model", model, "--gpu", "h100", "--method", method, "--drafter", drafter,
+                "--output", "json")
+    assert r.exit_code == 0, r.stderr
+    argv = r.json()["argv"]
+    return json.loads(argv[argv.index("--speculative-config") + 1])
+
+
 def test_a_drafter_named_at_a_revision_is_planned_and_drafted_from_it(fake_hub, run_cli) -> None:
-    head = fake_hub.repos["specforge/llama3-8B-eagle3"]
-    r = run_cli("render", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100", "--method", "eagle3",
-                "--drafter", "specforge/llama3-8B-eagle3@main", "--output", "json")
-    assert r.exit_code == 0, r.stderr
-    argv = r.json()["argv"]
-    cfg = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert cfg["model"] == "specforge/llama3-8B-eagle3" and cfg["revision"] == "main"
-    assert head.commit  # the fixture the plan read the head's config.json from
+    cfg = _speculative_config(run_cli, "llama-3.1-8b", "eagle3", "specforge/llama3-8B-eagle3@main")
+    assert cfg["model"] == "specforge/llama3-8B-eagle3" and cfg["revision"] == "main"  # a head: as named
     # A draft model named at a revision is drafted from the commit its config.json was read at.
-    small = fake_hub.repos["Qwen/Qwen3-0.6B"]
-    r = run_cli("render", "vllm", "--model", "qwen3-8b", "--gpu", "h100", "--method", "draft_model",
-                "--drafter", "Qwen/Qwen3-0.6B@main", "--output", "json")
-    assert r.exit_code == 0, r.stderr
-    argv = r.json()["argv"]
-    cfg = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert cfg["model"] == "Qwen/Qwen3-0.6B" and cfg["revision"] == small.commit
+    cfg = _speculative_config(run_cli, "qwen3-8b", "draft_model", "Qwen/Qwen3-0.6B@main")
+    assert cfg["model"] == "Qwen/Qwen3-0.6B" and cfg["revision"] == fake_hub.repos["Qwen/Qwen3-0.6B"].commit
     refused = run_cli("render", "llamacpp", "--model", "qwen3-8b", "--gpu", "h100", "--method", "draft_model",
                       "--drafter", "Qwen/Qwen3-0.6B@main")
     assert refused.exit_code != 0 and "cannot be told a drafter's revision" in refused.stderr
