@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specplug.catalog.hub import named_revision
 from specplug.errors import StackError
 from specplug.plan import Plan
-from specplug.stacks.base import drafter_revision
 from specplug.stacks.protocol import Problem
 
 # Variables a server reads for hub access: passed through from the caller's environment, never written down.
@@ -54,11 +54,12 @@ def canon(plan: Plan, display_name: str) -> Canon:
     p = precision(plan)
     if dtype is None and p.served != p.checkpoint and p.served in DTYPE_OF_FORMAT and p.checkpoint_bits >= 16:
         dtype = DTYPE_OF_FORMAT[p.served]  # 16-bit to another 16-bit format: a cast at load, which --dtype is
+    drafter_at = named_revision(s.drafter) if s.drafter else None
     return Canon(
         model=plan.model.local_path or plan.model.hf_id,
         method=method,
-        drafter=s.drafter.partition("@")[0] if s.drafter and drafter_revision(s.drafter) else s.drafter,
-        drafter_revision=drafter_revision(s.drafter) if s.drafter else None,
+        drafter=s.drafter.partition("@")[0] if drafter_at else s.drafter,
+        drafter_revision=drafter_at,
         k=s.num_speculative_tokens,
         tp=tp,
         pp=pp,

@@ -511,10 +511,12 @@ def speculative_config(plan: Plan, c: Canon, version: str | None) -> dict:
                                "the PARD drafter runs autoregressively, one forward per draft token.")
     elif c.method == "mtp" and c.drafter:
         cfg["model"] = c.drafter  # separate MTP weights (e.g. a Gemma assistant); otherwise the target's own
-    if c.revision and cfg.get("model", c.model).lower() == c.model.lower():
-        # Draft weights from the target's repository: vLLM loads them at the config's own revision (default branch).
+    # The draft's weights load at the config's own revision (default branch): the target's for MTP from the target's
+    # repository, the drafter's where it was named at one. Draft-free methods load none.
+    draft = cfg.get("model") or (c.model if c.method == "mtp" else None)
+    if c.revision and draft and draft.lower() == c.model.lower():
         cfg["revision"] = c.revision
-    elif c.drafter_revision and cfg.get("model") == c.drafter:
+    elif c.drafter_revision and draft == c.drafter:
         cfg["revision"] = c.drafter_revision
     if c.k > 0:
         cfg["num_speculative_tokens"] = c.k

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specplug.catalog.hub import named_revision
 from specplug.config import Config, load_config
 from specplug.errors import ConfigError, SpecplugError, invalid
 from specplug.fileio import user_path, write_atomic
@@ -33,9 +34,9 @@ from specplug.plan import Plan
 from specplug.probe import Hardware
 
 LOCK_NAME = "specplug.lock.yaml"
-LOCK_VERSION = 2  # the newest this specplug reads; a lock is written at the oldest that holds what it says
-# Version 2: the plan serves its model or drafter at a Hub revision, which a version-1 reader drops or misrenders.
-REVISION_LOCK_VERSION = 2
+# The newest this specplug reads; a lock is written at the oldest that holds what it says. Version 2: the plan
+# serves its model or drafter at a Hub revision, which a version-1 reader drops or misrenders.
+LOCK_VERSION = 2
 _CATALOG_FILES = ("models.csv", "drafters.csv", "gpus.csv")
 _HEADER = (
     "# specplug.lock.yaml: the plan resolved from {config}. Written by 'specplug plan'; do not edit by hand.\n"
@@ -214,7 +215,7 @@ def summarize(plan: Plan) -> dict[str, Any]:
     s = plan.speculation
     p = plan.prediction
     out: dict[str, Any] = {
-        "model": f"{plan.model.hf_id}@{plan.model.revision}" if plan.model.revision else plan.model.hf_id,
+        "model": plan.model.ref,
         "stack": f"{plan.stack.name} {plan.stack.version or '(unpinned)'}",
         "hardware": f"{plan.hardware.num_gpus} x {plan.hardware.gpu}",
         "nodes": plan.parallelism.num_nodes,
@@ -236,7 +237,7 @@ def build_lock(cfg: Config, config_path: str | Path, plan: Plan, traffic: str | 
     from specplug import __version__
 
     return Lock(
-        lock_version=REVISION_LOCK_VERSION if plan.model.revision or "@" in (plan.speculation.drafter or "") else 1,
+        lock_version=LOCK_VERSION if plan.model.revision or named_revision(plan.speculation.drafter or "") else 1,
         specplug_version=__version__,
         config_file=Path(config_path).name,
         inputs=compute_inputs(cfg, config_path, plan.hardware, traffic),

@@ -41,6 +41,11 @@ class ModelRef(PlanModel):
         "the render serves that revision, not the default branch.")
     weight_format: str = Field("bf16", description="The checkpoint's own weight format (bf16, fp8, mxfp4, int4-awq ...).")
 
+    @property
+    def ref(self) -> str:
+        """How to name the model to read it again as planned: its folder, or its Hub id at the plan's revision."""
+        return self.local_path or (f"{self.hf_id}@{self.revision}" if self.revision else self.hf_id)
+
 
 class StackRef(PlanModel):
     name: StackName

@@ -136,13 +136,13 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 # ---------------------------------------------------------------------------------------------- rule 1
 
 
-def _catalog_model(ref: str | None, revision: str | None = None) -> Model | None:
+def _catalog_model(ref: str | None) -> Model | None:
     from specplug.catalog import get_model
 
     if not ref:
         return None
     try:
-        return get_model(ref, revision)
+        return get_model(ref)
     except SpecplugError:
         return None  # outside the catalog and not a readable folder: nothing to compare
 
@@ -150,7 +150,7 @@ def _catalog_model(ref: str | None, revision: str | None = None) -> Model | None
 def target_model(plan: Plan) -> Model | None:
     """The plan's target as its facts were read (its folder, or its Hub id at the plan's revision); None where it
     cannot be read here."""
-    return _catalog_model(plan.model.local_path or plan.model.hf_id, None if plan.model.local_path else plan.model.revision)
+    return _catalog_model(plan.model.ref)
 
 
 def draft_vocab_mismatch(plan: Plan) -> str | None:

@@ -61,6 +61,12 @@ def is_repo_id(name: str) -> bool:
     return bool(_REPO_ID.match(name))
 
 
+def named_revision(name: str) -> str | None:
+    """The revision a Hub id names ('org/name@v1' -> 'v1'); None for a plain id, an alias or a local path."""
+    repo, at = split_revision(name.strip())
+    return at if at and is_repo_id(repo) else None
+
+
 def cached(s: HubSettings, repo: str, filename: str, revision: str) -> HubFile | None | bool:
     """The cached copy of ``filename`` at ``revision`` (a HubFile), False when the cache records that the repo lacks
     it there, None when the cache cannot tell. The layout is huggingface_hub's: models--org--name/{refs,snapshots}."""

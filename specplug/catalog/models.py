@@ -15,7 +15,7 @@ from functools import cache
 
 from specplug.catalog._csv import aliases, integer, norm, num, read_rows
 from specplug.catalog.drafters import Drafter, drafters_for, find_drafter
-from specplug.catalog.hub import is_repo_id, split_revision
+from specplug.catalog.hub import is_repo_id, named_revision, split_revision
 from specplug.errors import CatalogError
 from specplug.fileio import user_path
 
@@ -280,9 +280,7 @@ def _looks_like_path(name: str) -> bool:
 def served_revision(name: str | None, model: Model) -> str | None:
     """The Hub revision a deployment of ``model`` serves: the commit it was read at where ``name`` (what the user
     called it) asked for a revision ('org/name@v1'), else None (the repository's default branch, or a folder)."""
-    if not name or model.local_path or _looks_like_path(name):
-        return None
-    _, at = split_revision(name.strip())
+    at = named_revision(name) if name and not model.local_path else None
     return (model.revision or at) if at else None
 
 

@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from specplug.catalog.hub import named_revision
 from specplug.compat import EMPTY, CompatTable, parse_table
 from specplug.errors import StackError
 from specplug.methods import DRAFTER_METHODS
@@ -275,7 +276,7 @@ class BaseAdapter:
                 key="model",
             ))
         drafter = plan.speculation.drafter
-        if drafter and (at := drafter_revision(drafter)) and not self.serves_drafter_revisions:
+        if drafter and (at := named_revision(drafter)) and not self.serves_drafter_revisions:
             out.append(Problem(
                 f"The drafter {drafter} is named at revision {at}, and {self.display_name} cannot be told a drafter's "
                 "revision: it would load the drafter's default branch.",
@@ -389,14 +390,6 @@ def program_output(argv: list[str], timeout: float = 20.0) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (proc.stdout or "") + (proc.stderr or "")
-
-
-def drafter_revision(drafter: str) -> str | None:
-    """The revision a Hub drafter id names ('org/head@v1' -> 'v1'); None for a plain id or a local path."""
-    from specplug.catalog.hub import is_repo_id, split_revision
-
-    repo, at = split_revision(drafter)
-    return at if at and is_repo_id(repo) else None
 
 
 def canon_problems(plan: Plan, display_name: str) -> list[Problem]:

@@ -49,8 +49,7 @@ def predicted_length(plan: Plan, s: TrialSummary, calibration: str | None) -> fl
 
     try:
         est = estimate(
-            plan.model.local_path or (f"{plan.model.hf_id}@{plan.model.revision}" if plan.model.revision
-                                      else plan.model.hf_id), s.method, drafter=s.drafter, num_speculative_tokens=s.k,
+            plan.model.ref, s.method, drafter=s.drafter, num_speculative_tokens=s.k,
             stack=plan.stack.name, stack_version=plan.stack.version, gpu=plan.hardware.gpu,
             num_gpus=plan.hardware.num_gpus, batch_size=1, workload=plan.workload.type,
             temperature=plan.workload.temperature, calibration=calibration, require_fit=False,

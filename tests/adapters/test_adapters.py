@@ -134,6 +134,8 @@ def test_mtp_weights_from_the_target_load_at_the_targets_revision():
     spec = render_plan(_at_revision(mtp, rev)).spec
     assert vllm_cfg(spec)["revision"] == rev and spec.argv[spec.argv.index("--revision") + 1] == rev
     assert "revision" not in vllm_cfg(render_plan(mtp).spec)
+    ngram = render_plan(_at_revision(make_plan("vllm", "0.32.0", method="ngram", k=4), rev)).spec
+    assert "revision" not in vllm_cfg(ngram)  # no draft weights to load
     # A head from another repository keeps its own default branch.
     eagle = _at_revision(make_plan("vllm", "0.32.0", model="meta-llama/Llama-3.1-8B-Instruct", method="eagle3",
                                    drafter="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", k=3), rev)
